@@ -1,0 +1,2 @@
+//! Memory-store check benchmarks.
+fn main() {}

@@ -1,0 +1,380 @@
+//! Checks (the question) and verdicts (the answer).
+//!
+//! A check is a list of (key, limit, cost) items decided all-or-nothing: if any limit denies,
+//! nothing is counted anywhere. Several limits on one key (10/s and 100/min and 1000/h) is the
+//! common case; several keys (per user and per IP) is the other.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use smallvec::SmallVec;
+
+use crate::decision::Decision;
+use crate::limit::Limit;
+
+/// The largest cost a single item may carry (2^40); larger costs are refused by
+/// [`Check::validate`] rather than wrapped or saturated.
+pub const MAX_COST: u64 = 1 << 40;
+
+/// The most items one check may hold.
+pub const MAX_ITEMS: usize = 64;
+
+/// The longest key, in bytes.
+pub const MAX_KEY_BYTES: usize = 1024;
+
+/// One (key, limit, cost) triple of a check.
+#[derive(Debug, Clone)]
+pub struct Item<'a> {
+    /// Who the limit counts for, such as `user:42` or `ip:203.0.113.7`.
+    pub key: Cow<'a, str>,
+    /// The limit.
+    pub limit: &'a Limit,
+    /// Units this request takes from the limit; 0 looks without counting.
+    pub cost: u64,
+}
+
+/// The question: a list of (key, limit, cost) items, decided all-or-nothing.
+#[derive(Debug, Clone)]
+pub struct Check<'a> {
+    cost: u64,
+    items: SmallVec<[Item<'a>; 4]>,
+}
+
+/// Why a check cannot be decided as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckError {
+    /// Too many items.
+    #[error("a check may hold at most {MAX_ITEMS} limits, this one holds {0}")]
+    TooManyItems(usize),
+    /// A cost above [`MAX_COST`].
+    #[error(
+        "item {index} (key {key:?}, limit {limit:?}): cost {cost} is above the maximum of {MAX_COST}"
+    )]
+    CostTooLarge {
+        /// Position of the item in the check.
+        index: usize,
+        /// The item's key (cut to 64 bytes).
+        key: String,
+        /// The item's limit.
+        limit: String,
+        /// The cost given.
+        cost: u64,
+    },
+    /// An empty key.
+    #[error("item {index} (limit {limit:?}): the key is empty")]
+    EmptyKey {
+        /// Position of the item in the check.
+        index: usize,
+        /// The item's limit.
+        limit: String,
+    },
+    /// A key above [`MAX_KEY_BYTES`].
+    #[error(
+        "item {index} (limit {limit:?}): the key is {len} bytes long, the maximum is {MAX_KEY_BYTES}"
+    )]
+    KeyTooLong {
+        /// Position of the item in the check.
+        index: usize,
+        /// The item's limit.
+        limit: String,
+        /// The key's length.
+        len: usize,
+    },
+}
+
+impl<'a> Check<'a> {
+    /// An empty check whose items cost `cost` unless given their own.
+    pub fn new(cost: u64) -> Self {
+        Self {
+            cost,
+            items: SmallVec::new(),
+        }
+    }
+
+    /// A check of one limit on one key, at a cost of 1.
+    pub fn one(key: impl Into<Cow<'a, str>>, limit: &'a Limit) -> Self {
+        Self::new(1).limit(key, limit)
+    }
+
+    /// Adds `limit` on `key` at the check's cost.
+    pub fn limit(mut self, key: impl Into<Cow<'a, str>>, limit: &'a Limit) -> Self {
+        self.push(key, limit, self.cost);
+        self
+    }
+
+    /// Adds `limit` on `key` at its own cost.
+    pub fn limit_with_cost(
+        mut self,
+        key: impl Into<Cow<'a, str>>,
+        limit: &'a Limit,
+        cost: u64,
+    ) -> Self {
+        self.push(key, limit, cost);
+        self
+    }
+
+    /// Adds an item in place.
+    pub fn push(&mut self, key: impl Into<Cow<'a, str>>, limit: &'a Limit, cost: u64) {
+        self.items.push(Item {
+            key: key.into(),
+            limit,
+            cost,
+        });
+    }
+
+    /// The check's default cost.
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    /// The items, in the order they were added; a verdict's decisions follow the same order.
+    pub fn items(&self) -> &[Item<'a>] {
+        &self.items
+    }
+
+    /// Whether the check has no items (it is then always allowed).
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Checks the sizes that come from outside: item count, key length, cost.
+    pub fn validate(&self) -> Result<(), CheckError> {
+        if self.items.len() > MAX_ITEMS {
+            return Err(CheckError::TooManyItems(self.items.len()));
+        }
+        for (index, item) in self.items.iter().enumerate() {
+            let limit = || item.limit.name().to_owned();
+            if item.key.is_empty() {
+                return Err(CheckError::EmptyKey {
+                    index,
+                    limit: limit(),
+                });
+            }
+            if item.key.len() > MAX_KEY_BYTES {
+                return Err(CheckError::KeyTooLong {
+                    index,
+                    limit: limit(),
+                    len: item.key.len(),
+                });
+            }
+            if item.cost > MAX_COST {
+                return Err(CheckError::CostTooLarge {
+                    index,
+                    key: item.key.chars().take(64).collect(),
+                    limit: limit(),
+                    cost: item.cost,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The whole check's answer in one word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Go ahead.
+    Allow,
+    /// Wait this long, then go ahead (a leaky bucket in queue mode).
+    Delay(Duration),
+    /// Do not go ahead; a request of the same cost is admitted after `retry_after`, or never
+    /// if it is `None`.
+    Deny {
+        /// Time until the same request would be admitted; `None` if never.
+        retry_after: Option<Duration>,
+    },
+}
+
+/// The whole check's answer: the outcome, every limit's decision and the binding one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    outcome: Outcome,
+    decisions: SmallVec<[Decision; 4]>,
+    binding: Option<usize>,
+}
+
+impl Verdict {
+    /// Combines the decisions of every item of a check, in the check's order.
+    ///
+    /// Denied if any decision denies: the binding decision is the denial that lasts longest
+    /// (never outlasts everything), and waiting that long satisfies every limit because no
+    /// limit grows stricter while nothing is counted. Delayed if any admitted request must wait:
+    /// the longest delay binds. Otherwise allowed, and the decision with the least room binds.
+    pub fn from_decisions(decisions: impl IntoIterator<Item = Decision>) -> Self {
+        let decisions: SmallVec<[Decision; 4]> = decisions.into_iter().collect();
+        let denial = decisions
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| !d.allowed)
+            .max_by_key(|(_, d)| d.retry_after.map_or((1, Duration::ZERO), |r| (0, r)));
+        if let Some((index, decision)) = denial {
+            return Self {
+                outcome: Outcome::Deny {
+                    retry_after: decision.retry_after,
+                },
+                binding: Some(index),
+                decisions,
+            };
+        }
+        let delayed = decisions
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| !d.delay.is_zero())
+            .max_by_key(|(_, d)| d.delay);
+        if let Some((index, decision)) = delayed {
+            return Self {
+                outcome: Outcome::Delay(decision.delay),
+                binding: Some(index),
+                decisions,
+            };
+        }
+        let tightest = decisions
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, d)| (d.remaining, std::cmp::Reverse(d.reset_after)))
+            .map(|(index, _)| index);
+        Self {
+            outcome: Outcome::Allow,
+            binding: tightest,
+            decisions,
+        }
+    }
+
+    /// The outcome.
+    pub fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
+    /// Whether the request may go ahead now (allowed and not delayed).
+    pub fn is_allowed(&self) -> bool {
+        self.outcome == Outcome::Allow
+    }
+
+    /// Whether the request was denied.
+    pub fn is_denied(&self) -> bool {
+        matches!(self.outcome, Outcome::Deny { .. })
+    }
+
+    /// Whether the request was admitted, possibly after a delay.
+    pub fn is_admitted(&self) -> bool {
+        !self.is_denied()
+    }
+
+    /// How long to wait before going ahead (zero unless delayed).
+    pub fn delay(&self) -> Duration {
+        match self.outcome {
+            Outcome::Delay(delay) => delay,
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// For a denial, when the same request would be admitted (`None`: never, or not denied).
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self.outcome {
+            Outcome::Deny { retry_after } => retry_after,
+            _ => None,
+        }
+    }
+
+    /// Every limit's decision, in the order of the check's items.
+    pub fn decisions(&self) -> &[Decision] {
+        &self.decisions
+    }
+
+    /// The position of the binding (most restrictive) decision; `None` for an empty check.
+    pub fn binding_index(&self) -> Option<usize> {
+        self.binding
+    }
+
+    /// The binding (most restrictive) decision; `None` for an empty check.
+    pub fn binding(&self) -> Option<&Decision> {
+        self.binding.map(|index| &self.decisions[index])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decision(allowed: bool, remaining: u64, retry_ms: Option<u64>, delay_ms: u64) -> Decision {
+        Decision {
+            allowed,
+            limit: 10,
+            remaining,
+            reset_after: Duration::from_secs(1),
+            retry_after: retry_ms.map(Duration::from_millis),
+            delay: Duration::from_millis(delay_ms),
+        }
+    }
+
+    #[test]
+    fn the_longest_denial_binds_and_never_beats_everything() {
+        let verdict = Verdict::from_decisions([
+            decision(true, 5, Some(0), 0),
+            decision(false, 0, Some(300), 0),
+            decision(false, 0, Some(900), 0),
+        ]);
+        assert_eq!(verdict.binding_index(), Some(2));
+        assert_eq!(verdict.retry_after(), Some(Duration::from_millis(900)));
+        let never = Verdict::from_decisions([
+            decision(false, 0, None, 0),
+            decision(false, 0, Some(900), 0),
+        ]);
+        assert_eq!(never.binding_index(), Some(0));
+        assert_eq!(never.outcome(), Outcome::Deny { retry_after: None });
+    }
+
+    #[test]
+    fn the_longest_delay_binds_an_admitted_check() {
+        let verdict = Verdict::from_decisions([
+            decision(true, 4, Some(0), 100),
+            decision(true, 2, Some(0), 250),
+        ]);
+        assert_eq!(
+            verdict.outcome(),
+            Outcome::Delay(Duration::from_millis(250))
+        );
+        assert!(verdict.is_admitted() && !verdict.is_allowed());
+    }
+
+    #[test]
+    fn the_least_room_binds_an_allowed_check() {
+        let verdict =
+            Verdict::from_decisions([decision(true, 4, Some(0), 0), decision(true, 2, Some(0), 0)]);
+        assert_eq!(verdict.binding_index(), Some(1));
+        assert!(Verdict::from_decisions([]).binding().is_none());
+    }
+
+    #[test]
+    fn validation_names_the_item_and_the_problem() {
+        let limit = Limit::new("per-user", crate::Algorithm::Gcra, "1/s".parse().unwrap()).unwrap();
+        let long = "k".repeat(MAX_KEY_BYTES + 1);
+        let cases = [
+            (
+                Check::new(1).limit("", &limit),
+                "item 0 (limit \"per-user\"): the key is empty",
+            ),
+            (
+                Check::new(1).limit("a", &limit).limit(long, &limit),
+                "item 1 (limit \"per-user\"): the key is 1025 bytes long",
+            ),
+            (
+                Check::new(MAX_COST + 1).limit("a", &limit),
+                "cost 1099511627777 is above the maximum",
+            ),
+        ];
+        for (check, message) in cases {
+            let error = check.validate().unwrap_err().to_string();
+            assert!(error.contains(message), "{error}");
+        }
+        let mut many = Check::new(1);
+        for _ in 0..=MAX_ITEMS {
+            many.push("k", &limit, 1);
+        }
+        assert_eq!(
+            many.validate(),
+            Err(CheckError::TooManyItems(MAX_ITEMS + 1))
+        );
+    }
+}

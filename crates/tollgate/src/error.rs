@@ -1,0 +1,27 @@
+//! The library's error type.
+
+use crate::check::CheckError;
+use crate::limit::LimitError;
+use crate::quota::QuotaError;
+use crate::store::StoreError;
+
+/// Anything that can keep the library from answering.
+///
+/// A denial is not an error: it is a [`Verdict`](crate::Verdict). An error means no decision
+/// could be made, and the caller's failure policy decides what happens next.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A quota could not be parsed.
+    #[error(transparent)]
+    Quota(#[from] QuotaError),
+    /// A limit is invalid.
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// A check is malformed.
+    #[error(transparent)]
+    Check(#[from] CheckError),
+    /// The store could not decide.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}

@@ -1,0 +1,69 @@
+//! Tollgate: a rate limiter that answers *yes, no, or wait?* before any expensive work happens.
+//!
+//! ```
+//! use tollgate::{Algorithm, Limit, Limiter};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let limiter = Limiter::memory();
+//! let per_user = Limit::new("per-user", Algorithm::Gcra, "10/s".parse()?)?;
+//! let verdict = limiter.check_one("user:42", &per_user).await?;
+//! assert!(verdict.is_allowed());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A [`Check`] holds several (key, limit, cost) items and is decided all-or-nothing: if any
+//! limit denies, nothing is counted anywhere. The [`Verdict`] says `Allow`, `Delay(d)` or
+//! `Deny(retry_after)`, carries every limit's [`Decision`] and names the binding one.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{Algorithm, Check, Limit, Limiter, ManualClock, MemoryStore, Outcome};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tollgate::Error> {
+//! let clock = ManualClock::new(0);
+//! let limiter = Limiter::new(MemoryStore::builder().clock(std::sync::Arc::new(clock.clone())).build());
+//! let per_second = Limit::new("per-second", Algorithm::TokenBucket, "10/s".parse()?)?;
+//! let per_minute = Limit::new("per-minute", Algorithm::SlidingLog, "12/m".parse()?)?;
+//! let check = Check::new(5).limit("user:42", &per_second).limit("user:42", &per_minute);
+//!
+//! assert!(limiter.check(&check).await?.is_allowed()); // 5 of 10/s and 5 of 12/m
+//! assert!(limiter.check(&check).await?.is_allowed()); // 10 of 10/s and 10 of 12/m
+//! clock.advance(Duration::from_secs(1));
+//! let verdict = limiter.check(&check).await?;         // 15 of 12/m: denied, nothing taken
+//! assert_eq!(verdict.binding_index(), Some(1));
+//! assert_eq!(verdict.outcome(), Outcome::Deny { retry_after: Some(Duration::from_secs(59)) });
+//! assert_eq!(verdict.decisions()[0].remaining, 10, "the per-second bucket kept its tokens");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The six algorithms live in [`algorithm`], each a pure state transition; stores in [`store`].
+
+pub mod algorithm;
+mod check;
+mod clock;
+mod decision;
+mod error;
+mod limit;
+mod limiter;
+mod quota;
+pub mod store;
+
+#[cfg(test)]
+mod testing;
+
+pub use algorithm::{Adjustment, Algorithm, LeakyMode, State};
+pub use check::{Check, CheckError, Item, MAX_COST, MAX_ITEMS, MAX_KEY_BYTES, Outcome, Verdict};
+pub use clock::{
+    Clock, MICROS_PER_SECOND, ManualClock, Micros, SystemClock, duration_to_micros,
+    micros_to_duration,
+};
+pub use decision::Decision;
+pub use error::Error;
+pub use limit::{Limit, LimitBuilder, LimitError, MAX_SLIDING_LOG_COUNT};
+pub use limiter::Limiter;
+pub use quota::{MAX_COUNT, MAX_PERIOD_MICROS, Quota, QuotaError};
+pub use store::{MemoryStore, Store, StoreError};

@@ -1,0 +1,374 @@
+//! Limits: a named quota and the algorithm that enforces it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::algorithm::{Algorithm, LeakyMode};
+use crate::clock::Micros;
+use crate::quota::Quota;
+
+/// The largest number of entries a sliding log may keep per key: the quota count of a
+/// sliding-log limit may not exceed it, because the log costs memory and time per entry.
+pub const MAX_SLIDING_LOG_COUNT: u64 = 10_000;
+
+/// Rate algorithms must keep `burst × interval` below this, so that twice that plus the
+/// current time stays below 2^53 microseconds, where Lua's numbers are exact.
+const MAX_TOLERANCE_MICROS: Micros = 1 << 50;
+
+/// A named quota and the algorithm that enforces it.
+///
+/// Build one with [`Limit::new`] or [`Limit::builder`]; both validate the combination so that
+/// every check against a `Limit` is well defined.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Limit {
+    name: Arc<str>,
+    algorithm: Algorithm,
+    quota: Quota,
+    burst: u64,
+    mode: LeakyMode,
+    interval: Micros,
+}
+
+/// Why a limit was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LimitError {
+    /// A rate algorithm was given a quota of zero.
+    #[error(
+        "limit {name:?}: {algorithm} needs a quota count of at least 1 (a rate of zero never refills)"
+    )]
+    ZeroRate {
+        /// The limit's name.
+        name: String,
+        /// Its algorithm.
+        algorithm: Algorithm,
+    },
+    /// A burst of zero.
+    #[error("limit {name:?}: the burst must be at least 1")]
+    ZeroBurst {
+        /// The limit's name.
+        name: String,
+    },
+    /// A burst was given to a window algorithm, which has none.
+    #[error(
+        "limit {name:?}: burst applies only to token_bucket, leaky_bucket and gcra, not {algorithm}"
+    )]
+    BurstNotApplicable {
+        /// The limit's name.
+        name: String,
+        /// Its algorithm.
+        algorithm: Algorithm,
+    },
+    /// A leaky-bucket mode was given to another algorithm.
+    #[error("limit {name:?}: mode applies only to leaky_bucket, not {algorithm}")]
+    ModeNotApplicable {
+        /// The limit's name.
+        name: String,
+        /// Its algorithm.
+        algorithm: Algorithm,
+    },
+    /// The queue's `delay_after` is zero or larger than the burst.
+    #[error(
+        "limit {name:?}: delay_after must be between 1 and the burst ({burst}), got {delay_after}"
+    )]
+    DelayAfterOutOfRange {
+        /// The limit's name.
+        name: String,
+        /// The burst.
+        burst: u64,
+        /// The value given.
+        delay_after: u64,
+    },
+    /// The burst and the interval between requests are too large together.
+    #[error(
+        "limit {name:?}: burst {burst} at one request every {interval}us spans more than 2^50us; lower the burst or the period"
+    )]
+    Overflow {
+        /// The limit's name.
+        name: String,
+        /// The burst.
+        burst: u64,
+        /// The interval between requests in microseconds.
+        interval: Micros,
+    },
+    /// A sliding log with too large a count.
+    #[error(
+        "limit {name:?}: sliding_log keeps one entry per request, so its count may not exceed {MAX_SLIDING_LOG_COUNT}; use sliding_window or gcra for larger quotas"
+    )]
+    LogTooLarge {
+        /// The limit's name.
+        name: String,
+    },
+    /// An empty name.
+    #[error("a limit needs a name")]
+    EmptyName,
+}
+
+impl Limit {
+    /// A limit with the algorithm's defaults: the burst of a rate algorithm is the quota count,
+    /// and a leaky bucket is a meter.
+    pub fn new(
+        name: impl Into<Arc<str>>,
+        algorithm: Algorithm,
+        quota: Quota,
+    ) -> Result<Self, LimitError> {
+        Self::builder(name, algorithm, quota).build()
+    }
+
+    /// A builder for a limit with a burst or a leaky-bucket mode.
+    pub fn builder(name: impl Into<Arc<str>>, algorithm: Algorithm, quota: Quota) -> LimitBuilder {
+        LimitBuilder {
+            name: name.into(),
+            algorithm,
+            quota,
+            burst: None,
+            mode: None,
+        }
+    }
+
+    /// The limit's name, which also tells its state apart from other limits on the same key.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The algorithm.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// The quota.
+    pub fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    /// The most the limit admits back to back: the burst of a rate algorithm, the quota count
+    /// of a window algorithm.
+    pub fn capacity(&self) -> u64 {
+        self.burst
+    }
+
+    /// The burst as configured, if the algorithm has one.
+    pub fn burst(&self) -> Option<u64> {
+        self.algorithm.is_rate().then_some(self.burst)
+    }
+
+    /// The leaky bucket's mode (always [`LeakyMode::Meter`] for other algorithms).
+    pub fn mode(&self) -> LeakyMode {
+        self.mode
+    }
+
+    /// Microseconds between two requests at the steady rate: the period divided by the count,
+    /// rounded up so that rounding never admits more than the quota. Zero for window algorithms.
+    pub fn interval(&self) -> Micros {
+        self.interval
+    }
+
+    /// The quota's period in microseconds.
+    pub fn period(&self) -> Micros {
+        self.quota.period_micros()
+    }
+
+    /// The quota's count.
+    pub fn count(&self) -> u64 {
+        self.quota.count()
+    }
+}
+
+impl fmt::Debug for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Limit({self})")
+    }
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} {}", self.name, self.algorithm, self.quota)?;
+        if self.algorithm.is_rate() && self.burst != self.quota.count() {
+            write!(f, " burst {}", self.burst)?;
+        }
+        if let LeakyMode::Queue { delay_after } = self.mode {
+            write!(f, " queue delay_after {delay_after}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Builds a [`Limit`] with a burst or a leaky-bucket mode.
+#[derive(Debug, Clone)]
+pub struct LimitBuilder {
+    name: Arc<str>,
+    algorithm: Algorithm,
+    quota: Quota,
+    burst: Option<u64>,
+    mode: Option<LeakyMode>,
+}
+
+impl LimitBuilder {
+    /// The most requests admitted back to back (token bucket capacity, leaky bucket size,
+    /// GCRA burst). Defaults to the quota count.
+    pub fn burst(mut self, burst: u64) -> Self {
+        self.burst = Some(burst);
+        self
+    }
+
+    /// The leaky bucket's mode.
+    pub fn mode(mut self, mode: LeakyMode) -> Self {
+        self.mode = Some(mode);
+        self
+    }
+
+    /// Validates and builds the limit.
+    pub fn build(self) -> Result<Limit, LimitError> {
+        let Self {
+            name,
+            algorithm,
+            quota,
+            burst,
+            mode,
+        } = self;
+        let owned_name = || name.to_string();
+        if name.is_empty() {
+            return Err(LimitError::EmptyName);
+        }
+        if mode.is_some() && algorithm != Algorithm::LeakyBucket {
+            return Err(LimitError::ModeNotApplicable {
+                name: owned_name(),
+                algorithm,
+            });
+        }
+        if !algorithm.is_rate() {
+            if burst.is_some() {
+                return Err(LimitError::BurstNotApplicable {
+                    name: owned_name(),
+                    algorithm,
+                });
+            }
+            if algorithm == Algorithm::SlidingLog && quota.count() > MAX_SLIDING_LOG_COUNT {
+                return Err(LimitError::LogTooLarge { name: owned_name() });
+            }
+            return Ok(Limit {
+                name,
+                algorithm,
+                quota,
+                burst: quota.count(),
+                mode: LeakyMode::Meter,
+                interval: 0,
+            });
+        }
+        if quota.count() == 0 {
+            return Err(LimitError::ZeroRate {
+                name: owned_name(),
+                algorithm,
+            });
+        }
+        let burst = burst.unwrap_or(quota.count());
+        if burst == 0 {
+            return Err(LimitError::ZeroBurst { name: owned_name() });
+        }
+        let interval = quota.period_micros().div_ceil(quota.count());
+        if burst
+            .checked_mul(interval)
+            .is_none_or(|span| span > MAX_TOLERANCE_MICROS)
+        {
+            return Err(LimitError::Overflow {
+                name: owned_name(),
+                burst,
+                interval,
+            });
+        }
+        let mode = mode.unwrap_or(LeakyMode::Meter);
+        if let LeakyMode::Queue { delay_after } = mode
+            && (delay_after == 0 || delay_after > burst)
+        {
+            return Err(LimitError::DelayAfterOutOfRange {
+                name: owned_name(),
+                burst,
+                delay_after,
+            });
+        }
+        Ok(Limit {
+            name,
+            algorithm,
+            quota,
+            burst,
+            mode,
+            interval,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quota(text: &str) -> Quota {
+        text.parse().expect("valid quota")
+    }
+
+    #[test]
+    fn rate_algorithms_default_the_burst_to_the_count_and_round_the_interval_up() {
+        let limit = Limit::new("l", Algorithm::Gcra, quota("3/s")).unwrap();
+        assert_eq!(limit.capacity(), 3);
+        assert_eq!(limit.interval(), 333_334);
+        assert_eq!(limit.burst(), Some(3));
+        let window = Limit::new("w", Algorithm::FixedWindow, quota("0/m")).unwrap();
+        assert_eq!((window.capacity(), window.burst()), (0, None));
+    }
+
+    #[test]
+    fn refuses_combinations_that_make_no_sense() {
+        let cases: Vec<(LimitBuilder, &str)> = vec![
+            (
+                Limit::builder("a", Algorithm::TokenBucket, quota("0/s")),
+                "at least 1",
+            ),
+            (
+                Limit::builder("a", Algorithm::Gcra, quota("1/s")).burst(0),
+                "burst must be at least 1",
+            ),
+            (
+                Limit::builder("a", Algorithm::FixedWindow, quota("1/s")).burst(3),
+                "burst applies only",
+            ),
+            (
+                Limit::builder("a", Algorithm::Gcra, quota("1/s"))
+                    .mode(LeakyMode::Queue { delay_after: 1 }),
+                "mode applies only",
+            ),
+            (
+                Limit::builder("a", Algorithm::LeakyBucket, quota("5/s"))
+                    .mode(LeakyMode::Queue { delay_after: 6 }),
+                "delay_after must be between 1 and the burst (5)",
+            ),
+            (
+                Limit::builder("a", Algorithm::Gcra, quota("1/3650d")).burst(1_000_000),
+                "more than 2^50us",
+            ),
+            (
+                Limit::builder("a", Algorithm::SlidingLog, quota("10001/h")),
+                "may not exceed 10000",
+            ),
+            (
+                Limit::builder("", Algorithm::SlidingLog, quota("1/h")),
+                "needs a name",
+            ),
+        ];
+        for (builder, message) in cases {
+            let error = builder.clone().build().expect_err(message).to_string();
+            assert!(error.contains(message), "{builder:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn displays_what_it_enforces() {
+        let limit = Limit::builder("api", Algorithm::LeakyBucket, quota("10/s"))
+            .burst(20)
+            .mode(LeakyMode::Queue { delay_after: 5 })
+            .build()
+            .unwrap();
+        assert_eq!(
+            limit.to_string(),
+            "api leaky_bucket 10/s burst 20 queue delay_after 5"
+        );
+    }
+}

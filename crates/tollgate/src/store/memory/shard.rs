@@ -1,0 +1,131 @@
+//! One shard of the memory store: a map from hashed (key, limit) to state, bounded in size.
+
+use std::hash::{BuildHasherDefault, Hasher};
+
+use indexmap::IndexMap;
+
+use crate::algorithm::State;
+use crate::clock::Micros;
+
+/// How many entries eviction looks at to choose one.
+const EVICTION_SAMPLES: usize = 5;
+
+/// What a shard keeps per (key, limit).
+#[derive(Debug, Clone)]
+pub(super) struct Slot {
+    pub(super) state: State,
+    /// After this instant the state is as good as fresh and may be dropped.
+    pub(super) expires_at: Micros,
+}
+
+/// Map keys are already uniformly random 128-bit SipHash values; hashing them again is waste.
+#[derive(Default)]
+pub(super) struct PrehashedHasher(u64);
+
+impl Hasher for PrehashedHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+
+    fn write_u128(&mut self, value: u128) {
+        self.0 = value as u64;
+    }
+}
+
+pub(super) struct Shard {
+    pub(super) slots: IndexMap<u128, Slot, BuildHasherDefault<PrehashedHasher>>,
+    capacity: usize,
+    rng: fastrand::Rng,
+}
+
+impl Shard {
+    pub(super) fn new(capacity: usize, seed: u64) -> Self {
+        Self {
+            slots: IndexMap::default(),
+            capacity,
+            rng: fastrand::Rng::with_seed(seed),
+        }
+    }
+
+    pub(super) fn get(&self, slot: u128) -> Option<&State> {
+        self.slots.get(&slot).map(|slot| &slot.state)
+    }
+
+    /// Stores a state; returns whether a live entry had to be evicted to make room.
+    pub(super) fn put(
+        &mut self,
+        slot: u128,
+        state: State,
+        expires_at: Micros,
+        now: Micros,
+    ) -> bool {
+        if expires_at <= now {
+            self.slots.swap_remove(&slot);
+            return false;
+        }
+        if let Some(existing) = self.slots.get_mut(&slot) {
+            *existing = Slot { state, expires_at };
+            return false;
+        }
+        self.expire_sample(now);
+        let evicted = self.slots.len() >= self.capacity && self.evict_one(now);
+        self.slots.insert(slot, Slot { state, expires_at });
+        evicted
+    }
+
+    /// Removes a random entry if it has expired, so idle keys leave even without eviction.
+    fn expire_sample(&mut self, now: Micros) {
+        if self.slots.is_empty() {
+            return;
+        }
+        let index = self.rng.usize(..self.slots.len());
+        if self.slots[index].expires_at <= now {
+            self.slots.swap_remove_index(index);
+        }
+    }
+
+    /// Evicts the sampled entry that expires first (the one whose loss forgets the least);
+    /// returns whether it was still live.
+    fn evict_one(&mut self, now: Micros) -> bool {
+        let len = self.slots.len();
+        let victim = (0..EVICTION_SAMPLES.min(len))
+            .map(|_| self.rng.usize(..len))
+            .min_by_key(|&index| self.slots[index].expires_at);
+        victim.is_some_and(|index| {
+            let live = self.slots[index].expires_at > now;
+            self.slots.swap_remove_index(index);
+            live
+        })
+    }
+
+    pub(super) fn purge_expired(&mut self, now: Micros) -> usize {
+        let before = self.slots.len();
+        self.slots.retain(|_, slot| slot.expires_at > now);
+        before - self.slots.len()
+    }
+
+    /// Heap bytes held by the map and the states it owns.
+    pub(super) fn heap_bytes(&self) -> usize {
+        let entry = std::mem::size_of::<(u64, u128, Slot)>();
+        let index = std::mem::size_of::<usize>() + 1;
+        let table = self.slots.capacity() * (entry + index);
+        let logs: usize = self
+            .slots
+            .values()
+            .map(|slot| match &slot.state {
+                State::SlidingLog(log) => {
+                    std::mem::size_of_val(&**log)
+                        + log.entries.capacity() * std::mem::size_of::<(u64, u64)>()
+                }
+                _ => 0,
+            })
+            .sum();
+        table + logs
+    }
+}

@@ -1,0 +1,175 @@
+use std::sync::Arc;
+
+use super::*;
+use crate::algorithm::Algorithm;
+use crate::clock::ManualClock;
+
+fn limit(name: &str, algorithm: Algorithm, quota: &str) -> Limit {
+    Limit::new(name, algorithm, quota.parse().unwrap()).unwrap()
+}
+
+fn store_at(clock: &ManualClock, max_keys: usize) -> MemoryStore {
+    MemoryStore::builder()
+        .clock(Arc::new(clock.clone()))
+        .max_keys(max_keys)
+        .shards(4)
+        .build()
+}
+
+#[test]
+fn a_denial_by_one_limit_counts_nothing_anywhere() {
+    let clock = ManualClock::new(0);
+    let store = store_at(&clock, 100);
+    let per_second = limit("s", Algorithm::TokenBucket, "10/s");
+    let per_ip = limit("ip", Algorithm::FixedWindow, "2/m");
+    let check = Check::new(1)
+        .limit("user:1", &per_second)
+        .limit("ip:1", &per_ip);
+    assert!(store.decide(&check, 0).unwrap().is_allowed());
+    assert!(store.decide(&check, 0).unwrap().is_allowed());
+    let denied = store.decide(&check, 0).unwrap();
+    assert!(denied.is_denied());
+    assert_eq!(denied.binding_index(), Some(1));
+    assert_eq!(
+        denied.decisions()[0].remaining,
+        8,
+        "the token bucket still has 8"
+    );
+    assert_eq!(
+        denied.decisions()[0].retry_after,
+        Some(std::time::Duration::ZERO)
+    );
+    let only_bucket = store
+        .decide(&Check::new(8).limit("user:1", &per_second), 0)
+        .unwrap();
+    assert!(only_bucket.is_allowed(), "all 8 tokens are still there");
+}
+
+#[test]
+fn the_same_limit_listed_twice_counts_twice() {
+    let store = MemoryStore::new();
+    let once = limit("x", Algorithm::FixedWindow, "3/m");
+    let check = Check::new(2).limit("k", &once).limit("k", &once);
+    assert!(store.decide(&check, 0).unwrap().is_denied(), "2 + 2 > 3");
+    let check = Check::new(1).limit("k", &once).limit("k", &once);
+    assert!(store.decide(&check, 0).unwrap().is_allowed());
+    assert_eq!(
+        store
+            .decide(&Check::one("k", &once), 0)
+            .unwrap()
+            .decisions()[0]
+            .remaining,
+        0
+    );
+}
+
+#[test]
+fn refund_and_settle_give_back_and_charge() {
+    let store = MemoryStore::new();
+    let window = limit("w", Algorithm::FixedWindow, "10/m");
+    let check = Check::new(4).limit("k", &window);
+    store.decide(&check, 0).unwrap();
+    store.apply(&check, Adjustment::Refund, 0).unwrap();
+    assert_eq!(
+        store.state("k", &window),
+        None,
+        "a full refund leaves nothing to remember"
+    );
+    store.decide(&check, 0).unwrap();
+    store
+        .apply(&Check::new(5).limit("k", &window), Adjustment::Charge, 0)
+        .unwrap();
+    let verdict = store.decide(&Check::new(0).limit("k", &window), 0).unwrap();
+    assert_eq!(verdict.decisions()[0].remaining, 1);
+}
+
+#[test]
+fn idle_keys_expire_and_are_purged() {
+    let clock = ManualClock::new(0);
+    let store = store_at(&clock, 100);
+    let gcra = limit("g", Algorithm::Gcra, "10/s");
+    for user in 0..20 {
+        store
+            .decide(&Check::one(format!("user:{user}"), &gcra), 0)
+            .unwrap();
+    }
+    assert_eq!(store.stats().keys, 20);
+    clock.advance(std::time::Duration::from_millis(99));
+    assert_eq!(
+        store.purge_expired(),
+        0,
+        "each key needs 100 ms to be fresh again"
+    );
+    clock.advance(std::time::Duration::from_millis(1));
+    assert_eq!(store.purge_expired(), 20);
+    assert_eq!(store.stats().keys, 0);
+}
+
+#[test]
+fn a_flood_of_unique_keys_stays_within_the_cap() {
+    let clock = ManualClock::new(0);
+    let store = store_at(&clock, 1_000);
+    let gcra = limit("g", Algorithm::Gcra, "1/h");
+    for n in 0..50_000u32 {
+        let ip = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, (n >> 16) as u16, n as u16);
+        store
+            .decide(&Check::one(format!("ip:{ip}"), &gcra), 0)
+            .unwrap();
+    }
+    let stats = store.stats();
+    assert!(stats.keys <= 1_000, "{stats:?}");
+    assert!(stats.evictions >= 49_000, "{stats:?}");
+}
+
+#[test]
+fn eviction_prefers_states_closest_to_fresh() {
+    let clock = ManualClock::new(0);
+    let store = MemoryStore::builder()
+        .clock(Arc::new(clock.clone()))
+        .max_keys(8)
+        .shards(1)
+        .build();
+    let short = limit("short", Algorithm::Gcra, "1/s");
+    let long = limit("long", Algorithm::Gcra, "1/h");
+    store.decide(&Check::one("keep", &long), 0).unwrap();
+    for n in 0..7 {
+        store
+            .decide(&Check::one(format!("short:{n}"), &short), 0)
+            .unwrap();
+    }
+    for n in 0..200 {
+        store
+            .decide(&Check::one(format!("new:{n}"), &short), 0)
+            .unwrap();
+    }
+    assert!(
+        store.state("keep", &long).is_some(),
+        "the hour-long state outlives 200 one-second ones"
+    );
+}
+
+#[test]
+fn limits_with_the_same_name_on_different_keys_are_independent() {
+    let store = MemoryStore::new();
+    let one = limit("one", Algorithm::FixedWindow, "1/m");
+    assert!(
+        store
+            .decide(&Check::one("a", &one), 0)
+            .unwrap()
+            .is_allowed()
+    );
+    assert!(
+        store
+            .decide(&Check::one("b", &one), 0)
+            .unwrap()
+            .is_allowed()
+    );
+    assert!(store.decide(&Check::one("a", &one), 0).unwrap().is_denied());
+    assert!(store.reset("a", &one));
+    assert!(
+        store
+            .decide(&Check::one("a", &one), 0)
+            .unwrap()
+            .is_allowed()
+    );
+}

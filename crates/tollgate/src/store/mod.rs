@@ -1,0 +1,64 @@
+//! Stores: where the state of every (key, limit) lives.
+//!
+//! A store runs the algorithms' transitions atomically for a whole check. The memory store does
+//! it in process; the Redis stores do it inside Redis with Lua. Stores know nothing of HTTP or
+//! policies; they take a [`Check`] and return a [`Verdict`].
+
+pub mod memory;
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::algorithm::Adjustment;
+use crate::check::{Check, CheckError, Verdict};
+use crate::clock::Micros;
+
+pub use memory::MemoryStore;
+
+/// Why a store could not decide.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The check itself is malformed (too many items, a key too long, a cost too large).
+    #[error(transparent)]
+    Invalid(#[from] CheckError),
+    /// The store did not answer within its timeout.
+    #[error("the store did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The store could not be reached or the connection broke.
+    #[error("the store is unreachable: {0}")]
+    Unavailable(String),
+    /// The store answered with an error.
+    #[error("the store failed: {0}")]
+    Failed(String),
+}
+
+impl StoreError {
+    /// Whether the error says the store is unhealthy (as opposed to the input being bad), so
+    /// that a failure policy, not the caller, should decide what happens next.
+    pub fn is_store_failure(&self) -> bool {
+        !matches!(self, StoreError::Invalid(_))
+    }
+}
+
+/// Where the state lives. Implementations decide every item of a check atomically.
+pub trait Store: Send + Sync + 'static {
+    /// Decides a check all-or-nothing. `at` overrides the store's own clock (tests and
+    /// replays); `None` means the store's time (the Redis server's `TIME` for Redis).
+    fn check(
+        &self,
+        check: &Check<'_>,
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Verdict, StoreError>> + Send;
+
+    /// Refunds or charges every item of `check` by its cost, unconditionally.
+    fn adjust(
+        &self,
+        check: &Check<'_>,
+        adjustment: Adjustment,
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// A short name for logs and metrics: `memory`, `redis`, `redis-cluster`.
+    fn kind(&self) -> &'static str;
+}
