@@ -31,12 +31,10 @@ impl Transition for FixedWindow {
         }
     }
 
-    fn advance(state: &State, limit: &Limit, now: Micros) -> State {
+    fn advance(state: &mut State, limit: &Limit, now: Micros) {
         let start = window_start(now, limit.period());
         if start > state.start {
-            State { start, count: 0 }
-        } else {
-            *state
+            *state = State { start, count: 0 };
         }
     }
 

@@ -30,10 +30,8 @@ impl Transition for Gcra {
         State { tat: now }
     }
 
-    fn advance(state: &State, _limit: &Limit, now: Micros) -> State {
-        State {
-            tat: state.tat.max(now),
-        }
+    fn advance(state: &mut State, _limit: &Limit, now: Micros) {
+        state.tat = state.tat.max(now);
     }
 
     fn admits(state: &State, limit: &Limit, now: Micros, cost: u64) -> bool {

@@ -40,13 +40,10 @@ impl Transition for LeakyBucket {
         }
     }
 
-    fn advance(state: &State, _limit: &Limit, now: Micros) -> State {
-        if now <= state.last {
-            return *state;
-        }
-        State {
-            water: state.water.saturating_sub(now - state.last),
-            last: now,
+    fn advance(state: &mut State, _limit: &Limit, now: Micros) {
+        if now > state.last {
+            state.water = state.water.saturating_sub(now - state.last);
+            state.last = now;
         }
     }
 

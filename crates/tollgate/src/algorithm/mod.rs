@@ -127,6 +127,10 @@ pub enum LeakyMode {
 
 /// One algorithm as a pure state transition, split into the pieces every store runs in the
 /// same order. The Lua scripts of the Redis store implement the same pieces, line for line.
+///
+/// A store decides a check in two phases: bring each state forward and ask whether it admits
+/// the cost; then, only if every item admits, consume. Bringing a state forward never changes
+/// what it means, so a store may keep the advanced state even when the check is denied.
 pub trait Transition {
     /// The per-key state.
     type State: Clone + fmt::Debug + PartialEq;
@@ -135,7 +139,7 @@ pub trait Transition {
     fn fresh(limit: &Limit, now: Micros) -> Self::State;
 
     /// Brings a stored state forward to `now` (refills, drains, rolls windows).
-    fn advance(state: &Self::State, limit: &Limit, now: Micros) -> Self::State;
+    fn advance(state: &mut Self::State, limit: &Limit, now: Micros);
 
     /// Whether a request of `cost` fits now. Never true for a cost above the capacity.
     fn admits(state: &Self::State, limit: &Limit, now: Micros, cost: u64) -> bool;
@@ -161,42 +165,20 @@ pub trait Transition {
         0
     }
 
-    /// Decides a request of `cost` at `now`: the decision and the state to store if the check
-    /// as a whole is admitted.
-    fn step(
-        state: Option<&Self::State>,
-        limit: &Limit,
-        now: Micros,
-        cost: u64,
-    ) -> (Decision, Self::State) {
-        let mut state = current::<Self>(state, limit, now);
-        let allowed = Self::admits(&state, limit, now, cost);
+    /// Decides a request of `cost` at `now` in place: brings the state forward and, if the
+    /// request is admitted, counts it.
+    fn step(state: &mut Self::State, limit: &Limit, now: Micros, cost: u64) -> Decision {
+        Self::advance(state, limit, now);
+        let allowed = Self::admits(state, limit, now, cost);
         if allowed {
-            Self::consume(&mut state, limit, now, cost);
+            Self::consume(state, limit, now, cost);
         }
-        let decision = describe::<Self>(&state, limit, now, cost, allowed);
-        (decision, state)
-    }
-
-    /// Describes what a request of `cost` would get without counting it.
-    fn peek(state: Option<&Self::State>, limit: &Limit, now: Micros, cost: u64) -> Decision {
-        let state = current::<Self>(state, limit, now);
-        let allowed = Self::admits(&state, limit, now, cost);
-        describe::<Self>(&state, limit, now, cost, allowed)
+        describe::<Self>(state, limit, now, cost, allowed)
     }
 }
 
-fn current<T: Transition + ?Sized>(
-    state: Option<&T::State>,
-    limit: &Limit,
-    now: Micros,
-) -> T::State {
-    match state {
-        Some(state) => T::advance(state, limit, now),
-        None => T::fresh(limit, now),
-    }
-}
-
+/// The decision a state (already brought forward, and already charged if `allowed`) gives a
+/// request of `cost`.
 fn describe<T: Transition + ?Sized>(
     state: &T::State,
     limit: &Limit,
@@ -219,7 +201,8 @@ fn describe<T: Transition + ?Sized>(
 }
 
 /// The state of one key under one limit, for any algorithm.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "algorithm", rename_all = "snake_case")]
 pub enum State {
     /// Fixed window state.
     FixedWindow(fixed_window::State),
@@ -235,82 +218,113 @@ pub enum State {
     Gcra(gcra::State),
 }
 
-/// Runs `$body` with `$alg` bound to the algorithm's type and `$state` to the typed state (or
-/// `None` when the stored state belongs to another algorithm, which then starts fresh).
-macro_rules! with_algorithm {
-    ($limit:expr, $stored:expr, |$alg:ident, $state:ident, $wrap:ident| $body:expr) => {
-        match $limit.algorithm() {
-            Algorithm::FixedWindow => {
-                type $alg = FixedWindow;
-                let $state = match $stored {
-                    Some(State::FixedWindow(s)) => Some(s),
-                    _ => None,
-                };
-                let $wrap = State::FixedWindow;
-                $body
-            }
-            Algorithm::SlidingLog => {
-                type $alg = SlidingLog;
-                let $state = match $stored {
-                    Some(State::SlidingLog(s)) => Some(&**s),
-                    _ => None,
-                };
-                let $wrap = |s| State::SlidingLog(Box::new(s));
-                $body
-            }
-            Algorithm::SlidingWindow => {
-                type $alg = SlidingWindow;
-                let $state = match $stored {
-                    Some(State::SlidingWindow(s)) => Some(s),
-                    _ => None,
-                };
-                let $wrap = State::SlidingWindow;
-                $body
-            }
-            Algorithm::TokenBucket => {
-                type $alg = TokenBucket;
-                let $state = match $stored {
-                    Some(State::TokenBucket(s)) => Some(s),
-                    _ => None,
-                };
-                let $wrap = State::TokenBucket;
-                $body
-            }
-            Algorithm::LeakyBucket => {
-                type $alg = LeakyBucket;
-                let $state = match $stored {
-                    Some(State::LeakyBucket(s)) => Some(s),
-                    _ => None,
-                };
-                let $wrap = State::LeakyBucket;
-                $body
-            }
-            Algorithm::Gcra => {
-                type $alg = Gcra;
-                let $state = match $stored {
-                    Some(State::Gcra(s)) => Some(s),
-                    _ => None,
-                };
-                let $wrap = State::Gcra;
-                $body
-            }
+/// Runs `$body` with `$alg` bound to the state's algorithm type and `$s` to the typed state,
+/// borrowed shared or (with `mut`) exclusively.
+macro_rules! dispatch {
+    (mut $state:expr, |$alg:ident, $s:ident| $body:expr) => {
+        dispatch!(@arms [mut] $state, $alg, $s, $body)
+    };
+    ($state:expr, |$alg:ident, $s:ident| $body:expr) => {
+        dispatch!(@arms [] $state, $alg, $s, $body)
+    };
+    (@arms [$($m:tt)?] $state:expr, $alg:ident, $s:ident, $body:expr) => {
+        match $state {
+            State::FixedWindow($s) => { type $alg = FixedWindow; $body }
+            State::SlidingLog(boxed) => { type $alg = SlidingLog; let $s = &$($m)? **boxed; $body }
+            State::SlidingWindow($s) => { type $alg = SlidingWindow; $body }
+            State::TokenBucket($s) => { type $alg = TokenBucket; $body }
+            State::LeakyBucket($s) => { type $alg = LeakyBucket; $body }
+            State::Gcra($s) => { type $alg = Gcra; $body }
         }
     };
 }
 
-/// Decides a request of `cost` under `limit`: the decision and the state to store if admitted.
-pub fn step(state: Option<&State>, limit: &Limit, now: Micros, cost: u64) -> (Decision, State) {
-    with_algorithm!(limit, state, |A, typed, wrap| {
-        let (decision, next) = A::step(typed, limit, now, cost);
-        (decision, wrap(next))
-    })
+impl State {
+    /// The state of a key nobody has used yet under `limit`.
+    pub fn fresh(limit: &Limit, now: Micros) -> Self {
+        match limit.algorithm() {
+            Algorithm::FixedWindow => State::FixedWindow(FixedWindow::fresh(limit, now)),
+            Algorithm::SlidingLog => State::SlidingLog(Box::new(SlidingLog::fresh(limit, now))),
+            Algorithm::SlidingWindow => State::SlidingWindow(SlidingWindow::fresh(limit, now)),
+            Algorithm::TokenBucket => State::TokenBucket(TokenBucket::fresh(limit, now)),
+            Algorithm::LeakyBucket => State::LeakyBucket(LeakyBucket::fresh(limit, now)),
+            Algorithm::Gcra => State::Gcra(Gcra::fresh(limit, now)),
+        }
+    }
+
+    /// The algorithm this state belongs to.
+    pub fn algorithm(&self) -> Algorithm {
+        match self {
+            State::FixedWindow(_) => Algorithm::FixedWindow,
+            State::SlidingLog(_) => Algorithm::SlidingLog,
+            State::SlidingWindow(_) => Algorithm::SlidingWindow,
+            State::TokenBucket(_) => Algorithm::TokenBucket,
+            State::LeakyBucket(_) => Algorithm::LeakyBucket,
+            State::Gcra(_) => Algorithm::Gcra,
+        }
+    }
+
+    /// A stored state brought forward to `now`; a fresh one when nothing is stored or the
+    /// stored state belongs to another algorithm (the limit was reconfigured).
+    pub fn current(stored: Option<State>, limit: &Limit, now: Micros) -> Self {
+        match stored {
+            Some(mut state) if state.algorithm() == limit.algorithm() => {
+                dispatch!(mut &mut state, |A, s| A::advance(s, limit, now));
+                state
+            }
+            _ => State::fresh(limit, now),
+        }
+    }
+
+    /// Whether a request of `cost` fits now (the state must be [current](State::current)).
+    pub fn admits(&self, limit: &Limit, now: Micros, cost: u64) -> bool {
+        dispatch!(self, |A, s| A::admits(s, limit, now, cost))
+    }
+
+    /// Takes `cost` unconditionally.
+    pub fn consume(&mut self, limit: &Limit, now: Micros, cost: u64) {
+        dispatch!(mut self, |A, s| A::consume(s, limit, now, cost))
+    }
+
+    /// Gives back `amount`, never beyond the full capacity.
+    pub fn refund(&mut self, limit: &Limit, now: Micros, amount: u64) {
+        dispatch!(mut self, |A, s| A::refund(s, limit, now, amount))
+    }
+
+    /// Applies an adjustment of `amount`.
+    pub fn adjust(&mut self, limit: &Limit, now: Micros, adjustment: Adjustment, amount: u64) {
+        match adjustment {
+            Adjustment::Refund => self.refund(limit, now, amount),
+            Adjustment::Charge => self.consume(limit, now, amount),
+        }
+    }
+
+    /// The decision this state gives a request of `cost` (already counted if `allowed`).
+    pub fn describe(&self, limit: &Limit, now: Micros, cost: u64, allowed: bool) -> Decision {
+        dispatch!(self, |A, s| describe::<A>(s, limit, now, cost, allowed))
+    }
+
+    /// Time until this state is as good as fresh.
+    pub fn reset_after(&self, limit: &Limit, now: Micros) -> Micros {
+        dispatch!(self, |A, s| A::reset_after(s, limit, now))
+    }
+}
+
+/// Decides a request of `cost` under `limit` without touching `stored`: the decision, and the
+/// state to keep if the request is admitted.
+pub fn step(stored: Option<&State>, limit: &Limit, now: Micros, cost: u64) -> (Decision, State) {
+    let mut state = State::current(stored.cloned(), limit, now);
+    let allowed = state.admits(limit, now, cost);
+    if allowed {
+        state.consume(limit, now, cost);
+    }
+    (state.describe(limit, now, cost, allowed), state)
 }
 
 /// Describes what a request of `cost` would get under `limit`, without counting it.
-pub fn peek(state: Option<&State>, limit: &Limit, now: Micros, cost: u64) -> Decision {
-    with_algorithm!(limit, state, |A, typed, _wrap| A::peek(
-        typed, limit, now, cost
-    ))
+pub fn peek(stored: Option<&State>, limit: &Limit, now: Micros, cost: u64) -> Decision {
+    let state = State::current(stored.cloned(), limit, now);
+    state.describe(limit, now, cost, state.admits(limit, now, cost))
 }
 
 /// How a stored state changes outside a check.
@@ -322,24 +336,19 @@ pub enum Adjustment {
     Charge,
 }
 
-/// Applies an adjustment of `amount` at `now` and returns the new state and the time until it
-/// is as good as fresh.
+/// Applies an adjustment of `amount` at `now` without touching `stored`: the new state and the
+/// time until it is as good as fresh.
 pub fn adjust(
-    state: Option<&State>,
+    stored: Option<&State>,
     limit: &Limit,
     now: Micros,
     adjustment: Adjustment,
     amount: u64,
 ) -> (State, Micros) {
-    with_algorithm!(limit, state, |A, typed, wrap| {
-        let mut next = current::<A>(typed, limit, now);
-        match adjustment {
-            Adjustment::Refund => A::refund(&mut next, limit, now, amount),
-            Adjustment::Charge => A::consume(&mut next, limit, now, amount),
-        }
-        let reset_after = A::reset_after(&next, limit, now);
-        (wrap(next), reset_after)
-    })
+    let mut state = State::current(stored.cloned(), limit, now);
+    state.adjust(limit, now, adjustment, amount);
+    let reset_after = state.reset_after(limit, now);
+    (state, reset_after)
 }
 
 /// The start of the window of length `period` that holds `now`, windows being aligned to the

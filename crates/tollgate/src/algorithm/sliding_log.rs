@@ -23,12 +23,6 @@ pub struct State {
     pub total: u64,
 }
 
-impl State {
-    fn is_live(limit: &Limit, now: Micros, at: Micros) -> bool {
-        at + limit.period() > now
-    }
-}
-
 impl Transition for SlidingLog {
     type State = State;
 
@@ -36,15 +30,14 @@ impl Transition for SlidingLog {
         State::default()
     }
 
-    fn advance(state: &State, limit: &Limit, now: Micros) -> State {
-        let mut next = State::default();
-        for &(at, units) in &state.entries {
-            if State::is_live(limit, now, at) {
-                next.entries.push_back((at, units));
-                next.total += units;
+    fn advance(state: &mut State, limit: &Limit, now: Micros) {
+        while let Some(&(at, units)) = state.entries.front() {
+            if at + limit.period() > now {
+                break;
             }
+            state.entries.pop_front();
+            state.total -= units;
         }
-        next
     }
 
     fn admits(state: &State, limit: &Limit, _now: Micros, cost: u64) -> bool {

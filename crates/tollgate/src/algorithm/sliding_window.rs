@@ -76,22 +76,19 @@ impl Transition for SlidingWindow {
         }
     }
 
-    fn advance(state: &State, limit: &Limit, now: Micros) -> State {
+    fn advance(state: &mut State, limit: &Limit, now: Micros) {
         let start = window_start(now, limit.period());
-        if start <= state.start {
-            *state
-        } else if start == state.start + limit.period() {
-            State {
+        if start > state.start {
+            let previous = if start == state.start + limit.period() {
+                state.current
+            } else {
+                0
+            };
+            *state = State {
                 start,
-                previous: state.current,
+                previous,
                 current: 0,
-            }
-        } else {
-            State {
-                start,
-                previous: 0,
-                current: 0,
-            }
+            };
         }
     }
 

@@ -34,14 +34,14 @@ impl Transition for TokenBucket {
         }
     }
 
-    fn advance(state: &State, limit: &Limit, now: Micros) -> State {
-        let full = capacity(limit);
+    fn advance(state: &mut State, limit: &Limit, now: Micros) {
         if now <= state.last {
-            return *state;
+            return;
         }
+        let full = capacity(limit);
         let added = i64::try_from((now - state.last) / limit.interval()).unwrap_or(i64::MAX);
         let tokens = state.tokens.saturating_add(added);
-        if tokens >= full {
+        *state = if tokens >= full {
             State {
                 tokens: full,
                 last: now,
@@ -51,7 +51,7 @@ impl Transition for TokenBucket {
                 tokens,
                 last: state.last + added as u64 * limit.interval(),
             }
-        }
+        };
     }
 
     fn admits(state: &State, limit: &Limit, _now: Micros, cost: u64) -> bool {

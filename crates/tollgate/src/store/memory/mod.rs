@@ -20,7 +20,7 @@ use smallvec::SmallVec;
 
 use self::shard::Shard;
 use super::{Store, StoreError};
-use crate::algorithm::{self, Adjustment, State};
+use crate::algorithm::{Adjustment, State};
 use crate::check::{Check, Item, Verdict};
 use crate::clock::{Clock, Micros, SystemClock};
 use crate::decision::Decision;
@@ -147,6 +147,30 @@ impl<'s> Locked<'s> {
     }
 }
 
+/// One distinct (key, limit) of a check while its shards are locked.
+struct Work<'c> {
+    slot: u128,
+    limit: &'c Limit,
+    cost: u64,
+    state: Option<State>,
+    existed: bool,
+}
+
+impl Work<'_> {
+    fn admits(&self, now: Micros) -> bool {
+        self.state
+            .as_ref()
+            .is_some_and(|state| state.admits(self.limit, now, self.cost))
+    }
+}
+
+/// A check's distinct pairs with their shards locked; `positions[i]` is item `i`'s pair.
+struct Gathered<'s, 'c> {
+    locked: Locked<'s>,
+    work: SmallVec<[Work<'c>; 4]>,
+    positions: SmallVec<[usize; 4]>,
+}
+
 impl Default for MemoryStore {
     fn default() -> Self {
         Self::new()
@@ -199,63 +223,92 @@ impl MemoryStore {
         }
     }
 
-    fn slots_of(&self, items: &[Item<'_>]) -> SmallVec<[u128; 4]> {
-        items
-            .iter()
-            .map(|item| self.slot_of(&item.key, item.limit))
-            .collect()
+    /// Gathers a check's items by (key, limit), summing the costs of a pair listed twice, and
+    /// takes their states out of the locked shards, brought forward to `now`.
+    fn gather<'c>(&self, items: &[Item<'c>], now: Micros) -> Gathered<'_, 'c> {
+        let mut work: SmallVec<[Work<'c>; 4]> = SmallVec::new();
+        let mut positions: SmallVec<[usize; 4]> = SmallVec::with_capacity(items.len());
+        for item in items {
+            let slot = self.slot_of(&item.key, item.limit);
+            let position = match work.iter().position(|w| w.slot == slot) {
+                Some(position) => {
+                    work[position].cost = work[position].cost.saturating_add(item.cost);
+                    position
+                }
+                None => {
+                    work.push(Work {
+                        slot,
+                        limit: item.limit,
+                        cost: item.cost,
+                        state: None,
+                        existed: false,
+                    });
+                    work.len() - 1
+                }
+            };
+            positions.push(position);
+        }
+        let slots: SmallVec<[u128; 4]> = work.iter().map(|w| w.slot).collect();
+        let mut locked = self.lock_for(&slots);
+        for w in &mut work {
+            let stored = locked.shard(self.shard_of(w.slot)).take(w.slot);
+            w.existed = stored.is_some();
+            w.state = Some(State::current(stored, w.limit, now));
+        }
+        Gathered {
+            locked,
+            work,
+            positions,
+        }
+    }
+
+    /// Puts states back after a check or an adjustment. States that are as good as fresh
+    /// leave; new keys are added only when `admitted` and something was counted.
+    fn put_back(&self, gathered: &mut Gathered<'_, '_>, admitted: bool, now: Micros) {
+        let mut evicted = 0;
+        for w in &mut gathered.work {
+            let Some(state) = w.state.take() else {
+                continue;
+            };
+            if w.existed || (admitted && w.cost > 0) {
+                let expires_at = now + state.reset_after(w.limit, now);
+                let shard = gathered.locked.shard(self.shard_of(w.slot));
+                evicted += u64::from(shard.put(w.slot, state, expires_at, now));
+            }
+        }
+        if evicted > 0 {
+            self.evictions.fetch_add(evicted, Ordering::Relaxed);
+        }
     }
 
     /// Decides a check at `now`, synchronously. This is what [`Store::check`] runs.
+    ///
+    /// A (key, limit) pair listed more than once is decided once, for the sum of its costs, and
+    /// that decision is reported at each of its positions.
     pub fn decide(&self, check: &Check<'_>, now: Micros) -> Result<Verdict, StoreError> {
         check.validate()?;
-        let items = check.items();
-        let slots = self.slots_of(items);
-        let mut locked = self.lock_for(&slots);
-        let mut steps: SmallVec<[(Decision, State); 4]> = SmallVec::with_capacity(items.len());
-        for (index, item) in items.iter().enumerate() {
-            // A (key, limit) listed twice sees what the earlier listing would leave behind.
-            let earlier = (0..index)
-                .rev()
-                .find(|&before| slots[before] == slots[index]);
-            let shard = locked.shard(self.shard_of(slots[index]));
-            let stored = match earlier {
-                Some(before) => Some(&steps[before].1),
-                None => shard.get(slots[index]),
-            };
-            steps.push(algorithm::step(stored, item.limit, now, item.cost));
-        }
-        let admitted = steps.iter().all(|(decision, _)| decision.allowed);
-        if admitted {
-            let mut evicted = 0;
-            for ((item, slot), (decision, state)) in items.iter().zip(&slots).zip(steps.iter()) {
-                if item.cost > 0 {
-                    let expires_at = now + decision.reset_after.as_micros() as u64;
-                    let shard = locked.shard(self.shard_of(*slot));
-                    evicted += u64::from(shard.put(*slot, state.clone(), expires_at, now));
+        let mut gathered = self.gather(check.items(), now);
+        let admitted = gathered.work.iter().all(|w| w.admits(now));
+        let decisions: SmallVec<[Decision; 4]> = gathered
+            .work
+            .iter_mut()
+            .map(|w| {
+                let (limit, cost) = (w.limit, w.cost);
+                let state = w.state.as_mut().expect("gathered states are present");
+                let allowed = admitted || state.admits(limit, now, cost);
+                if admitted {
+                    state.consume(limit, now, cost);
                 }
-            }
-            if evicted > 0 {
-                self.evictions.fetch_add(evicted, Ordering::Relaxed);
-            }
-            return Ok(Verdict::from_decisions(
-                steps.into_iter().map(|(decision, _)| decision),
-            ));
-        }
-        let decisions = items
-            .iter()
-            .zip(&slots)
-            .zip(steps)
-            .map(|((item, slot), (decision, _))| {
-                if decision.allowed {
-                    let shard = locked.shard(self.shard_of(*slot));
-                    algorithm::peek(shard.get(*slot), item.limit, now, item.cost)
-                } else {
-                    decision
-                }
-            });
-        let decisions: SmallVec<[Decision; 4]> = decisions.collect();
-        Ok(Verdict::from_decisions(decisions))
+                state.describe(limit, now, cost, allowed)
+            })
+            .collect();
+        self.put_back(&mut gathered, admitted, now);
+        Ok(Verdict::from_decisions(
+            gathered
+                .positions
+                .iter()
+                .map(|&position| decisions[position]),
+        ))
     }
 
     /// Refunds or charges every item of `check` by its cost at `now`, synchronously.
@@ -266,17 +319,14 @@ impl MemoryStore {
         now: Micros,
     ) -> Result<(), StoreError> {
         check.validate()?;
-        let items = check.items();
-        let slots = self.slots_of(items);
-        let mut locked = self.lock_for(&slots);
-        for (item, &slot) in items.iter().zip(&slots) {
-            let shard = locked.shard(self.shard_of(slot));
-            let (state, reset_after) =
-                algorithm::adjust(shard.get(slot), item.limit, now, adjustment, item.cost);
-            if shard.put(slot, state, now + reset_after, now) {
-                self.evictions.fetch_add(1, Ordering::Relaxed);
+        let mut gathered = self.gather(check.items(), now);
+        for w in &mut gathered.work {
+            if let Some(state) = w.state.as_mut() {
+                state.adjust(w.limit, now, adjustment, w.cost);
             }
         }
+        let changes_state = adjustment == Adjustment::Charge;
+        self.put_back(&mut gathered, changes_state, now);
         Ok(())
     }
 

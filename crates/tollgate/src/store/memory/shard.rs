@@ -57,6 +57,15 @@ impl Shard {
         self.slots.get(&slot).map(|slot| &slot.state)
     }
 
+    /// Moves a state out for the length of a check, leaving a placeholder that only the lock
+    /// holder can see and that [`Shard::put`] replaces.
+    pub(super) fn take(&mut self, slot: u128) -> Option<State> {
+        let placeholder = State::Gcra(crate::algorithm::gcra::State { tat: 0 });
+        self.slots
+            .get_mut(&slot)
+            .map(|slot| std::mem::replace(&mut slot.state, placeholder))
+    }
+
     /// Stores a state; returns whether a live entry had to be evicted to make room.
     pub(super) fn put(
         &mut self,
