@@ -186,13 +186,16 @@ pub enum Outcome {
     },
 }
 
-/// The whole check's answer: the outcome, every limit's decision and the binding one.
+/// The whole check's answer: every limit's decision and the binding one, which gives the
+/// outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
-    outcome: Outcome,
-    decisions: SmallVec<[Decision; 4]>,
-    binding: Option<usize>,
+    decisions: SmallVec<[Decision; 3]>,
+    binding: u32,
 }
+
+/// `binding` of a verdict without decisions.
+const NO_BINDING: u32 = u32::MAX;
 
 impl Verdict {
     /// Combines the decisions of every item of a check, in the check's order.
@@ -202,58 +205,61 @@ impl Verdict {
     /// limit grows stricter while nothing is counted. Delayed if any admitted request must wait:
     /// the longest delay binds. Otherwise allowed, and the decision with the least room binds.
     pub fn from_decisions(decisions: impl IntoIterator<Item = Decision>) -> Self {
-        let decisions: SmallVec<[Decision; 4]> = decisions.into_iter().collect();
+        let decisions: SmallVec<[Decision; 3]> = decisions.into_iter().collect();
+        let binding = Self::binding_of(&decisions).map_or(NO_BINDING, |index| index as u32);
+        Self { decisions, binding }
+    }
+
+    /// The verdict of a check with a single limit.
+    pub fn single(decision: Decision) -> Self {
+        let mut decisions = SmallVec::new();
+        decisions.push(decision);
+        Self { decisions, binding: 0 }
+    }
+
+    fn binding_of(decisions: &[Decision]) -> Option<usize> {
         let denial = decisions
             .iter()
             .enumerate()
-            .filter(|(_, d)| !d.allowed)
-            .max_by_key(|(_, d)| d.retry_after.map_or((1, Duration::ZERO), |r| (0, r)));
-        if let Some((index, decision)) = denial {
-            return Self {
-                outcome: Outcome::Deny {
-                    retry_after: decision.retry_after,
-                },
-                binding: Some(index),
-                decisions,
-            };
+            .filter(|(_, d)| !d.allowed())
+            .max_by_key(|(_, d)| d.retry_after_micros().map_or((1, 0), |r| (0, r)));
+        if let Some((index, _)) = denial {
+            return Some(index);
         }
         let delayed = decisions
             .iter()
             .enumerate()
-            .filter(|(_, d)| !d.delay.is_zero())
-            .max_by_key(|(_, d)| d.delay);
-        if let Some((index, decision)) = delayed {
-            return Self {
-                outcome: Outcome::Delay(decision.delay),
-                binding: Some(index),
-                decisions,
-            };
+            .filter(|(_, d)| d.delay_micros() > 0)
+            .max_by_key(|(_, d)| d.delay_micros());
+        if let Some((index, _)) = delayed {
+            return Some(index);
         }
-        let tightest = decisions
+        decisions
             .iter()
             .enumerate()
-            .min_by_key(|(_, d)| (d.remaining, std::cmp::Reverse(d.reset_after)))
-            .map(|(index, _)| index);
-        Self {
-            outcome: Outcome::Allow,
-            binding: tightest,
-            decisions,
-        }
+            .min_by_key(|(_, d)| (d.remaining(), std::cmp::Reverse(d.reset_after_micros())))
+            .map(|(index, _)| index)
     }
 
-    /// The outcome.
+    /// The outcome, from the binding decision.
     pub fn outcome(&self) -> Outcome {
-        self.outcome
+        match self.binding() {
+            Some(decision) if !decision.allowed() => Outcome::Deny {
+                retry_after: decision.retry_after(),
+            },
+            Some(decision) if decision.delay_micros() > 0 => Outcome::Delay(decision.delay()),
+            _ => Outcome::Allow,
+        }
     }
 
     /// Whether the request may go ahead now (allowed and not delayed).
     pub fn is_allowed(&self) -> bool {
-        self.outcome == Outcome::Allow
+        self.binding().is_none_or(|d| d.allowed() && d.delay_micros() == 0)
     }
 
     /// Whether the request was denied.
     pub fn is_denied(&self) -> bool {
-        matches!(self.outcome, Outcome::Deny { .. })
+        self.binding().is_some_and(|d| !d.allowed())
     }
 
     /// Whether the request was admitted, possibly after a delay.
@@ -263,7 +269,7 @@ impl Verdict {
 
     /// How long to wait before going ahead (zero unless delayed).
     pub fn delay(&self) -> Duration {
-        match self.outcome {
+        match self.outcome() {
             Outcome::Delay(delay) => delay,
             _ => Duration::ZERO,
         }
@@ -271,7 +277,7 @@ impl Verdict {
 
     /// For a denial, when the same request would be admitted (`None`: never, or not denied).
     pub fn retry_after(&self) -> Option<Duration> {
-        match self.outcome {
+        match self.outcome() {
             Outcome::Deny { retry_after } => retry_after,
             _ => None,
         }
@@ -284,12 +290,12 @@ impl Verdict {
 
     /// The position of the binding (most restrictive) decision; `None` for an empty check.
     pub fn binding_index(&self) -> Option<usize> {
-        self.binding
+        (self.binding != NO_BINDING).then_some(self.binding as usize)
     }
 
     /// The binding (most restrictive) decision; `None` for an empty check.
     pub fn binding(&self) -> Option<&Decision> {
-        self.binding.map(|index| &self.decisions[index])
+        self.decisions.get(self.binding as usize)
     }
 }
 
@@ -298,14 +304,7 @@ mod tests {
     use super::*;
 
     fn decision(allowed: bool, remaining: u64, retry_ms: Option<u64>, delay_ms: u64) -> Decision {
-        Decision {
-            allowed,
-            limit: 10,
-            remaining,
-            reset_after: Duration::from_secs(1),
-            retry_after: retry_ms.map(Duration::from_millis),
-            delay: Duration::from_millis(delay_ms),
-        }
+        Decision::new(allowed, 10, remaining, 1_000_000, retry_ms.map(|ms| ms * 1_000), delay_ms * 1_000)
     }
 
     #[test]

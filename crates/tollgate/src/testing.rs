@@ -45,7 +45,7 @@ impl Run {
     /// Checks `cost` now, keeping the new state if admitted.
     pub(crate) fn check(&mut self, cost: u64) -> Decision {
         let (decision, state) = algorithm::step(self.state.as_ref(), &self.limit, self.now, cost);
-        if decision.allowed {
+        if decision.allowed() {
             self.state = Some(state);
         }
         decision
@@ -55,7 +55,7 @@ impl Run {
         for n in 0..count {
             let decision = self.check(1);
             assert!(
-                decision.allowed,
+                decision.allowed(),
                 "request {} of {count} at {}us was denied: {decision:?}",
                 n + 1,
                 self.now
@@ -68,7 +68,7 @@ impl Run {
         for _ in 0..count {
             let decision = self.check(1);
             assert!(
-                !decision.allowed,
+                !decision.allowed(),
                 "a request at {}us was admitted: {decision:?}",
                 self.now
             );

@@ -62,39 +62,39 @@ fn replay(
     for &(gap, cost) in trace {
         now += gap;
         let (decision, next) = algorithm::step(state.as_ref(), limit, now, cost);
-        prop_assert!(decision.remaining <= limit.capacity(), "{decision:?}");
-        if decision.allowed {
+        prop_assert!(decision.remaining() <= limit.capacity(), "{decision:?}");
+        if decision.allowed() {
             state = Some(next);
-            admitted.push((now, cost, decision.delay.as_micros() as Micros));
+            admitted.push((now, cost, decision.delay().as_micros() as Micros));
         }
         prop_assert_eq!(
-            decision.retry_after.is_none(),
+            decision.retry_after().is_none(),
             cost > limit.capacity(),
             "{:?}",
             decision
         );
-        if let Some(wait) = decision.retry_after {
+        if let Some(wait) = decision.retry_after() {
             let wait = wait.as_micros() as Micros;
             // Exact: a request at now + retry_after is admitted, one a microsecond earlier is not.
             let (then, _) = algorithm::step(state.as_ref(), limit, now + wait, cost);
             prop_assert!(
-                then.allowed,
+                then.allowed(),
                 "cost {cost} at +{wait}us after {decision:?} was denied: {then:?}"
             );
             if wait > 0 {
                 let (before, _) = algorithm::step(state.as_ref(), limit, now + wait - 1, cost);
                 prop_assert!(
-                    !before.allowed,
+                    !before.allowed(),
                     "cost {cost} at +{}us was already admitted",
                     wait - 1
                 );
             }
         }
         // `remaining` is exactly what fits right now.
-        let left = algorithm::peek(state.as_ref(), limit, now, 0).remaining;
-        prop_assert!(algorithm::peek(state.as_ref(), limit, now, left).allowed || left == 0);
+        let left = algorithm::peek(state.as_ref(), limit, now, 0).remaining();
+        prop_assert!(algorithm::peek(state.as_ref(), limit, now, left).allowed() || left == 0);
         if left < limit.capacity() {
-            prop_assert!(!algorithm::peek(state.as_ref(), limit, now, left + 1).allowed);
+            prop_assert!(!algorithm::peek(state.as_ref(), limit, now, left + 1).allowed());
         }
     }
     Ok(admitted)
@@ -174,13 +174,13 @@ proptest! {
         for (gap, step_cost) in trace {
             now += gap;
             let (decision, next) = algorithm::step(state.as_ref(), &limit, now, cost);
-            if decision.allowed {
+            if decision.allowed() {
                 let (refunded, _) = algorithm::adjust(Some(&next), &limit, now, Adjustment::Refund, cost);
                 let (prior, _) = algorithm::adjust(state.as_ref(), &limit, now, Adjustment::Refund, 0);
                 prop_assert_eq!(refunded, prior);
             }
             let (decision, next) = algorithm::step(state.as_ref(), &limit, now, step_cost);
-            if decision.allowed {
+            if decision.allowed() {
                 state = Some(next);
             }
         }
@@ -193,13 +193,13 @@ proptest! {
         for (gap, cost) in trace {
             now += gap;
             let (decision, next) = algorithm::step(state.as_ref(), &limit, now, cost);
-            if decision.allowed {
+            if decision.allowed() {
                 state = Some(next);
             }
         }
         let (charged, _) = algorithm::adjust(state.as_ref(), &limit, now, Adjustment::Charge, extra);
-        let before = algorithm::peek(state.as_ref(), &limit, now, 0).remaining;
-        let after = algorithm::peek(Some(&charged), &limit, now, 0).remaining;
+        let before = algorithm::peek(state.as_ref(), &limit, now, 0).remaining();
+        let after = algorithm::peek(Some(&charged), &limit, now, 0).remaining();
         prop_assert_eq!(after, before.saturating_sub(extra));
     }
 }

@@ -16,7 +16,12 @@ fn limits() -> Vec<Limit> {
     spec.iter()
         .enumerate()
         .map(|(n, (algorithm, quota))| {
-            Limit::new(format!("l{n}"), *algorithm, quota.parse().unwrap()).unwrap()
+            Limit::new(
+                format!("l{n}"),
+                *algorithm,
+                quota.parse().expect("valid quota"),
+            )
+            .expect("valid limit")
         })
         .collect()
 }
@@ -60,7 +65,7 @@ proptest! {
                 .map(|(i, &(k, l, _))| algorithm::step(before[i].as_ref(), &limits[l], now, merged_cost(k, l)))
                 .collect();
             let verdict = store.decide(&check, now).unwrap();
-            let admitted = expected.iter().all(|(d, _)| d.allowed);
+            let admitted = expected.iter().all(|(d, _)| d.allowed());
             prop_assert_eq!(verdict.is_admitted(), admitted);
             for (i, &(k, l, _)) in plan.iter().enumerate() {
                 let (limit, cost) = (&limits[l], merged_cost(k, l));

@@ -78,7 +78,7 @@ fn threads_sharing_keys_never_exceed_the_quota() {
         .decide(&Check::new(0).limit("user:1", &pair_user), clock.now())
         .unwrap()
         .decisions()[0]
-        .remaining;
+        .remaining();
     let refilled = elapsed.div_ceil(pair_user.interval());
     assert!(
         (100..=100 + refilled).contains(&user_left),

@@ -91,9 +91,9 @@ mod tests {
         let mut run = Run::new(Algorithm::FixedWindow, "3/m", 0);
         run.at(10_000_000).admits(3);
         let denied = run.check(1);
-        assert!(!denied.allowed);
-        assert_eq!(denied.retry_after.unwrap().as_secs(), 50);
-        assert_eq!(denied.reset_after.as_secs(), 50);
+        assert!(!denied.allowed());
+        assert_eq!(denied.retry_after().unwrap().as_secs(), 50);
+        assert_eq!(denied.reset_after().as_secs(), 50);
         run.at(60_000_000).admits(3);
     }
 
@@ -101,10 +101,10 @@ mod tests {
     fn a_zero_quota_denies_everything_for_good() {
         let mut run = Run::new(Algorithm::FixedWindow, "0/s", 0);
         let decision = run.check(1);
-        assert!(!decision.allowed);
-        assert_eq!(decision.retry_after, None);
+        assert!(!decision.allowed());
+        assert_eq!(decision.retry_after(), None);
         assert!(
-            run.check(0).allowed,
+            run.check(0).allowed(),
             "a look without counting is always answered"
         );
     }

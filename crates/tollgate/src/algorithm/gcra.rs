@@ -77,8 +77,8 @@ mod tests {
         let mut run = Run::with_burst(Algorithm::Gcra, "5/s", 3, 0);
         run.at(0).admits(3).then_denies(1);
         let denied = run.check(1);
-        assert_eq!(denied.retry_after.unwrap().as_micros(), 200_000);
-        assert_eq!(denied.reset_after.as_micros(), 600_000);
+        assert_eq!(denied.retry_after().unwrap().as_micros(), 200_000);
+        assert_eq!(denied.reset_after().as_micros(), 600_000);
         run.at(199_999).denies(1);
         run.at(200_000).admits(1).then_denies(1);
         run.at(400_000).admits(1).then_denies(1);
@@ -90,8 +90,8 @@ mod tests {
     fn a_cost_above_the_burst_is_never_admitted() {
         let mut run = Run::with_burst(Algorithm::Gcra, "5/s", 3, 0);
         let decision = run.check(4);
-        assert!(!decision.allowed);
-        assert_eq!(decision.retry_after, None);
-        assert_eq!(decision.remaining, 3, "nothing was taken");
+        assert!(!decision.allowed());
+        assert_eq!(decision.retry_after(), None);
+        assert_eq!(decision.remaining(), 3, "nothing was taken");
     }
 }

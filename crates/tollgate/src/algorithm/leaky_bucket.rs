@@ -110,25 +110,25 @@ mod tests {
         run.at(0).admits(5).then_denies(1);
         run.at(99_999).denies(1);
         run.at(100_000).admits(1).then_denies(1);
-        assert_eq!(run.check(0).delay.as_micros(), 0, "a meter never delays");
+        assert_eq!(run.check(0).delay().as_micros(), 0, "a meter never delays");
     }
 
     #[test]
     fn queue_delays_a_burst_into_the_steady_rate_like_nginx() {
         // NGINX `rate=10r/s burst=4` (no nodelay): burst 5, delay_after 1.
         let mut run = Run::from_limit(queue(5, 1), 0);
-        let delays: Vec<u128> = (0..5).map(|_| run.check(1).delay.as_micros()).collect();
+        let delays: Vec<u128> = (0..5).map(|_| run.check(1).delay().as_micros()).collect();
         assert_eq!(delays, [0, 100_000, 200_000, 300_000, 400_000]);
         let rejected = run.check(1);
-        assert!(!rejected.allowed);
-        assert_eq!(rejected.retry_after.unwrap().as_micros(), 100_000);
+        assert!(!rejected.allowed());
+        assert_eq!(rejected.retry_after().unwrap().as_micros(), 100_000);
     }
 
     #[test]
     fn queue_passes_delay_after_requests_at_once() {
         // NGINX `burst=5 delay=2`: burst 6, delay_after 3.
         let mut run = Run::from_limit(queue(6, 3), 0);
-        let delays: Vec<u128> = (0..6).map(|_| run.check(1).delay.as_micros()).collect();
+        let delays: Vec<u128> = (0..6).map(|_| run.check(1).delay().as_micros()).collect();
         assert_eq!(delays, [0, 0, 0, 100_000, 200_000, 300_000]);
         run.denies(1);
     }

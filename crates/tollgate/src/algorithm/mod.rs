@@ -17,7 +17,6 @@ pub mod token_bucket;
 
 use std::fmt;
 use std::str::FromStr;
-use std::time::Duration;
 
 use crate::clock::Micros;
 use crate::decision::Decision;
@@ -186,18 +185,14 @@ fn describe<T: Transition + ?Sized>(
     cost: u64,
     allowed: bool,
 ) -> Decision {
-    Decision {
+    Decision::new(
         allowed,
-        limit: limit.capacity(),
-        remaining: T::remaining(state, limit, now),
-        reset_after: Duration::from_micros(T::reset_after(state, limit, now)),
-        retry_after: T::wait_for(state, limit, now, cost).map(Duration::from_micros),
-        delay: Duration::from_micros(if allowed {
-            T::delay(state, limit, now)
-        } else {
-            0
-        }),
-    }
+        limit.capacity(),
+        T::remaining(state, limit, now),
+        T::reset_after(state, limit, now),
+        T::wait_for(state, limit, now, cost),
+        if allowed { T::delay(state, limit, now) } else { 0 },
+    )
 }
 
 /// The state of one key under one limit, for any algorithm.
@@ -268,11 +263,21 @@ impl State {
     /// stored state belongs to another algorithm (the limit was reconfigured).
     pub fn current(stored: Option<State>, limit: &Limit, now: Micros) -> Self {
         match stored {
-            Some(mut state) if state.algorithm() == limit.algorithm() => {
-                dispatch!(mut &mut state, |A, s| A::advance(s, limit, now));
+            Some(mut state) => {
+                state.bring_forward(limit, now);
                 state
             }
-            _ => State::fresh(limit, now),
+            None => State::fresh(limit, now),
+        }
+    }
+
+    /// Brings this state forward to `now` in place; a state of another algorithm (the limit
+    /// was reconfigured) starts fresh.
+    pub fn bring_forward(&mut self, limit: &Limit, now: Micros) {
+        if self.algorithm() == limit.algorithm() {
+            dispatch!(mut self, |A, s| A::advance(s, limit, now));
+        } else {
+            *self = State::fresh(limit, now);
         }
     }
 
@@ -380,6 +385,6 @@ mod tests {
         let window = Limit::new("x", Algorithm::FixedWindow, quota).unwrap();
         let (_, window_state) = step(None, &window, 0, 2);
         let (decision, _) = step(Some(&window_state), &gcra, 0, 2);
-        assert!(decision.allowed);
+        assert!(decision.allowed());
     }
 }

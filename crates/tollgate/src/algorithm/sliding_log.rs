@@ -125,7 +125,7 @@ mod tests {
         run.at(20_000_000).admits(1).then_denies(1);
         let denied = run.check(2);
         assert_eq!(
-            denied.retry_after.unwrap().as_secs(),
+            denied.retry_after().unwrap().as_secs(),
             50,
             "two must age out for a cost of 2"
         );

@@ -182,7 +182,7 @@ mod tests {
         run.at(500_000).admits(10);
         let denied = run.at(1_000_000).check(1);
         // previous = 10: weighted(e) = 10 * (1 - e/1s) must fall to 9, at e = 100 ms.
-        assert_eq!(denied.retry_after.unwrap().as_micros(), 100_000);
+        assert_eq!(denied.retry_after().unwrap().as_micros(), 100_000);
         run.at(1_099_999).denies(1);
         run.at(1_100_000).admits(1);
     }
@@ -193,6 +193,6 @@ mod tests {
         run.at(0).admits(4);
         let denied = run.check(4);
         // Next window: previous = 4 weighted must reach 0, which only the window after does.
-        assert_eq!(denied.retry_after.unwrap().as_micros(), 2_000_000);
+        assert_eq!(denied.retry_after().unwrap().as_micros(), 2_000_000);
     }
 }

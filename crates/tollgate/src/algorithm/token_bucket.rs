@@ -120,7 +120,7 @@ mod tests {
         run.at(150_000).admits(1).then_denies(1);
         let denied = run.check(1);
         assert_eq!(
-            denied.retry_after.unwrap().as_micros(),
+            denied.retry_after().unwrap().as_micros(),
             50_000,
             "half an interval already passed"
         );

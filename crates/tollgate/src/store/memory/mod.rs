@@ -287,9 +287,19 @@ impl MemoryStore {
     /// that decision is reported at each of its positions.
     pub fn decide(&self, check: &Check<'_>, now: Micros) -> Result<Verdict, StoreError> {
         check.validate()?;
+        if let [item] = check.items() {
+            let slot = self.slot_of(&item.key, item.limit);
+            let mut shard = lock(&self.shards[self.shard_of(slot)].0);
+            let (decision, evicted) = shard.decide_one(slot, item.limit, item.cost, now);
+            drop(shard);
+            if evicted {
+                self.evictions.fetch_add(1, Ordering::Relaxed);
+            }
+            return Ok(Verdict::single(decision));
+        }
         let mut gathered = self.gather(check.items(), now);
         let admitted = gathered.work.iter().all(|w| w.admits(now));
-        let decisions: SmallVec<[Decision; 4]> = gathered
+        let decisions: SmallVec<[Decision; 3]> = gathered
             .work
             .iter_mut()
             .map(|w| {

@@ -6,6 +6,17 @@ use indexmap::IndexMap;
 
 use crate::algorithm::State;
 use crate::clock::Micros;
+use crate::decision::Decision;
+use crate::limit::Limit;
+
+/// Admits and counts `cost` if it fits; the state must already be brought forward.
+fn decide_in_place(state: &mut State, limit: &Limit, cost: u64, now: Micros) -> Decision {
+    let allowed = state.admits(limit, now, cost);
+    if allowed {
+        state.consume(limit, now, cost);
+    }
+    state.describe(limit, now, cost, allowed)
+}
 
 /// How many entries eviction looks at to choose one.
 const EVICTION_SAMPLES: usize = 5;
@@ -55,6 +66,29 @@ impl Shard {
 
     pub(super) fn get(&self, slot: u128) -> Option<&State> {
         self.slots.get(&slot).map(|slot| &slot.state)
+    }
+
+    /// Decides one (key, limit) in place: the hot path of single-limit checks, one lookup and
+    /// no copies. Returns the decision and whether a live entry was evicted to make room.
+    pub(super) fn decide_one(&mut self, slot: u128, limit: &Limit, cost: u64, now: Micros) -> (Decision, bool) {
+        let Some(index) = self.slots.get_index_of(&slot) else {
+            let mut state = State::fresh(limit, now);
+            let decision = decide_in_place(&mut state, limit, cost, now);
+            let evicted = decision.allowed()
+                && cost > 0
+                && self.put(slot, state, now + decision.reset_after_micros(), now);
+            return (decision, evicted);
+        };
+        let entry = &mut self.slots[index];
+        entry.state.bring_forward(limit, now);
+        let decision = decide_in_place(&mut entry.state, limit, cost, now);
+        let reset_after = decision.reset_after_micros();
+        if reset_after == 0 {
+            self.slots.swap_remove_index(index);
+        } else {
+            entry.expires_at = now + reset_after;
+        }
+        (decision, false)
     }
 
     /// Moves a state out for the length of a check, leaving a placeholder that only the lock

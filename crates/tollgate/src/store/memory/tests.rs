@@ -31,12 +31,12 @@ fn a_denial_by_one_limit_counts_nothing_anywhere() {
     assert!(denied.is_denied());
     assert_eq!(denied.binding_index(), Some(1));
     assert_eq!(
-        denied.decisions()[0].remaining,
+        denied.decisions()[0].remaining(),
         8,
         "the token bucket still has 8"
     );
     assert_eq!(
-        denied.decisions()[0].retry_after,
+        denied.decisions()[0].retry_after(),
         Some(std::time::Duration::ZERO)
     );
     let only_bucket = store
@@ -58,7 +58,7 @@ fn the_same_limit_listed_twice_counts_twice() {
             .decide(&Check::one("k", &once), 0)
             .unwrap()
             .decisions()[0]
-            .remaining,
+            .remaining(),
         0
     );
 }
@@ -80,7 +80,7 @@ fn refund_and_settle_give_back_and_charge() {
         .apply(&Check::new(5).limit("k", &window), Adjustment::Charge, 0)
         .unwrap();
     let verdict = store.decide(&Check::new(0).limit("k", &window), 0).unwrap();
-    assert_eq!(verdict.decisions()[0].remaining, 1);
+    assert_eq!(verdict.decisions()[0].remaining(), 1);
 }
 
 #[test]
