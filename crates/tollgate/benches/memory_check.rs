@@ -67,13 +67,16 @@ fn bench(c: &mut Criterion) {
             for algorithm in Algorithm::ALL {
                 let limit = limit(algorithm);
                 let clock = ManualClock::new(1_700_000_000_000_000);
-                let store = MemoryStore::builder().clock(Arc::new(clock.clone())).build();
+                let store = MemoryStore::builder()
+                    .clock(Arc::new(clock.clone()))
+                    .build();
                 group.bench_function(algorithm.as_str(), |b| {
                     b.iter_custom(|iters| {
                         let elapsed = spread(threads, iters, |thread, n| {
                             let key = &names[(n as usize * threads + thread) % keys];
                             clock.advance_micros(1);
-                            let verdict = store.decide(&Check::one(key.as_str(), &limit), clock.now());
+                            let verdict =
+                                store.decide(&Check::one(key.as_str(), &limit), clock.now());
                             std::hint::black_box(verdict.expect("valid check"));
                         });
                         record(&workload, algorithm.as_str(), elapsed, iters);
@@ -88,8 +91,7 @@ fn bench(c: &mut Criterion) {
                 DefaultKeyedStateStore<String>,
                 FakeRelativeClock,
                 NoOpMiddleware<<FakeRelativeClock as governor::clock::Clock>::Instant>,
-            > =
-                governor::RateLimiter::new(quota, DefaultKeyedStateStore::default(), clock.clone());
+            > = governor::RateLimiter::new(quota, DefaultKeyedStateStore::default(), clock.clone());
             group.bench_function("governor", |b| {
                 b.iter_custom(|iters| {
                     let elapsed = spread(threads, iters, |thread, n| {
@@ -114,10 +116,20 @@ fn print_ratios() {
             .map(|(elapsed, checks)| elapsed.as_nanos() as f64 / (*checks).max(1) as f64)
     };
     println!("\nns per check (mean over all samples), and the ratio to governor's keyed check:");
-    println!("{:<22} {:<15} {:>9} {:>10} {:>7}", "workload", "algorithm", "ns/check", "governor", "ratio");
-    let workloads: Vec<String> = totals.keys().map(|(w, _)| w.clone()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    println!(
+        "{:<22} {:<15} {:>9} {:>10} {:>7}",
+        "workload", "algorithm", "ns/check", "governor", "ratio"
+    );
+    let workloads: Vec<String> = totals
+        .keys()
+        .map(|(w, _)| w.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
     for workload in workloads {
-        let Some(baseline) = ns(&workload, "governor") else { continue };
+        let Some(baseline) = ns(&workload, "governor") else {
+            continue;
+        };
         for algorithm in Algorithm::ALL {
             if let Some(ours) = ns(&workload, algorithm.as_str()) {
                 println!(

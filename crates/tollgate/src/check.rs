@@ -140,6 +140,17 @@ impl<'a> Check<'a> {
 
     /// Checks the sizes that come from outside: item count, key length, cost.
     pub fn validate(&self) -> Result<(), CheckError> {
+        let sound = |item: &Item<'_>| {
+            !item.key.is_empty() && item.key.len() <= MAX_KEY_BYTES && item.cost <= MAX_COST
+        };
+        if self.items.len() <= MAX_ITEMS && self.items.iter().all(sound) {
+            return Ok(());
+        }
+        self.explain()
+    }
+
+    /// Finds the first problem `validate` saw and says what and where.
+    fn explain(&self) -> Result<(), CheckError> {
         if self.items.len() > MAX_ITEMS {
             return Err(CheckError::TooManyItems(self.items.len()));
         }
@@ -190,7 +201,7 @@ pub enum Outcome {
 /// outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
-    decisions: SmallVec<[Decision; 3]>,
+    decisions: SmallVec<[Decision; 2]>,
     binding: u32,
 }
 
@@ -205,7 +216,7 @@ impl Verdict {
     /// limit grows stricter while nothing is counted. Delayed if any admitted request must wait:
     /// the longest delay binds. Otherwise allowed, and the decision with the least room binds.
     pub fn from_decisions(decisions: impl IntoIterator<Item = Decision>) -> Self {
-        let decisions: SmallVec<[Decision; 3]> = decisions.into_iter().collect();
+        let decisions: SmallVec<[Decision; 2]> = decisions.into_iter().collect();
         let binding = Self::binding_of(&decisions).map_or(NO_BINDING, |index| index as u32);
         Self { decisions, binding }
     }
@@ -214,7 +225,10 @@ impl Verdict {
     pub fn single(decision: Decision) -> Self {
         let mut decisions = SmallVec::new();
         decisions.push(decision);
-        Self { decisions, binding: 0 }
+        Self {
+            decisions,
+            binding: 0,
+        }
     }
 
     fn binding_of(decisions: &[Decision]) -> Option<usize> {
@@ -254,7 +268,8 @@ impl Verdict {
 
     /// Whether the request may go ahead now (allowed and not delayed).
     pub fn is_allowed(&self) -> bool {
-        self.binding().is_none_or(|d| d.allowed() && d.delay_micros() == 0)
+        self.binding()
+            .is_none_or(|d| d.allowed() && d.delay_micros() == 0)
     }
 
     /// Whether the request was denied.
@@ -304,7 +319,14 @@ mod tests {
     use super::*;
 
     fn decision(allowed: bool, remaining: u64, retry_ms: Option<u64>, delay_ms: u64) -> Decision {
-        Decision::new(allowed, 10, remaining, 1_000_000, retry_ms.map(|ms| ms * 1_000), delay_ms * 1_000)
+        Decision::new(
+            allowed,
+            10,
+            remaining,
+            1_000_000,
+            retry_ms.map(|ms| ms * 1_000),
+            delay_ms * 1_000,
+        )
     }
 
     #[test]

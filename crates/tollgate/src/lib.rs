@@ -35,7 +35,7 @@
 //! let verdict = limiter.check(&check).await?;         // 15 of 12/m: denied, nothing taken
 //! assert_eq!(verdict.binding_index(), Some(1));
 //! assert_eq!(verdict.outcome(), Outcome::Deny { retry_after: Some(Duration::from_secs(59)) });
-//! assert_eq!(verdict.decisions()[0].remaining, 10, "the per-second bucket kept its tokens");
+//! assert_eq!(verdict.decisions()[0].remaining(), 10, "the per-second bucket kept its tokens");
 //! # Ok(())
 //! # }
 //! ```

@@ -22,6 +22,7 @@ const MAX_TOLERANCE_MICROS: Micros = 1 << 50;
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Limit {
     name: Arc<str>,
+    name_id: u64,
     algorithm: Algorithm,
     quota: Quota,
     burst: u64,
@@ -131,6 +132,12 @@ impl Limit {
         &self.name
     }
 
+    /// A 64-bit digest of the name, computed once, so that stores can tell limits apart without
+    /// hashing the name on every check.
+    pub fn name_id(&self) -> u64 {
+        self.name_id
+    }
+
     /// The algorithm.
     pub fn algorithm(&self) -> Algorithm {
         self.algorithm
@@ -193,6 +200,15 @@ impl fmt::Display for Limit {
     }
 }
 
+/// A fixed (unkeyed) hash of a limit's name. Names come from configuration, not from clients,
+/// and stores mix the digest into a keyed hash with the client-supplied key.
+fn name_id(name: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    name.hash(&mut hasher);
+    hasher.finish()
+}
+
 /// Builds a [`Limit`] with a burst or a leaky-bucket mode.
 #[derive(Debug, Clone)]
 pub struct LimitBuilder {
@@ -247,6 +263,7 @@ impl LimitBuilder {
                 return Err(LimitError::LogTooLarge { name: owned_name() });
             }
             return Ok(Limit {
+                name_id: name_id(&name),
                 name,
                 algorithm,
                 quota,
@@ -287,6 +304,7 @@ impl LimitBuilder {
             });
         }
         Ok(Limit {
+            name_id: name_id(&name),
             name,
             algorithm,
             quota,

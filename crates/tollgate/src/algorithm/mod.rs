@@ -191,7 +191,11 @@ fn describe<T: Transition + ?Sized>(
         T::remaining(state, limit, now),
         T::reset_after(state, limit, now),
         T::wait_for(state, limit, now, cost),
-        if allowed { T::delay(state, limit, now) } else { 0 },
+        if allowed {
+            T::delay(state, limit, now)
+        } else {
+            0
+        },
     )
 }
 

@@ -7,7 +7,7 @@
 //! the next can approach that bound; even traffic stays at the quota).
 //!
 //! The weighting uses IEEE doubles, evaluated in exactly the same order as in the Lua script,
-//! so both stores agree to the bit. [`admits_at`] is the one predicate; `remaining` and
+//! so both stores agree to the bit. [`fits`] is the one predicate; `remaining` and
 //! `wait_for` search it, so they can never disagree with it.
 
 use super::{Transition, window_start};
@@ -29,15 +29,21 @@ pub struct State {
     pub current: u64,
 }
 
-/// Whether `previous` weighted at `elapsed` into the window, plus `current` and `cost`, fits.
-fn admits_at(limit: &Limit, previous: u64, current: u64, elapsed: Micros, cost: u64) -> bool {
+/// The previous window's count weighted by how much of it the sliding window still covers,
+/// `elapsed` into the current window.
+fn weighted(limit: &Limit, previous: u64, elapsed: Micros) -> f64 {
     let period = limit.period();
-    let weighted = previous as f64 * (period - elapsed) as f64 / period as f64;
+    previous as f64 * (period - elapsed) as f64 / period as f64
+}
+
+/// The one predicate: whether `current` and `cost` fit beside the `weighted` previous count.
+fn fits(limit: &Limit, weighted: f64, current: u64, cost: u64) -> bool {
     weighted + (current + cost) as f64 <= limit.count() as f64
 }
 
-/// The first elapsed time in `from..period` at which `admits_at` holds, if any. The guess from
-/// solving the inequality is corrected by walking the (monotone) predicate itself.
+/// The first elapsed time in `from..period` at which [`fits`] holds for `previous` weighted at
+/// that time, if any. The guess from solving the inequality is corrected by walking the
+/// (monotone) predicate itself, so the answer is exactly the predicate's.
 fn first_admitting(
     limit: &Limit,
     previous: u64,
@@ -46,20 +52,28 @@ fn first_admitting(
     cost: u64,
 ) -> Option<Micros> {
     let period = limit.period();
-    let fits = |elapsed| admits_at(limit, previous, current, elapsed, cost);
     let room = limit.count() as f64 - (current + cost) as f64;
     if room < 0.0 {
         return None;
     }
-    if previous == 0 || fits(from) {
+    if previous == 0 {
         return Some(from);
     }
-    let solved = (period as f64 - room * period as f64 / previous as f64).ceil();
+    let (previous_f, period_f, used_f, count_f) = (
+        previous as f64,
+        period as f64,
+        (current + cost) as f64,
+        limit.count() as f64,
+    );
+    // Exactly `fits(weighted(elapsed))`, with the conversions hoisted out of the walk.
+    let holds =
+        |elapsed: Micros| previous_f * (period - elapsed) as f64 / period_f + used_f <= count_f;
+    let solved = (period_f - room * period_f / previous_f).ceil();
     let mut guess = (solved.max(from as f64) as Micros).min(period);
-    while guess > from && fits(guess - 1) {
+    while guess > from && holds(guess - 1) {
         guess -= 1;
     }
-    while guess < period && !fits(guess) {
+    while guess < period && !holds(guess) {
         guess += 1;
     }
     (guess < period).then_some(guess)
@@ -94,7 +108,13 @@ impl Transition for SlidingWindow {
 
     fn admits(state: &State, limit: &Limit, now: Micros, cost: u64) -> bool {
         let elapsed = now.saturating_sub(state.start);
-        cost <= limit.count() && admits_at(limit, state.previous, state.current, elapsed, cost)
+        cost <= limit.count()
+            && fits(
+                limit,
+                weighted(limit, state.previous, elapsed),
+                state.current,
+                cost,
+            )
     }
 
     fn consume(state: &mut State, limit: &Limit, _now: Micros, cost: u64) {
@@ -106,19 +126,13 @@ impl Transition for SlidingWindow {
     }
 
     fn remaining(state: &State, limit: &Limit, now: Micros) -> u64 {
-        let elapsed = now.saturating_sub(state.start);
-        let fits = |units| admits_at(limit, state.previous, state.current, elapsed, units);
-        let mut guess = limit.count().saturating_sub(state.current);
-        if state.previous > 0 {
-            let period = limit.period();
-            let weighted = state.previous as f64 * (period - elapsed) as f64 / period as f64;
-            let estimate = (limit.count() as f64 - (weighted + state.current as f64)).floor();
-            guess = guess.min(estimate.max(0.0) as u64);
-        }
-        while guess > 0 && !fits(guess) {
+        let weighted = weighted(limit, state.previous, now.saturating_sub(state.start));
+        let estimate = (limit.count() as f64 - (weighted + state.current as f64)).floor();
+        let mut guess = (estimate.max(0.0) as u64).min(limit.count().saturating_sub(state.current));
+        while guess > 0 && !fits(limit, weighted, state.current, guess) {
             guess -= 1;
         }
-        while guess < limit.count() && fits(guess + 1) {
+        while guess < limit.count() && fits(limit, weighted, state.current, guess + 1) {
             guess += 1;
         }
         guess

@@ -11,11 +11,11 @@
 
 mod shard;
 
+use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use siphasher::sip128::{Hasher128, SipHasher13};
 use smallvec::SmallVec;
 
 use self::shard::Shard;
@@ -40,7 +40,7 @@ struct Padded<T>(T);
 /// The in-process store.
 pub struct MemoryStore {
     shards: Box<[Padded<Mutex<Shard>>]>,
-    hash_keys: (u64, u64),
+    hash_keys: RandomState,
     clock: Arc<dyn Clock>,
     evictions: AtomicU64,
 }
@@ -96,14 +96,9 @@ impl MemoryStoreBuilder {
             .clamp(1, self.max_keys.max(1))
             .next_power_of_two();
         let per_shard = self.max_keys.max(1).div_ceil(shards);
-        let hash_keys = random_keys();
+        let hash_keys = RandomState::new();
         let shards = (0..shards)
-            .map(|index| {
-                Padded(Mutex::new(Shard::new(
-                    per_shard,
-                    hash_keys.0 ^ index as u64,
-                )))
-            })
+            .map(|index| Padded(Mutex::new(Shard::new(per_shard, index as u64))))
             .collect();
         MemoryStore {
             shards,
@@ -112,17 +107,6 @@ impl MemoryStoreBuilder {
             evictions: AtomicU64::new(0),
         }
     }
-}
-
-/// Two random words from the standard library's per-process random hash keys, so that nobody
-/// outside can craft keys that collide.
-fn random_keys() -> (u64, u64) {
-    let state = std::collections::hash_map::RandomState::new();
-    let mut first = state.build_hasher();
-    first.write_u8(1);
-    let mut second = state.build_hasher();
-    second.write_u8(2);
-    (first.finish(), second.finish())
 }
 
 fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
@@ -149,7 +133,7 @@ impl<'s> Locked<'s> {
 
 /// One distinct (key, limit) of a check while its shards are locked.
 struct Work<'c> {
-    slot: u128,
+    slot: u64,
     limit: &'c Limit,
     cost: u64,
     state: Option<State>,
@@ -197,20 +181,31 @@ impl MemoryStore {
         &self.clock
     }
 
-    fn slot_of(&self, key: &str, limit: &Limit) -> u128 {
-        let mut hasher = SipHasher13::new_with_keys(self.hash_keys.0, self.hash_keys.1);
+    /// The keyed 64-bit SipHash-1-3 of a key. Keys come from outside, so the hash is keyed
+    /// with random keys that never leave the process: aiming one key at another's state means
+    /// guessing among 2^64 values, and accidental collisions among a million keys have a chance
+    /// of about 3 in 10^8.
+    fn key_hash(&self, key: &str) -> u64 {
+        let mut hasher = self.hash_keys.build_hasher();
         hasher.write(key.as_bytes());
-        // 0xFF never occurs in UTF-8, so (key, name) pairs cannot run into each other.
-        hasher.write_u8(0xFF);
-        hasher.write(limit.name().as_bytes());
-        hasher.finish128().as_u128()
+        hasher.finish()
     }
 
-    fn shard_of(&self, slot: u128) -> usize {
-        (slot >> 64) as usize & (self.shards.len() - 1)
+    /// The slot of (key, limit): the key's hash and the limit's id through a bijective mixer
+    /// (the SplitMix64 finaliser), so that one key under two limits never shares a slot and a
+    /// key is hashed once however many limits it is checked against.
+    fn slot_of(key_hash: u64, limit: &Limit) -> u64 {
+        let mut z = key_hash ^ limit.name_id();
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
     }
 
-    fn lock_for(&self, slots: &[u128]) -> Locked<'_> {
+    fn shard_of(&self, slot: u64) -> usize {
+        (slot >> 48) as usize & (self.shards.len() - 1)
+    }
+
+    fn lock_for(&self, slots: &[u64]) -> Locked<'_> {
         let mut indices: SmallVec<[usize; 4]> =
             slots.iter().map(|&slot| self.shard_of(slot)).collect();
         indices.sort_unstable();
@@ -228,8 +223,17 @@ impl MemoryStore {
     fn gather<'c>(&self, items: &[Item<'c>], now: Micros) -> Gathered<'_, 'c> {
         let mut work: SmallVec<[Work<'c>; 4]> = SmallVec::new();
         let mut positions: SmallVec<[usize; 4]> = SmallVec::with_capacity(items.len());
+        let mut hashed: SmallVec<[(&str, u64); 4]> = SmallVec::new();
         for item in items {
-            let slot = self.slot_of(&item.key, item.limit);
+            let key_hash = match hashed.iter().find(|(key, _)| *key == item.key) {
+                Some(&(_, hash)) => hash,
+                None => {
+                    let hash = self.key_hash(&item.key);
+                    hashed.push((&item.key, hash));
+                    hash
+                }
+            };
+            let slot = Self::slot_of(key_hash, item.limit);
             let position = match work.iter().position(|w| w.slot == slot) {
                 Some(position) => {
                     work[position].cost = work[position].cost.saturating_add(item.cost);
@@ -248,7 +252,7 @@ impl MemoryStore {
             };
             positions.push(position);
         }
-        let slots: SmallVec<[u128; 4]> = work.iter().map(|w| w.slot).collect();
+        let slots: SmallVec<[u64; 4]> = work.iter().map(|w| w.slot).collect();
         let mut locked = self.lock_for(&slots);
         for w in &mut work {
             let stored = locked.shard(self.shard_of(w.slot)).take(w.slot);
@@ -288,7 +292,7 @@ impl MemoryStore {
     pub fn decide(&self, check: &Check<'_>, now: Micros) -> Result<Verdict, StoreError> {
         check.validate()?;
         if let [item] = check.items() {
-            let slot = self.slot_of(&item.key, item.limit);
+            let slot = Self::slot_of(self.key_hash(&item.key), item.limit);
             let mut shard = lock(&self.shards[self.shard_of(slot)].0);
             let (decision, evicted) = shard.decide_one(slot, item.limit, item.cost, now);
             drop(shard);
@@ -299,7 +303,7 @@ impl MemoryStore {
         }
         let mut gathered = self.gather(check.items(), now);
         let admitted = gathered.work.iter().all(|w| w.admits(now));
-        let decisions: SmallVec<[Decision; 3]> = gathered
+        let decisions: SmallVec<[Decision; 2]> = gathered
             .work
             .iter_mut()
             .map(|w| {
@@ -343,13 +347,13 @@ impl MemoryStore {
     /// The stored state of `key` under `limit`, if any (it may be stale: states are brought
     /// forward only when used).
     pub fn state(&self, key: &str, limit: &Limit) -> Option<State> {
-        let slot = self.slot_of(key, limit);
+        let slot = Self::slot_of(self.key_hash(key), limit);
         lock(&self.shards[self.shard_of(slot)].0).get(slot).cloned()
     }
 
     /// Forgets `key` under `limit`, as if it had never been used; returns whether it was held.
     pub fn reset(&self, key: &str, limit: &Limit) -> bool {
-        let slot = self.slot_of(key, limit);
+        let slot = Self::slot_of(self.key_hash(key), limit);
         lock(&self.shards[self.shard_of(slot)].0)
             .slots
             .swap_remove(&slot)

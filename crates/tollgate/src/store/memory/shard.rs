@@ -29,7 +29,7 @@ pub(super) struct Slot {
     pub(super) expires_at: Micros,
 }
 
-/// Map keys are already uniformly random 128-bit SipHash values; hashing them again is waste.
+/// Map keys are already uniformly random SipHash values; hashing them again is waste.
 #[derive(Default)]
 pub(super) struct PrehashedHasher(u64);
 
@@ -44,13 +44,13 @@ impl Hasher for PrehashedHasher {
         }
     }
 
-    fn write_u128(&mut self, value: u128) {
-        self.0 = value as u64;
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value;
     }
 }
 
 pub(super) struct Shard {
-    pub(super) slots: IndexMap<u128, Slot, BuildHasherDefault<PrehashedHasher>>,
+    pub(super) slots: IndexMap<u64, Slot, BuildHasherDefault<PrehashedHasher>>,
     capacity: usize,
     rng: fastrand::Rng,
 }
@@ -64,13 +64,19 @@ impl Shard {
         }
     }
 
-    pub(super) fn get(&self, slot: u128) -> Option<&State> {
+    pub(super) fn get(&self, slot: u64) -> Option<&State> {
         self.slots.get(&slot).map(|slot| &slot.state)
     }
 
     /// Decides one (key, limit) in place: the hot path of single-limit checks, one lookup and
     /// no copies. Returns the decision and whether a live entry was evicted to make room.
-    pub(super) fn decide_one(&mut self, slot: u128, limit: &Limit, cost: u64, now: Micros) -> (Decision, bool) {
+    pub(super) fn decide_one(
+        &mut self,
+        slot: u64,
+        limit: &Limit,
+        cost: u64,
+        now: Micros,
+    ) -> (Decision, bool) {
         let Some(index) = self.slots.get_index_of(&slot) else {
             let mut state = State::fresh(limit, now);
             let decision = decide_in_place(&mut state, limit, cost, now);
@@ -93,7 +99,7 @@ impl Shard {
 
     /// Moves a state out for the length of a check, leaving a placeholder that only the lock
     /// holder can see and that [`Shard::put`] replaces.
-    pub(super) fn take(&mut self, slot: u128) -> Option<State> {
+    pub(super) fn take(&mut self, slot: u64) -> Option<State> {
         let placeholder = State::Gcra(crate::algorithm::gcra::State { tat: 0 });
         self.slots
             .get_mut(&slot)
@@ -101,13 +107,7 @@ impl Shard {
     }
 
     /// Stores a state; returns whether a live entry had to be evicted to make room.
-    pub(super) fn put(
-        &mut self,
-        slot: u128,
-        state: State,
-        expires_at: Micros,
-        now: Micros,
-    ) -> bool {
+    pub(super) fn put(&mut self, slot: u64, state: State, expires_at: Micros, now: Micros) -> bool {
         if expires_at <= now {
             self.slots.swap_remove(&slot);
             return false;
@@ -155,7 +155,7 @@ impl Shard {
 
     /// Heap bytes held by the map and the states it owns.
     pub(super) fn heap_bytes(&self) -> usize {
-        let entry = std::mem::size_of::<(u64, u128, Slot)>();
+        let entry = std::mem::size_of::<(u64, u64, Slot)>();
         let index = std::mem::size_of::<usize>() + 1;
         let table = self.slots.capacity() * (entry + index);
         let logs: usize = self
