@@ -24,14 +24,18 @@ fn limit(algorithm: Algorithm) -> Result<Limit, tollgate::Error> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), tollgate::Error> {
-    println!("Quota 10/s. Traffic: a burst of 25 requests, then one every 50 ms for 2 s (65 in all).\n");
+    println!(
+        "Quota 10/s. Traffic: a burst of 25 requests, then one every 50 ms for 2 s (65 in all).\n"
+    );
     println!(
         "{:<15} {:>8} {:>7} {:>7} {:>20}",
         "algorithm", "admitted", "delayed", "denied", "first denial retries"
     );
     for algorithm in Algorithm::ALL {
         let clock = ManualClock::new(1_700_000_000_000_000);
-        let store = MemoryStore::builder().clock(Arc::new(clock.clone())).build();
+        let store = MemoryStore::builder()
+            .clock(Arc::new(clock.clone()))
+            .build();
         let limiter = Limiter::new(store);
         let limit = limit(algorithm)?;
         let (mut admitted, mut delayed, mut denied, mut first_retry) = (0, 0, 0, None);
@@ -39,7 +43,11 @@ async fn main() -> Result<(), tollgate::Error> {
         for at in traffic() {
             clock.advance(at - elapsed);
             elapsed = at;
-            match limiter.check(&Check::one("client", &limit)).await?.outcome() {
+            match limiter
+                .check(&Check::one("client", &limit))
+                .await?
+                .outcome()
+            {
                 Outcome::Allow => admitted += 1,
                 Outcome::Delay(_) => delayed += 1,
                 Outcome::Deny { retry_after } => {
@@ -49,7 +57,10 @@ async fn main() -> Result<(), tollgate::Error> {
             }
         }
         let retry = first_retry.map_or("-".to_owned(), |wait| format!("after {wait:?}"));
-        println!("{:<15} {admitted:>8} {delayed:>7} {denied:>7} {retry:>20}", algorithm.as_str());
+        println!(
+            "{:<15} {admitted:>8} {delayed:>7} {denied:>7} {retry:>20}",
+            algorithm.as_str()
+        );
     }
     println!("\nThe leaky bucket runs in queue mode here: it delays instead of admitting at once.");
     Ok(())

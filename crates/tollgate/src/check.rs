@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
+use crate::clock::Micros;
 use crate::decision::Decision;
 use crate::limit::Limit;
 
@@ -60,6 +61,14 @@ pub enum CheckError {
         limit: String,
         /// The cost given.
         cost: u64,
+    },
+    /// An adjustment list that does not match the check's items.
+    #[error("{adjustments} adjustments were given for a check of {items} items")]
+    AdjustmentCount {
+        /// Items in the check.
+        items: usize,
+        /// Adjustments given.
+        adjustments: usize,
     },
     /// An empty key.
     #[error("item {index} (limit {limit:?}): the key is empty")]
@@ -203,6 +212,7 @@ pub enum Outcome {
 pub struct Verdict {
     decisions: SmallVec<[Decision; 2]>,
     binding: u32,
+    at: Micros,
 }
 
 /// `binding` of a verdict without decisions.
@@ -215,20 +225,33 @@ impl Verdict {
     /// (never outlasts everything), and waiting that long satisfies every limit because no
     /// limit grows stricter while nothing is counted. Delayed if any admitted request must wait:
     /// the longest delay binds. Otherwise allowed, and the decision with the least room binds.
-    pub fn from_decisions(decisions: impl IntoIterator<Item = Decision>) -> Self {
+    ///
+    /// `at` is the store's time of the decision, which a later refund needs.
+    pub fn from_decisions(at: Micros, decisions: impl IntoIterator<Item = Decision>) -> Self {
         let decisions: SmallVec<[Decision; 2]> = decisions.into_iter().collect();
         let binding = Self::binding_of(&decisions).map_or(NO_BINDING, |index| index as u32);
-        Self { decisions, binding }
+        Self {
+            decisions,
+            binding,
+            at,
+        }
     }
 
-    /// The verdict of a check with a single limit.
-    pub fn single(decision: Decision) -> Self {
+    /// The verdict of a check with a single limit, decided at `at`.
+    pub fn single(at: Micros, decision: Decision) -> Self {
         let mut decisions = SmallVec::new();
         decisions.push(decision);
         Self {
             decisions,
             binding: 0,
+            at,
         }
+    }
+
+    /// When the store decided, in its own time (the Redis server's, for Redis stores): what
+    /// [`Limiter::refund`](crate::Limiter::refund) needs to give back exactly this charge.
+    pub fn at(&self) -> Micros {
+        self.at
     }
 
     fn binding_of(decisions: &[Decision]) -> Option<usize> {
@@ -331,27 +354,36 @@ mod tests {
 
     #[test]
     fn the_longest_denial_binds_and_never_beats_everything() {
-        let verdict = Verdict::from_decisions([
-            decision(true, 5, Some(0), 0),
-            decision(false, 0, Some(300), 0),
-            decision(false, 0, Some(900), 0),
-        ]);
+        let verdict = Verdict::from_decisions(
+            0,
+            [
+                decision(true, 5, Some(0), 0),
+                decision(false, 0, Some(300), 0),
+                decision(false, 0, Some(900), 0),
+            ],
+        );
         assert_eq!(verdict.binding_index(), Some(2));
         assert_eq!(verdict.retry_after(), Some(Duration::from_millis(900)));
-        let never = Verdict::from_decisions([
-            decision(false, 0, None, 0),
-            decision(false, 0, Some(900), 0),
-        ]);
+        let never = Verdict::from_decisions(
+            0,
+            [
+                decision(false, 0, None, 0),
+                decision(false, 0, Some(900), 0),
+            ],
+        );
         assert_eq!(never.binding_index(), Some(0));
         assert_eq!(never.outcome(), Outcome::Deny { retry_after: None });
     }
 
     #[test]
     fn the_longest_delay_binds_an_admitted_check() {
-        let verdict = Verdict::from_decisions([
-            decision(true, 4, Some(0), 100),
-            decision(true, 2, Some(0), 250),
-        ]);
+        let verdict = Verdict::from_decisions(
+            0,
+            [
+                decision(true, 4, Some(0), 100),
+                decision(true, 2, Some(0), 250),
+            ],
+        );
         assert_eq!(
             verdict.outcome(),
             Outcome::Delay(Duration::from_millis(250))
@@ -361,10 +393,12 @@ mod tests {
 
     #[test]
     fn the_least_room_binds_an_allowed_check() {
-        let verdict =
-            Verdict::from_decisions([decision(true, 4, Some(0), 0), decision(true, 2, Some(0), 0)]);
+        let verdict = Verdict::from_decisions(
+            0,
+            [decision(true, 4, Some(0), 0), decision(true, 2, Some(0), 0)],
+        );
         assert_eq!(verdict.binding_index(), Some(1));
-        assert!(Verdict::from_decisions([]).binding().is_none());
+        assert!(Verdict::from_decisions(0, []).binding().is_none());
     }
 
     #[test]

@@ -2,11 +2,13 @@
 
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use crate::algorithm::Adjustment;
 use crate::check::{Check, Verdict};
 use crate::error::Error;
 use crate::limit::Limit;
-use crate::store::{MemoryStore, Store, StoreError};
+use crate::store::{MemoryStore, Store};
 
 /// Decides checks against a store. Cheap to clone: every clone shares the same store, so one
 /// limiter per process enforces one set of limits however many handlers hold it.
@@ -44,7 +46,6 @@ impl<S: Store> Limiter<S> {
 
     /// Decides a check all-or-nothing.
     pub async fn check(&self, check: &Check<'_>) -> Result<Verdict, Error> {
-        check.validate()?;
         Ok(self.store.check(check, None).await?)
     }
 
@@ -53,39 +54,55 @@ impl<S: Store> Limiter<S> {
         self.check(&Check::one(key, limit)).await
     }
 
-    /// Gives back what an admitted `check` took, for a request that failed upstream. Never
-    /// gives back beyond a full quota.
-    pub async fn refund(&self, check: &Check<'_>) -> Result<(), Error> {
-        self.adjust(check, Adjustment::Refund).await
+    /// Gives back what an admitted `check` took, for a request that failed upstream. `verdict`
+    /// is the check's verdict; its time says which charge to give back and how much of it still
+    /// counts: nothing once its window has rolled over, and for the rate algorithms the charge
+    /// less what the bucket has refilled since (all of it when refunded at once). A denied check
+    /// took nothing, and its refund does nothing.
+    pub async fn refund(&self, check: &Check<'_>, verdict: &Verdict) -> Result<(), Error> {
+        if verdict.is_denied() {
+            return Ok(());
+        }
+        let refund = Adjustment::Refund {
+            charged_at: verdict.at(),
+        };
+        let refunds: SmallVec<[Adjustment; 4]> = check.items().iter().map(|_| refund).collect();
+        self.adjust(check, &refunds).await
     }
 
     /// Settles an admitted `check` once its real cost is known: each item is charged the
     /// difference when `actual` is above what it took, or refunded it when below. The charge is
     /// unconditional (the work is done), so a limit can go into debt and delay later requests.
-    pub async fn settle(&self, check: &Check<'_>, actual: u64) -> Result<(), Error> {
-        let mut charges = Check::new(0);
-        let mut refunds = Check::new(0);
+    pub async fn settle(
+        &self,
+        check: &Check<'_>,
+        verdict: &Verdict,
+        actual: u64,
+    ) -> Result<(), Error> {
+        if verdict.is_denied() {
+            return Ok(());
+        }
+        let mut changes = Check::new(0);
+        let mut adjustments: SmallVec<[Adjustment; 4]> = SmallVec::new();
+        let refund = Adjustment::Refund {
+            charged_at: verdict.at(),
+        };
         for item in check.items() {
             if actual > item.cost {
-                charges.push(item.key.as_ref(), item.limit, actual - item.cost);
+                changes.push(item.key.as_ref(), item.limit, actual - item.cost);
+                adjustments.push(Adjustment::Charge);
             } else if actual < item.cost {
-                refunds.push(item.key.as_ref(), item.limit, item.cost - actual);
+                changes.push(item.key.as_ref(), item.limit, item.cost - actual);
+                adjustments.push(refund);
             }
         }
-        if !charges.is_empty() {
-            self.adjust(&charges, Adjustment::Charge).await?;
+        if changes.is_empty() {
+            return Ok(());
         }
-        if !refunds.is_empty() {
-            self.adjust(&refunds, Adjustment::Refund).await?;
-        }
-        Ok(())
+        self.adjust(&changes, &adjustments).await
     }
 
-    async fn adjust(&self, check: &Check<'_>, adjustment: Adjustment) -> Result<(), Error> {
-        check.validate()?;
-        self.store
-            .adjust(check, adjustment, None)
-            .await
-            .map_err(|error: StoreError| error.into())
+    async fn adjust(&self, check: &Check<'_>, adjustments: &[Adjustment]) -> Result<(), Error> {
+        Ok(self.store.adjust(check, adjustments, None).await?)
     }
 }

@@ -120,32 +120,49 @@ fn cases() -> u32 {
         .unwrap_or(768)
 }
 
+/// Asserts that what was admitted (time, cost) respects the quota: the span bound, and for the
+/// window algorithms the quota per aligned window.
+fn assert_within_quota(limit: &Limit, admitted: &[(Micros, u64)]) -> Result<(), TestCaseError> {
+    for (i, &(start, _)) in admitted.iter().enumerate() {
+        let mut total = 0;
+        for &(at, cost) in &admitted[i..] {
+            let span = at - start;
+            if !limit.algorithm().is_rate() && span >= limit.period() {
+                break;
+            }
+            total += cost;
+            prop_assert!(
+                total <= bound(limit, span),
+                "{total} admitted in {span}us by {limit}"
+            );
+        }
+    }
+    if matches!(
+        limit.algorithm(),
+        Algorithm::FixedWindow | Algorithm::SlidingWindow
+    ) {
+        let mut per_window = std::collections::HashMap::<Micros, u64>::new();
+        for &(at, cost) in admitted {
+            *per_window.entry(at / limit.period()).or_default() += cost;
+        }
+        for (window, total) in per_window {
+            prop_assert!(
+                total <= limit.count(),
+                "{total} admitted in aligned window {window} by {limit}"
+            );
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(cases()))]
 
     #[test]
     fn never_admits_more_than_the_quota_allows((limit, trace) in limit_and_trace()) {
         let admitted = replay(&limit, &trace)?;
-        for (i, &(start, _, _)) in admitted.iter().enumerate() {
-            let mut total = 0;
-            for &(at, cost, _) in &admitted[i..] {
-                let span = at - start;
-                if !limit.algorithm().is_rate() && span >= limit.period() {
-                    break;
-                }
-                total += cost;
-                prop_assert!(total <= bound(&limit, span), "{total} admitted in {span}us by {limit}");
-            }
-        }
-        if matches!(limit.algorithm(), Algorithm::FixedWindow | Algorithm::SlidingWindow) {
-            let mut per_window = std::collections::HashMap::<Micros, u64>::new();
-            for &(at, cost, _) in &admitted {
-                *per_window.entry(at / limit.period()).or_default() += cost;
-            }
-            for (window, total) in per_window {
-                prop_assert!(total <= limit.count(), "{total} admitted in aligned window {window} by {limit}");
-            }
-        }
+        let admitted: Vec<(Micros, u64)> = admitted.iter().map(|&(at, cost, _)| (at, cost)).collect();
+        assert_within_quota(&limit, &admitted)?;
     }
 
     /// NGINX's promise, for single requests: after the first `delay_after` of a burst, what
@@ -167,6 +184,39 @@ proptest! {
         }
     }
 
+    /// Requests that fail upstream are refunded later, with other traffic in between and in
+    /// any order: what stays admitted must still respect the quota, or refunds would be a way
+    /// around it.
+    #[test]
+    fn late_refunds_never_let_more_through(
+        (limit, trace) in limit_and_trace(),
+        refunds in prop::collection::vec(prop::option::weighted(0.3, any::<prop::sample::Index>()), 150),
+    ) {
+        let mut now: Micros = 1_700_000_000_000_000;
+        let mut state: Option<State> = None;
+        // (time, cost, refunded)
+        let mut admitted: Vec<(Micros, u64, bool)> = Vec::new();
+        for (step, &(gap, cost)) in trace.iter().enumerate() {
+            now += gap;
+            let open: Vec<usize> = (0..admitted.len()).filter(|&i| !admitted[i].2).collect();
+            if let (Some(pick), false) = (refunds[step], open.is_empty()) {
+                let entry = &mut admitted[open[pick.index(open.len())]];
+                let refund = Adjustment::Refund { charged_at: entry.0 };
+                let (next, _) = algorithm::adjust(state.as_ref(), &limit, now, refund, entry.1);
+                state = Some(next);
+                entry.2 = true;
+                continue;
+            }
+            let (decision, next) = algorithm::step(state.as_ref(), &limit, now, cost);
+            if decision.allowed() {
+                state = Some(next);
+                admitted.push((now, cost, false));
+            }
+        }
+        let kept: Vec<(Micros, u64)> = admitted.iter().filter(|e| !e.2).map(|e| (e.0, e.1)).collect();
+        assert_within_quota(&limit, &kept)?;
+    }
+
     #[test]
     fn refund_restores_the_prior_state((limit, trace) in limit_and_trace(), cost in 1u64..10) {
         let mut now: Micros = 1_700_000_000_000_000;
@@ -175,8 +225,9 @@ proptest! {
             now += gap;
             let (decision, next) = algorithm::step(state.as_ref(), &limit, now, cost);
             if decision.allowed() {
-                let (refunded, _) = algorithm::adjust(Some(&next), &limit, now, Adjustment::Refund, cost);
-                let (prior, _) = algorithm::adjust(state.as_ref(), &limit, now, Adjustment::Refund, 0);
+                let refund = Adjustment::Refund { charged_at: now };
+                let (refunded, _) = algorithm::adjust(Some(&next), &limit, now, refund, cost);
+                let (prior, _) = algorithm::adjust(state.as_ref(), &limit, now, refund, 0);
                 prop_assert_eq!(refunded, prior);
             }
             let (decision, next) = algorithm::step(state.as_ref(), &limit, now, step_cost);

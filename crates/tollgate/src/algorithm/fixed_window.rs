@@ -46,8 +46,10 @@ impl Transition for FixedWindow {
         state.count = state.count.saturating_add(cost).min(2 * limit.count());
     }
 
-    fn refund(state: &mut State, _limit: &Limit, _now: Micros, amount: u64) {
-        state.count = state.count.saturating_sub(amount);
+    fn refund(state: &mut State, limit: &Limit, _now: Micros, amount: u64, charged_at: Micros) {
+        if window_start(charged_at, limit.period()) == state.start {
+            state.count = state.count.saturating_sub(amount);
+        }
     }
 
     fn remaining(state: &State, limit: &Limit, _now: Micros) -> u64 {

@@ -4,7 +4,7 @@
 //! A request of cost `c` moves the arrival time `c` intervals ahead; it is admitted while the
 //! arrival time stays within `burst` intervals of now. This is what governor and redis-cell use.
 
-use super::Transition;
+use super::{Transition, outstanding};
 use crate::clock::Micros;
 use crate::limit::Limit;
 
@@ -46,8 +46,9 @@ impl Transition for Gcra {
             .min(ceiling);
     }
 
-    fn refund(state: &mut State, limit: &Limit, now: Micros, amount: u64) {
-        let back = amount.saturating_mul(limit.interval());
+    fn refund(state: &mut State, limit: &Limit, now: Micros, amount: u64, charged_at: Micros) {
+        let poured = amount.min(2 * limit.capacity()) * limit.interval();
+        let back = outstanding(poured, charged_at, now);
         state.tat = state.tat.saturating_sub(back).max(now);
     }
 

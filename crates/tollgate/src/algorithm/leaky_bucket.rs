@@ -8,7 +8,7 @@
 //!
 //! The water is kept as time: how long the bucket needs to drain.
 
-use super::Transition;
+use super::{Transition, outstanding};
 use crate::algorithm::LeakyMode;
 use crate::clock::Micros;
 use crate::limit::Limit;
@@ -56,10 +56,11 @@ impl Transition for LeakyBucket {
         state.water = state.water.saturating_add(poured).min(2 * size(limit));
     }
 
-    fn refund(state: &mut State, limit: &Limit, _now: Micros, amount: u64) {
+    fn refund(state: &mut State, limit: &Limit, now: Micros, amount: u64, charged_at: Micros) {
+        let poured = amount.min(2 * limit.capacity()) * limit.interval();
         state.water = state
             .water
-            .saturating_sub(amount.saturating_mul(limit.interval()));
+            .saturating_sub(outstanding(poured, charged_at, now));
     }
 
     fn remaining(state: &State, limit: &Limit, _now: Micros) -> u64 {

@@ -147,8 +147,11 @@ pub trait Transition {
     /// capacity beyond empty.
     fn consume(state: &mut Self::State, limit: &Limit, now: Micros, cost: u64);
 
-    /// Gives back `amount` taken earlier, never beyond the full capacity.
-    fn refund(state: &mut Self::State, limit: &Limit, now: Micros, amount: u64);
+    /// Gives back `amount` of a charge taken at `charged_at`, but only what of it still counts:
+    /// a window algorithm forgets a charge once its window (or log entry) has passed, and a
+    /// rate algorithm has been draining it since it was taken. Giving back more would hand
+    /// newer requests room that was never theirs.
+    fn refund(state: &mut Self::State, limit: &Limit, now: Micros, amount: u64, charged_at: Micros);
 
     /// How much is left now.
     fn remaining(state: &Self::State, limit: &Limit, now: Micros) -> u64;
@@ -295,15 +298,15 @@ impl State {
         dispatch!(mut self, |A, s| A::consume(s, limit, now, cost))
     }
 
-    /// Gives back `amount`, never beyond the full capacity.
-    pub fn refund(&mut self, limit: &Limit, now: Micros, amount: u64) {
-        dispatch!(mut self, |A, s| A::refund(s, limit, now, amount))
+    /// Gives back what still counts of `amount` charged at `charged_at`.
+    pub fn refund(&mut self, limit: &Limit, now: Micros, amount: u64, charged_at: Micros) {
+        dispatch!(mut self, |A, s| A::refund(s, limit, now, amount, charged_at))
     }
 
     /// Applies an adjustment of `amount`.
     pub fn adjust(&mut self, limit: &Limit, now: Micros, adjustment: Adjustment, amount: u64) {
         match adjustment {
-            Adjustment::Refund => self.refund(limit, now, amount),
+            Adjustment::Refund { charged_at } => self.refund(limit, now, amount, charged_at),
             Adjustment::Charge => self.consume(limit, now, amount),
         }
     }
@@ -336,11 +339,22 @@ pub fn peek(stored: Option<&State>, limit: &Limit, now: Micros, cost: u64) -> De
     state.describe(limit, now, cost, state.admits(limit, now, cost))
 }
 
-/// How a stored state changes outside a check.
+/// How much of a charge that filled `poured` microseconds of a rate algorithm's timeline still
+/// certainly counts at `now`, when it was taken at `charged_at`. A charge can drain no faster
+/// than time passes, whatever else was poured or refunded around it, so this is never more
+/// than what remains of it, and it is all of it when the refund comes at once.
+pub(crate) fn outstanding(poured: Micros, charged_at: Micros, now: Micros) -> Micros {
+    poured.saturating_sub(now.saturating_sub(charged_at))
+}
+
+/// How one stored state changes outside a check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Adjustment {
     /// Give back what an earlier check took (a request that failed upstream).
-    Refund,
+    Refund {
+        /// When that check was decided: [`Verdict::at`](crate::Verdict::at).
+        charged_at: Micros,
+    },
     /// Take the amount unconditionally (the real cost turned out higher than charged).
     Charge,
 }

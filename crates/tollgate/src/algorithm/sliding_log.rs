@@ -56,19 +56,18 @@ impl Transition for SlidingLog {
         }
     }
 
-    fn refund(state: &mut State, _limit: &Limit, _now: Micros, amount: u64) {
-        let mut left = amount;
-        while left > 0 {
-            let Some((_, units)) = state.entries.back_mut() else {
-                break;
-            };
-            let taken = left.min(*units);
-            *units -= taken;
-            state.total -= taken;
-            left -= taken;
-            if *units == 0 {
-                state.entries.pop_back();
-            }
+    fn refund(state: &mut State, _limit: &Limit, _now: Micros, amount: u64, charged_at: Micros) {
+        // The charge is the entry stamped with its instant; if that has aged out, nothing of it
+        // is counted any more.
+        let Some(index) = state.entries.iter().rposition(|&(at, _)| at == charged_at) else {
+            return;
+        };
+        let units = &mut state.entries[index].1;
+        let taken = amount.min(*units);
+        *units -= taken;
+        state.total -= taken;
+        if *units == 0 {
+            state.entries.remove(index);
         }
     }
 
@@ -134,13 +133,20 @@ mod tests {
     }
 
     #[test]
-    fn refund_takes_back_the_newest_units() {
+    fn refund_takes_back_the_entry_of_the_refunded_charge() {
         let limit = crate::testing::limit(Algorithm::SlidingLog, "5/s");
         let mut state = State::default();
         SlidingLog::consume(&mut state, &limit, 10, 2);
         SlidingLog::consume(&mut state, &limit, 20, 3);
-        SlidingLog::refund(&mut state, &limit, 20, 4);
-        assert_eq!(state.entries, VecDeque::from([(10, 1)]));
-        assert_eq!(state.total, 1);
+        // The charge at 10 is refunded after another at 20: the entry at 20 must stay, or the
+        // log would forget a newer request and free room too early.
+        SlidingLog::refund(&mut state, &limit, 30, 5, 10);
+        assert_eq!(state.entries, VecDeque::from([(20, 3)]));
+        assert_eq!(state.total, 3);
+        SlidingLog::refund(&mut state, &limit, 30, 1, 999);
+        assert_eq!(
+            state.total, 3,
+            "nothing is counted from an instant with no entry"
+        );
     }
 }

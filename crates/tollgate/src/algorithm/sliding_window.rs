@@ -121,8 +121,13 @@ impl Transition for SlidingWindow {
         state.current = state.current.saturating_add(cost).min(2 * limit.count());
     }
 
-    fn refund(state: &mut State, _limit: &Limit, _now: Micros, amount: u64) {
-        state.current = state.current.saturating_sub(amount);
+    fn refund(state: &mut State, limit: &Limit, _now: Micros, amount: u64, charged_at: Micros) {
+        let window = window_start(charged_at, limit.period());
+        if window == state.start {
+            state.current = state.current.saturating_sub(amount);
+        } else if window + limit.period() == state.start {
+            state.previous = state.previous.saturating_sub(amount);
+        }
     }
 
     fn remaining(state: &State, limit: &Limit, now: Micros) -> u64 {

@@ -3,7 +3,7 @@
 //! Allows a burst up to the capacity, then the steady rate. Refill is counted in whole tokens
 //! with the partial progress kept exactly, so the Rust and Lua versions agree to the microsecond.
 
-use super::Transition;
+use super::{Transition, outstanding};
 use crate::clock::Micros;
 use crate::limit::Limit;
 
@@ -63,13 +63,23 @@ impl Transition for TokenBucket {
         state.tokens = state.tokens.saturating_sub(cost).max(-capacity(limit));
     }
 
-    fn refund(state: &mut State, limit: &Limit, now: Micros, amount: u64) {
-        let full = capacity(limit);
-        let amount = i64::try_from(amount).unwrap_or(i64::MAX);
-        state.tokens = state.tokens.saturating_add(amount).min(full);
-        if state.tokens == full {
-            state.last = now;
-        }
+    fn refund(state: &mut State, limit: &Limit, now: Micros, amount: u64, charged_at: Micros) {
+        // Seen as credit (whole tokens plus the refill progress since `last`), the bucket is a
+        // capped continuous level like GCRA's, so the refund is given back on that scale.
+        let interval = limit.interval() as i64;
+        let poured = amount.min(2 * limit.capacity()) * limit.interval();
+        let back = outstanding(poured, charged_at, now) as i64;
+        let progress = now.saturating_sub(state.last) as i64;
+        let credit = (state.tokens * interval + progress + back).min(capacity(limit) * interval);
+        let tokens = credit.div_euclid(interval);
+        *state = if tokens == capacity(limit) {
+            State { tokens, last: now }
+        } else {
+            State {
+                tokens,
+                last: now - credit.rem_euclid(interval) as u64,
+            }
+        };
     }
 
     fn remaining(state: &State, _limit: &Limit, _now: Micros) -> u64 {

@@ -51,11 +51,12 @@ pub trait Store: Send + Sync + 'static {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Verdict, StoreError>> + Send;
 
-    /// Refunds or charges every item of `check` by its cost, unconditionally.
+    /// Refunds or charges each item of `check` by its cost, as `adjustments` (one per item)
+    /// says, unconditionally.
     fn adjust(
         &self,
         check: &Check<'_>,
-        adjustment: Adjustment,
+        adjustments: &[Adjustment],
         at: Option<Micros>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 

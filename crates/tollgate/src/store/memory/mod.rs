@@ -21,7 +21,7 @@ use smallvec::SmallVec;
 use self::shard::Shard;
 use super::{Store, StoreError};
 use crate::algorithm::{Adjustment, State};
-use crate::check::{Check, Item, Verdict};
+use crate::check::{Check, CheckError, Item, Verdict};
 use crate::clock::{Clock, Micros, SystemClock};
 use crate::decision::Decision;
 use crate::limit::Limit;
@@ -299,7 +299,7 @@ impl MemoryStore {
             if evicted {
                 self.evictions.fetch_add(1, Ordering::Relaxed);
             }
-            return Ok(Verdict::single(decision));
+            return Ok(Verdict::single(now, decision));
         }
         let mut gathered = self.gather(check.items(), now);
         let admitted = gathered.work.iter().all(|w| w.admits(now));
@@ -318,6 +318,7 @@ impl MemoryStore {
             .collect();
         self.put_back(&mut gathered, admitted, now);
         Ok(Verdict::from_decisions(
+            now,
             gathered
                 .positions
                 .iter()
@@ -325,22 +326,38 @@ impl MemoryStore {
         ))
     }
 
-    /// Refunds or charges every item of `check` by its cost at `now`, synchronously.
+    /// Refunds or charges each item of `check` by its cost at `now`, as `adjustments` (one per
+    /// item) says, synchronously.
     pub fn apply(
         &self,
         check: &Check<'_>,
-        adjustment: Adjustment,
+        adjustments: &[Adjustment],
         now: Micros,
     ) -> Result<(), StoreError> {
         check.validate()?;
+        if adjustments.len() != check.items().len() {
+            return Err(CheckError::AdjustmentCount {
+                items: check.items().len(),
+                adjustments: adjustments.len(),
+            }
+            .into());
+        }
         let mut gathered = self.gather(check.items(), now);
-        for w in &mut gathered.work {
+        let mut charged = false;
+        for (w, position) in gathered.work.iter_mut().zip(0..) {
+            // A pair listed twice was merged; its first listing's adjustment stands for both.
+            let first = gathered
+                .positions
+                .iter()
+                .position(|&p| p == position)
+                .unwrap_or(0);
+            let adjustment = adjustments[first];
+            charged |= adjustment == Adjustment::Charge;
             if let Some(state) = w.state.as_mut() {
                 state.adjust(w.limit, now, adjustment, w.cost);
             }
         }
-        let changes_state = adjustment == Adjustment::Charge;
-        self.put_back(&mut gathered, changes_state, now);
+        self.put_back(&mut gathered, charged, now);
         Ok(())
     }
 
@@ -391,10 +408,10 @@ impl Store for MemoryStore {
     async fn adjust(
         &self,
         check: &Check<'_>,
-        adjustment: Adjustment,
+        adjustments: &[Adjustment],
         at: Option<Micros>,
     ) -> Result<(), StoreError> {
-        self.apply(check, adjustment, at.unwrap_or_else(|| self.clock.now()))
+        self.apply(check, adjustments, at.unwrap_or_else(|| self.clock.now()))
     }
 
     fn kind(&self) -> &'static str {

@@ -68,8 +68,16 @@ fn refund_and_settle_give_back_and_charge() {
     let store = MemoryStore::new();
     let window = limit("w", Algorithm::FixedWindow, "10/m");
     let check = Check::new(4).limit("k", &window);
-    store.decide(&check, 0).unwrap();
-    store.apply(&check, Adjustment::Refund, 0).unwrap();
+    let verdict = store.decide(&check, 0).unwrap();
+    store
+        .apply(
+            &check,
+            &[Adjustment::Refund {
+                charged_at: verdict.at(),
+            }],
+            0,
+        )
+        .unwrap();
     assert_eq!(
         store.state("k", &window),
         None,
@@ -77,7 +85,7 @@ fn refund_and_settle_give_back_and_charge() {
     );
     store.decide(&check, 0).unwrap();
     store
-        .apply(&Check::new(5).limit("k", &window), Adjustment::Charge, 0)
+        .apply(&Check::new(5).limit("k", &window), &[Adjustment::Charge], 0)
         .unwrap();
     let verdict = store.decide(&Check::new(0).limit("k", &window), 0).unwrap();
     assert_eq!(verdict.decisions()[0].remaining(), 1);
@@ -171,5 +179,66 @@ fn limits_with_the_same_name_on_different_keys_are_independent() {
             .decide(&Check::one("a", &one), 0)
             .unwrap()
             .is_allowed()
+    );
+}
+
+#[test]
+fn a_refund_after_the_window_rolled_over_gives_nothing_back() {
+    let store = MemoryStore::new();
+    let window = limit("w", Algorithm::FixedWindow, "2/s");
+    let check = Check::one("k", &window);
+    let charged = store.decide(&check, 900_000).unwrap();
+    // The next window starts full; the refund of a charge from the last one must not add room.
+    store
+        .decide(&Check::new(2).limit("k", &window), 1_000_000)
+        .unwrap();
+    store
+        .apply(
+            &check,
+            &[Adjustment::Refund {
+                charged_at: charged.at(),
+            }],
+            1_100_000,
+        )
+        .unwrap();
+    assert!(
+        store.decide(&check, 1_200_000).unwrap().is_denied(),
+        "2 of 2 already taken this window"
+    );
+}
+
+#[test]
+fn a_late_refund_gives_back_only_what_has_not_drained() {
+    let store = MemoryStore::new();
+    let bucket = limit("b", Algorithm::LeakyBucket, "10/s");
+    let check = Check::one("k", &bucket);
+    let charged = store.decide(&check, 0).unwrap();
+    // 100 ms later that request's water has drained; ten new requests fill the bucket.
+    store
+        .decide(&Check::new(10).limit("k", &bucket), 100_000)
+        .unwrap();
+    store
+        .apply(
+            &check,
+            &[Adjustment::Refund {
+                charged_at: charged.at(),
+            }],
+            100_000,
+        )
+        .unwrap();
+    assert!(
+        store.decide(&check, 100_000).unwrap().is_denied(),
+        "the refund freed nothing that was still counted"
+    );
+}
+
+#[test]
+fn adjustments_must_match_the_items() {
+    let store = MemoryStore::new();
+    let window = limit("w", Algorithm::FixedWindow, "10/m");
+    let error = store.apply(&Check::one("k", &window), &[], 0).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "0 adjustments were given for a check of 1 items"
     );
 }
