@@ -106,3 +106,73 @@ impl<S: Store> Limiter<S> {
         Ok(self.store.adjust(check, adjustments, None).await?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{Algorithm, ManualClock};
+
+    fn limiter() -> (Limiter, ManualClock) {
+        let clock = ManualClock::new(1_700_000_000_000_000);
+        let store = MemoryStore::builder()
+            .clock(Arc::new(clock.clone()))
+            .build();
+        (Limiter::new(store), clock)
+    }
+
+    #[tokio::test]
+    async fn a_prompt_refund_gives_everything_back() {
+        let (limiter, _) = limiter();
+        let limit = Limit::new("t", Algorithm::TokenBucket, "3/s".parse().unwrap()).unwrap();
+        let check = Check::new(3).limit("k", &limit);
+        let verdict = limiter.check(&check).await.unwrap();
+        assert!(verdict.is_allowed());
+        limiter.refund(&check, &verdict).await.unwrap();
+        assert!(limiter.check(&check).await.unwrap().is_allowed());
+    }
+
+    #[tokio::test]
+    async fn refunding_a_denied_check_changes_nothing() {
+        let (limiter, _) = limiter();
+        let limit = Limit::new("w", Algorithm::FixedWindow, "1/m".parse().unwrap()).unwrap();
+        let check = Check::one("k", &limit);
+        limiter.check(&check).await.unwrap();
+        let denied = limiter.check(&check).await.unwrap();
+        assert!(denied.is_denied());
+        limiter.refund(&check, &denied).await.unwrap();
+        assert!(
+            limiter.check(&check).await.unwrap().is_denied(),
+            "the one admitted request still counts"
+        );
+    }
+
+    #[tokio::test]
+    async fn settle_charges_debt_and_refunds_overestimates() {
+        let (limiter, clock) = limiter();
+        let tokens = Limit::new("llm-tokens", Algorithm::Gcra, "1000/m".parse().unwrap()).unwrap();
+        // Reserve an estimate of 100 tokens; the call used 1 500.
+        let check = Check::new(100).limit("tenant:acme", &tokens);
+        let verdict = limiter.check(&check).await.unwrap();
+        limiter.settle(&check, &verdict, 1_500).await.unwrap();
+        let look = limiter
+            .check(&Check::new(1).limit("tenant:acme", &tokens))
+            .await
+            .unwrap();
+        // 1 500 of 1 000 per minute taken: in debt, the next token is 30 s away.
+        assert_eq!(look.retry_after(), Some(Duration::from_millis(30_060)));
+        clock.advance(Duration::from_secs(90));
+        // Reserve 500, use 200: 300 come back at once.
+        let check = Check::new(500).limit("tenant:acme", &tokens);
+        let verdict = limiter.check(&check).await.unwrap();
+        assert!(verdict.is_allowed());
+        limiter.settle(&check, &verdict, 200).await.unwrap();
+        let left = limiter
+            .check(&Check::new(0).limit("tenant:acme", &tokens))
+            .await
+            .unwrap();
+        assert_eq!(left.decisions()[0].remaining(), 800);
+    }
+}
