@@ -67,3 +67,5 @@ pub use limit::{Limit, LimitBuilder, LimitError, MAX_SLIDING_LOG_COUNT};
 pub use limiter::Limiter;
 pub use quota::{MAX_COUNT, MAX_PERIOD_MICROS, Quota, QuotaError};
 pub use store::{MemoryStore, Store, StoreError};
+#[cfg(feature = "redis")]
+pub use store::{RedisConfig, RedisStats, RedisStore};

@@ -5,6 +5,8 @@
 //! policies; they take a [`Check`] and return a [`Verdict`].
 
 pub mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 use std::future::Future;
 use std::time::Duration;
@@ -13,6 +15,8 @@ use crate::algorithm::Adjustment;
 use crate::check::{Check, CheckError, Verdict};
 use crate::clock::Micros;
 
+#[cfg(feature = "redis")]
+pub use self::redis::{RedisConfig, RedisStats, RedisStore};
 pub use memory::MemoryStore;
 
 /// Why a store could not decide.

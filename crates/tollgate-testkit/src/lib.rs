@@ -1,0 +1,13 @@
+//! Real `redis-server` processes for tests: a single node or a 3-master/3-replica Redis Cluster,
+//! each on free loopback ports, owned by a value that stops them when dropped.
+//!
+//! Every server is started under a small watchdog shell that kills it when the test process
+//! exits, so a test that panics, or a cluster shared through a `static`, never leaves servers
+//! behind. A missing `redis-server` is a panic with a clear message, never a skipped test.
+
+mod cluster;
+mod ports;
+mod server;
+
+pub use cluster::RedisCluster;
+pub use server::RedisServer;

@@ -1,0 +1,193 @@
+//! One redis-server process.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::ports::free_port;
+
+/// How long a server may take to answer its first PING.
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A running redis-server on a free loopback port; stopped when dropped.
+pub struct RedisServer {
+    port: u16,
+    pid: u32,
+    watchdog: Child,
+    dir: PathBuf,
+    _tempdir: Option<tempfile::TempDir>,
+}
+
+fn redis_server_path() -> PathBuf {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("redis-server"))
+            .find(|candidate| candidate.is_file())
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "redis-server is not on PATH. The Redis tests start their own servers and never skip: \
+             run scripts/test (it installs redis-server) or `apt-get install -y redis-server`."
+        )
+    })
+}
+
+impl RedisServer {
+    /// Starts a plain server.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments (`["--maxmemory", "10mb"]`).
+    pub fn start_with(extra: &[&str]) -> Self {
+        let tempdir = tempfile::tempdir().expect("a temporary directory for redis-server");
+        let dir = tempdir.path().to_path_buf();
+        let mut server = Self::spawn(free_port(), &dir, extra);
+        server._tempdir = Some(tempdir);
+        server
+    }
+
+    /// Starts a server on `port` in `dir` (a cluster node, say).
+    pub(crate) fn spawn(port: u16, dir: &Path, extra: &[&str]) -> Self {
+        let (watchdog, pid) = launch(port, dir, extra);
+        Self {
+            port,
+            pid,
+            watchdog,
+            dir: dir.to_path_buf(),
+            _tempdir: None,
+        }
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The directory the server runs in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Runs one command on a fresh connection.
+    pub fn query<T: redis::FromRedisValue>(&self, cmd: &mut redis::Cmd) -> redis::RedisResult<T> {
+        query(self.port, cmd)
+    }
+
+    /// Sends a signal (`"KILL"`, `"STOP"`, `"CONT"`) to the server process.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid.to_string())
+            .status()
+            .expect("the kill command");
+        assert!(status.success(), "kill -{signal} {} failed", self.pid);
+    }
+
+    /// Kills the server at once (no shutdown), as a crash would.
+    pub fn kill(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-KILL")
+            .arg(self.pid.to_string())
+            .status();
+        let _ = self.watchdog.wait();
+    }
+
+    /// Starts a fresh server on the same port and directory (Redis keeps nothing: state is gone).
+    pub fn restart(&mut self, extra: &[&str]) {
+        self.kill();
+        (self.watchdog, self.pid) = launch(self.port, &self.dir, extra);
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs redis-server under a watchdog and waits for its first answer: the watchdog and the
+/// server's pid.
+fn launch(port: u16, dir: &Path, extra: &[&str]) -> (Child, u32) {
+    let binary = redis_server_path();
+    let port_text = port.to_string();
+    let mut args: Vec<&str> = vec![
+        "--port",
+        &port_text,
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--logfile",
+        "redis.log",
+        "--daemonize",
+        "no",
+    ];
+    args.extend_from_slice(extra);
+    // The watchdog: runs the server in the background and kills it as soon as the test
+    // process (this shell's parent) is gone, or stops when the server exits.
+    let script = r#"
+            parent=$1; shift
+            "$@" &
+            server=$!
+            while kill -0 "$parent" 2>/dev/null && kill -0 "$server" 2>/dev/null; do sleep 0.2; done
+            kill -9 "$server" 2>/dev/null
+            wait "$server" 2>/dev/null
+        "#;
+    let watchdog = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg("watchdog")
+        .arg(std::process::id().to_string())
+        .arg(&binary)
+        .args(&args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("could not start {}: {e}", binary.display()));
+    let mut watchdog = watchdog;
+    let started = Instant::now();
+    loop {
+        if let Ok(Some(status)) = watchdog.try_wait() {
+            panic!(
+                "redis-server on port {port} exited ({status}); its log:\n{}",
+                std::fs::read_to_string(dir.join("redis.log")).unwrap_or_default()
+            );
+        }
+        if let Ok(info) = query::<String>(port, redis::cmd("INFO").arg("server")) {
+            let pid = info
+                .lines()
+                .find_map(|line| line.strip_prefix("process_id:"))
+                .and_then(|pid| pid.trim().parse().ok());
+            if let Some(pid) = pid {
+                return (watchdog, pid);
+            }
+        }
+        assert!(
+            started.elapsed() < START_TIMEOUT,
+            "redis-server on port {port} did not answer within {START_TIMEOUT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs one command on a fresh connection to `port`.
+fn query<T: redis::FromRedisValue>(port: u16, cmd: &mut redis::Cmd) -> redis::RedisResult<T> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+    let mut connection = client.get_connection_with_timeout(Duration::from_secs(2))?;
+    cmd.query(&mut connection)
+}

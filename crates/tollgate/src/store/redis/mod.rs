@@ -1,0 +1,408 @@
+//! The Redis stores: one exact limit shared by every node.
+//!
+//! Every algorithm runs inside Redis as Lua (`scripts/*.lua`, the same transitions as the Rust
+//! ones, piece for piece), so a check is one atomic script call and all application nodes see
+//! one state. Time comes from the Redis server's `TIME`, so nodes with skewed clocks agree.
+//! Scripts run with EVALSHA and are reloaded transparently after `NOSCRIPT` (a Redis restart
+//! or `SCRIPT FLUSH`).
+//!
+//! On a Redis Cluster every key of one identity carries the same hash tag, so a check on one
+//! identity lives in one slot and stays atomic. A check spanning several slots (per user and
+//! per IP at once) is decided per slot and made all-or-nothing by reserve-then-refund: each slot
+//! takes its part; if any slot denies, the parts taken are given back. While a reservation
+//! stands, another request may be denied that would have fitted (brief under-admission), but
+//! nothing is ever admitted beyond a limit.
+
+mod batcher;
+mod connection;
+mod keys;
+mod wire;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use redis::Script;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_routing::Slot;
+use smallvec::SmallVec;
+use tokio::sync::{mpsc, oneshot};
+
+use self::batcher::{Job, PartReply};
+use self::connection::{Connection, store_error};
+pub use self::keys::{BadPrefix, MAX_PART_BYTES};
+use self::wire::{Part, PartItem, encode_adjustments};
+use super::{Store, StoreError};
+use crate::algorithm::Adjustment;
+use crate::check::{Check, CheckError, Verdict};
+use crate::clock::Micros;
+use crate::decision::Decision;
+
+const CHECK_SCRIPT: &str = concat!(
+    include_str!("scripts/algorithms.lua"),
+    include_str!("scripts/check.lua")
+);
+const ADJUST_SCRIPT: &str = concat!(
+    include_str!("scripts/algorithms.lua"),
+    include_str!("scripts/adjust.lua")
+);
+
+/// How a Redis store is set up.
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    /// Prepended to every key, so that several applications can share one Redis. Default `tg:`.
+    pub prefix: String,
+    /// The longest a check may wait for Redis before it fails with a timeout. Default 100 ms.
+    pub timeout: Duration,
+    /// The longest a (re)connection attempt may take. Default 1 s.
+    pub connect_timeout: Duration,
+    /// The most checks coalesced into one script call; 1 sends every check alone. Default 16.
+    pub max_batch: usize,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self {
+            prefix: "tg:".to_owned(),
+            timeout: Duration::from_millis(100),
+            connect_timeout: Duration::from_secs(1),
+            max_batch: 16,
+        }
+    }
+}
+
+/// A check split into parts (each with its cluster slot, `None` on a single Redis) and, per item
+/// of the check, its (part, item) position.
+type Plan = (Vec<(Option<Slot>, Part)>, SmallVec<[(usize, usize); 4]>);
+
+/// What a Redis store has sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedisStats {
+    /// Check-script calls made.
+    pub calls: u64,
+    /// Checks (or slot parts of cross-slot checks) those calls carried.
+    pub checks: u64,
+}
+
+/// A store in a single Redis or a Redis Cluster. Cheap to clone: clones share connections.
+#[derive(Clone)]
+pub struct RedisStore {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    config: RedisConfig,
+    counters: Arc<batcher::Counters>,
+    connection: Connection,
+    queue: mpsc::Sender<Job>,
+    adjust_script: Script,
+}
+
+fn unavailable(error: &redis::RedisError, config: &RedisConfig) -> StoreError {
+    store_error(error, config.connect_timeout)
+}
+
+fn invalid_config(message: String) -> StoreError {
+    StoreError::Failed(message)
+}
+
+impl RedisStore {
+    /// Connects to a single Redis at `url` (`redis://host:port/db`).
+    pub async fn connect(url: &str, config: RedisConfig) -> Result<Self, StoreError> {
+        keys::validate_prefix(&config.prefix).map_err(|error| invalid_config(error.to_string()))?;
+        let client = redis::Client::open(url)
+            .map_err(|error| invalid_config(format!("redis url {url:?}: {error}")))?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(config.timeout))
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let manager = ConnectionManager::new_with_config(client, manager_config)
+            .await
+            .map_err(|error| unavailable(&error, &config))?;
+        Ok(Self::with_connection(Connection::Node(manager), config))
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes (`redis://host:port` each).
+    pub async fn connect_cluster(
+        urls: &[impl AsRef<str>],
+        config: RedisConfig,
+    ) -> Result<Self, StoreError> {
+        keys::validate_prefix(&config.prefix).map_err(|error| invalid_config(error.to_string()))?;
+        let nodes: Vec<&str> = urls.iter().map(AsRef::as_ref).collect();
+        let client = ClusterClientBuilder::new(nodes.clone())
+            .connection_timeout(config.connect_timeout)
+            .response_timeout(config.timeout)
+            .retries(3)
+            .min_retry_wait(10)
+            .max_retry_wait(200)
+            .build()
+            .map_err(|error| invalid_config(format!("redis cluster {nodes:?}: {error}")))?;
+        let connection = client
+            .get_async_connection()
+            .await
+            .map_err(|error| unavailable(&error, &config))?;
+        Ok(Self::with_connection(
+            Connection::Cluster(connection),
+            config,
+        ))
+    }
+
+    fn with_connection(connection: Connection, config: RedisConfig) -> Self {
+        let check_script = Arc::new(Script::new(CHECK_SCRIPT));
+        let counters = Arc::new(batcher::Counters::default());
+        let queue = batcher::spawn(
+            connection.clone(),
+            check_script,
+            config.max_batch,
+            config.timeout,
+            Arc::clone(&counters),
+        );
+        Self {
+            shared: Arc::new(Shared {
+                config,
+                counters,
+                connection,
+                queue,
+                adjust_script: Script::new(ADJUST_SCRIPT),
+            }),
+        }
+    }
+
+    /// What the store has sent: script calls and the checks (or cluster-slot parts of checks)
+    /// they carried. More checks than calls means concurrent checks were coalesced.
+    pub fn stats(&self) -> RedisStats {
+        RedisStats {
+            calls: self.shared.counters.calls.load(Ordering::Relaxed),
+            checks: self.shared.counters.checks.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RedisConfig {
+        &self.shared.config
+    }
+
+    /// The Redis key that holds `key`'s state under the limit named `limit`.
+    pub fn key_of(&self, key: &str, limit: &str) -> String {
+        keys::state_key(&self.shared.config.prefix, key, limit)
+    }
+
+    /// Splits a check into parts that can each be one atomic call: one part on a single Redis,
+    /// one per hash slot on a cluster. A (key, limit) listed twice becomes one item with the
+    /// summed cost, as in the memory store. Returns the parts and, per item of the check, its
+    /// (part, item) position.
+    fn plan(&self, check: &Check<'_>) -> Plan {
+        let cluster = self.shared.connection.is_cluster();
+        let mut parts: Vec<(Option<Slot>, Part)> = Vec::new();
+        let mut positions = SmallVec::new();
+        for item in check.items() {
+            let name = self.key_of(&item.key, item.limit.name());
+            let slot = cluster.then(|| Slot::for_key(name.as_bytes()));
+            let part_index = match parts.iter().position(|(s, _)| *s == slot) {
+                Some(index) => index,
+                None => {
+                    parts.push((
+                        slot,
+                        Part {
+                            keys: Vec::new(),
+                            items: Vec::new(),
+                        },
+                    ));
+                    parts.len() - 1
+                }
+            };
+            let part = &mut parts[part_index].1;
+            let position = match part.keys.iter().position(|k| *k == name) {
+                Some(key_index) => {
+                    let item_index = part
+                        .items
+                        .iter()
+                        .position(|i| i.key == key_index)
+                        .unwrap_or(0);
+                    part.items[item_index].cost =
+                        part.items[item_index].cost.saturating_add(item.cost);
+                    item_index
+                }
+                None => {
+                    part.keys.push(name);
+                    part.items.push(PartItem {
+                        key: part.keys.len() - 1,
+                        limit: item.limit.clone(),
+                        cost: item.cost,
+                    });
+                    part.items.len() - 1
+                }
+            };
+            positions.push((part_index, position));
+        }
+        (parts, positions)
+    }
+
+    /// Queues one part and waits for its decisions, never longer than the store's timeout.
+    async fn submit(&self, slot: Option<Slot>, part: Part, at: Option<Micros>) -> PartReply {
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            part,
+            slot,
+            at,
+            reply,
+        };
+        self.shared
+            .queue
+            .try_send(job)
+            .map_err(|_| StoreError::Unavailable("the Redis store's queue is full".to_owned()))?;
+        let timeout = self.shared.config.timeout;
+        match tokio::time::timeout(timeout, answer).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(_)) => Err(StoreError::Failed("the Redis batcher stopped".to_owned())),
+            Err(_) => Err(StoreError::Timeout(timeout)),
+        }
+    }
+
+    /// Runs the adjust script for one part.
+    async fn adjust_part(
+        &self,
+        part: &Part,
+        adjustments: &[Adjustment],
+        at: Option<Micros>,
+    ) -> Result<(), StoreError> {
+        let (keys, args) = encode_adjustments(part, adjustments);
+        let mut invocation = self.shared.adjust_script.prepare_invoke();
+        for key in &keys {
+            invocation.key(key);
+        }
+        invocation.arg(at.map_or_else(String::new, |at| at.to_string()));
+        for arg in args {
+            invocation.arg(arg);
+        }
+        let mut connection = self.shared.connection.clone();
+        let timeout = self.shared.config.timeout;
+        match tokio::time::timeout(timeout, invocation.invoke_async::<i64>(&mut connection)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(error)) => Err(store_error(&error, timeout)),
+            Err(_) => Err(StoreError::Timeout(timeout)),
+        }
+    }
+
+    /// Gives back the parts a cross-slot check reserved when another part denied or failed, on
+    /// the same clock the check used.
+    async fn release(
+        &self,
+        parts: &[(Option<Slot>, Part)],
+        replies: &[PartReply],
+        at: Option<Micros>,
+    ) {
+        let releases = parts
+            .iter()
+            .zip(replies)
+            .filter_map(|((_, part), reply)| match reply {
+                Ok((now, decisions)) if decisions.iter().all(Decision::allowed) => {
+                    let refunds = vec![Adjustment::Refund { charged_at: *now }; part.items.len()];
+                    Some(async move { self.adjust_part(part, &refunds, at).await })
+                }
+                _ => None,
+            });
+        // A release that fails leaves a reservation standing: fewer admissions, never more.
+        join_all(releases).await;
+    }
+}
+
+impl Store for RedisStore {
+    async fn check(&self, check: &Check<'_>, at: Option<Micros>) -> Result<Verdict, StoreError> {
+        check.validate()?;
+        let (mut parts, positions) = self.plan(check);
+        if parts.len() == 1 {
+            let (slot, part) = parts.pop().expect("one part");
+            let (now, decisions) = self.submit(slot, part, at).await?;
+            return Ok(Verdict::from_decisions(
+                now,
+                positions.iter().map(|&(_, item)| decisions[item]),
+            ));
+        }
+        if parts.is_empty() {
+            return Ok(Verdict::from_decisions(at.unwrap_or(0), []));
+        }
+        // Several slots: every part is taken where it fits, then given back if any denied.
+        let calls = parts
+            .iter()
+            .map(|(slot, part)| self.submit(*slot, part.clone(), at));
+        let replies: Vec<PartReply> = join_all(calls).await;
+        let all_admitted = replies.iter().all(
+            |reply| matches!(reply, Ok((_, decisions)) if decisions.iter().all(Decision::allowed)),
+        );
+        if !all_admitted {
+            self.release(&parts, &replies, at).await;
+        }
+        let mut answered = Vec::with_capacity(replies.len());
+        for reply in replies {
+            answered.push(reply?);
+        }
+        let now = answered.iter().map(|(now, _)| *now).max().unwrap_or(0);
+        let decision_of = |&(part, item): &(usize, usize)| {
+            let decision = answered[part].1[item];
+            let reserved = !all_admitted && answered[part].1.iter().all(Decision::allowed);
+            if reserved {
+                // Taken and given back: report the room as it is again, as a memory store would.
+                let cost = parts[part].1.items[item].cost;
+                Decision::new(
+                    true,
+                    decision.limit(),
+                    decision
+                        .remaining()
+                        .saturating_add(cost)
+                        .min(decision.limit()),
+                    decision.reset_after_micros(),
+                    Some(0),
+                    0,
+                )
+            } else {
+                decision
+            }
+        };
+        Ok(Verdict::from_decisions(
+            now,
+            positions.iter().map(decision_of),
+        ))
+    }
+
+    async fn adjust(
+        &self,
+        check: &Check<'_>,
+        adjustments: &[Adjustment],
+        at: Option<Micros>,
+    ) -> Result<(), StoreError> {
+        check.validate()?;
+        if adjustments.len() != check.items().len() {
+            return Err(CheckError::AdjustmentCount {
+                items: check.items().len(),
+                adjustments: adjustments.len(),
+            }
+            .into());
+        }
+        let (parts, positions) = self.plan(check);
+        for (index, (_, part)) in parts.iter().enumerate() {
+            let part_adjustments: Vec<Adjustment> = (0..part.items.len())
+                .map(|item| {
+                    let first = positions
+                        .iter()
+                        .position(|&p| p == (index, item))
+                        .unwrap_or(0);
+                    adjustments[first]
+                })
+                .collect();
+            self.adjust_part(part, &part_adjustments, at).await?;
+        }
+        Ok(())
+    }
+
+    fn kind(&self) -> &'static str {
+        if self.shared.connection.is_cluster() {
+            "redis-cluster"
+        } else {
+            "redis"
+        }
+    }
+}

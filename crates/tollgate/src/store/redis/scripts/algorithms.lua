@@ -1,0 +1,412 @@
+-- The six algorithms, piece for piece as in crates/tollgate/src/algorithm/*.rs. Every piece
+-- computes exactly what its Rust twin computes: integers stay below 2^53 (where Lua's doubles
+-- are exact), a Rust `saturating_sub` is a `math.max(0, ...)` here, and the sliding window
+-- counter's floating point runs the same operations in the same order.
+--
+-- A limit L is {alg, count, period, capacity, interval, delay_after}; alg is 1 fixed_window,
+-- 2 sliding_log, 3 sliding_window, 4 token_bucket, 5 leaky_bucket, 6 gcra. A state is a table.
+
+local floor, min, max = math.floor, math.min, math.max
+
+local function window_start(now, period)
+  return now - now % period
+end
+
+-- What of a charge filling `poured` microseconds still certainly counts (see `outstanding`).
+local function outstanding(poured, charged_at, now)
+  return max(0, poured - max(0, now - charged_at))
+end
+
+-- A window is stored as its index (start / period); an index that lands more than a period
+-- ahead of now can only come from a limit whose period was changed, and starts fresh.
+--
+-- Stored numbers are written in base 36 (a microsecond timestamp takes 10 characters instead
+-- of 16) to keep values in Redis's smallest allocation; tonumber(text, 36) reads them back.
+local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
+local function b36(n)
+  if n == 0 then return '0' end
+  local out = {}
+  while n > 0 do
+    local d = n % 36
+    out[#out + 1] = string.sub(DIGITS, d + 1, d + 1)
+    n = (n - d) / 36
+  end
+  return string.reverse(table.concat(out))
+end
+local function n36(text) return tonumber(text, 36) end
+
+local A = {}
+
+-- 1: fixed window -------------------------------------------------------------------------
+A[1] = {
+  tag = 'f',
+  fresh = function(L, now) return { start = window_start(now, L.period), count = 0 } end,
+  advance = function(s, L, now)
+    local start = window_start(now, L.period)
+    if start > s.start then s.start = start; s.count = 0 end
+  end,
+  admits = function(s, L, now, cost) return cost <= L.count and s.count + cost <= L.count end,
+  consume = function(s, L, now, cost) s.count = min(s.count + cost, 2 * L.count) end,
+  refund = function(s, L, now, amount, charged_at)
+    if window_start(charged_at, L.period) == s.start then s.count = max(0, s.count - amount) end
+  end,
+  remaining = function(s, L, now) return max(0, L.count - s.count) end,
+  reset_after = function(s, L, now)
+    if s.count == 0 then return 0 end
+    return max(0, s.start + L.period - now)
+  end,
+  wait_for = function(s, L, now, cost)
+    if cost > L.count then return nil end
+    if s.count + cost <= L.count then return 0 end
+    return max(0, s.start + L.period - now)
+  end,
+  encode = function(s, L) return b36(s.start / L.period) .. ':' .. b36(s.count) end,
+  decode = function(text, L, now)
+    local window, count = string.match(text, '^(%w+):(%w+)$')
+    local start = window and n36(window) * L.period
+    if start and start <= now + L.period then return { start = start, count = n36(count) } end
+  end,
+}
+
+-- 2: sliding log: entries {at, units}, oldest first ---------------------------------------
+A[2] = {
+  tag = 'l',
+  fresh = function(L, now) return { entries = {}, total = 0 } end,
+  advance = function(s, L, now)
+    local first = 1
+    while s.entries[first] and s.entries[first][1] + L.period <= now do
+      s.total = s.total - s.entries[first][2]
+      first = first + 1
+    end
+    if first > 1 then
+      local kept = {}
+      for i = first, #s.entries do kept[#kept + 1] = s.entries[i] end
+      s.entries = kept
+    end
+  end,
+  admits = function(s, L, now, cost) return cost <= L.count and s.total + cost <= L.count end,
+  consume = function(s, L, now, cost)
+    cost = min(cost, max(0, 2 * L.count - s.total))
+    if cost == 0 then return end
+    s.total = s.total + cost
+    local last = s.entries[#s.entries]
+    if last and last[1] >= now then
+      last[2] = last[2] + cost
+    else
+      s.entries[#s.entries + 1] = { now, cost }
+    end
+  end,
+  refund = function(s, L, now, amount, charged_at)
+    for i = #s.entries, 1, -1 do
+      local entry = s.entries[i]
+      if entry[1] == charged_at then
+        local taken = min(amount, entry[2])
+        entry[2] = entry[2] - taken
+        s.total = s.total - taken
+        if entry[2] == 0 then table.remove(s.entries, i) end
+        return
+      end
+    end
+  end,
+  remaining = function(s, L, now) return max(0, L.count - s.total) end,
+  reset_after = function(s, L, now)
+    local last = s.entries[#s.entries]
+    if not last then return 0 end
+    return max(0, last[1] + L.period - now)
+  end,
+  wait_for = function(s, L, now, cost)
+    if cost > L.count then return nil end
+    local total = s.total
+    if total + cost <= L.count then return 0 end
+    for i = 1, #s.entries do
+      total = total - s.entries[i][2]
+      if total + cost <= L.count then return max(0, s.entries[i][1] + L.period - now) end
+    end
+    return 0
+  end,
+  encode = function(s, L)
+    local parts = {}
+    for i = 1, #s.entries do parts[i] = b36(s.entries[i][1]) .. ',' .. b36(s.entries[i][2]) end
+    return table.concat(parts, ';')
+  end,
+  decode = function(text, L, now)
+    local s = { entries = {}, total = 0 }
+    for at, units in string.gmatch(text, '(%w+),(%w+)') do
+      s.entries[#s.entries + 1] = { n36(at), n36(units) }
+      s.total = s.total + n36(units)
+    end
+    return s
+  end,
+}
+
+-- 3: sliding window counter ---------------------------------------------------------------
+local function weighted(L, previous, elapsed)
+  return previous * (L.period - elapsed) / L.period
+end
+
+local function fits(L, w, current, cost)
+  return w + (current + cost) <= L.count
+end
+
+-- The first elapsed time in [from, period) at which the weighted predicate holds, or nil.
+local function first_admitting(L, previous, current, from, cost)
+  local period = L.period
+  local room = L.count - (current + cost)
+  if room < 0 then return nil end
+  if previous == 0 then return from end
+  local used = current + cost
+  local function holds(elapsed)
+    return previous * (period - elapsed) / period + used <= L.count
+  end
+  local solved = math.ceil(period - room * period / previous)
+  local guess = min(max(solved, from), period)
+  while guess > from and holds(guess - 1) do guess = guess - 1 end
+  while guess < period and not holds(guess) do guess = guess + 1 end
+  if guess < period then return guess end
+  return nil
+end
+
+A[3] = {
+  tag = 's',
+  fresh = function(L, now) return { start = window_start(now, L.period), previous = 0, current = 0 } end,
+  advance = function(s, L, now)
+    local start = window_start(now, L.period)
+    if start > s.start then
+      if start == s.start + L.period then s.previous = s.current else s.previous = 0 end
+      s.current = 0
+      s.start = start
+    end
+  end,
+  admits = function(s, L, now, cost)
+    local elapsed = max(0, now - s.start)
+    return cost <= L.count and fits(L, weighted(L, s.previous, elapsed), s.current, cost)
+  end,
+  consume = function(s, L, now, cost) s.current = min(s.current + cost, 2 * L.count) end,
+  refund = function(s, L, now, amount, charged_at)
+    local window = window_start(charged_at, L.period)
+    if window == s.start then
+      s.current = max(0, s.current - amount)
+    elseif window + L.period == s.start then
+      s.previous = max(0, s.previous - amount)
+    end
+  end,
+  remaining = function(s, L, now)
+    local w = weighted(L, s.previous, max(0, now - s.start))
+    local estimate = floor(L.count - (w + s.current))
+    local guess = min(max(estimate, 0), max(0, L.count - s.current))
+    while guess > 0 and not fits(L, w, s.current, guess) do guess = guess - 1 end
+    while guess < L.count and fits(L, w, s.current, guess + 1) do guess = guess + 1 end
+    return guess
+  end,
+  reset_after = function(s, L, now)
+    if s.current > 0 then return max(0, s.start + 2 * L.period - now) end
+    if s.previous > 0 then return max(0, s.start + L.period - now) end
+    return 0
+  end,
+  wait_for = function(s, L, now, cost)
+    if cost > L.count then return nil end
+    local elapsed = max(0, now - s.start)
+    local at
+    local found = first_admitting(L, s.previous, s.current, elapsed, cost)
+    if found then
+      at = s.start + found
+    else
+      found = first_admitting(L, s.current, 0, 0, cost)
+      if found then at = s.start + L.period + found else at = s.start + 2 * L.period end
+    end
+    return max(0, at - now)
+  end,
+  encode = function(s, L) return b36(s.start / L.period) .. ':' .. b36(s.previous) .. ':' .. b36(s.current) end,
+  decode = function(text, L, now)
+    local window, previous, current = string.match(text, '^(%w+):(%w+):(%w+)$')
+    local start = window and n36(window) * L.period
+    if start and start <= now + L.period then
+      return { start = start, previous = n36(previous), current = n36(current) }
+    end
+  end,
+}
+
+-- 4: token bucket -------------------------------------------------------------------------
+A[4] = {
+  tag = 't',
+  fresh = function(L, now) return { tokens = L.capacity, last = now } end,
+  advance = function(s, L, now)
+    if now <= s.last then return end
+    local added = floor((now - s.last) / L.interval)
+    local tokens = s.tokens + added
+    if tokens >= L.capacity then
+      s.tokens = L.capacity; s.last = now
+    else
+      s.tokens = tokens; s.last = s.last + added * L.interval
+    end
+  end,
+  admits = function(s, L, now, cost) return cost <= L.capacity and s.tokens >= cost end,
+  consume = function(s, L, now, cost) s.tokens = max(s.tokens - cost, -L.capacity) end,
+  refund = function(s, L, now, amount, charged_at)
+    local interval = L.interval
+    local poured = min(amount, 2 * L.capacity) * interval
+    local back = outstanding(poured, charged_at, now)
+    local progress = max(0, now - s.last)
+    local credit = min(s.tokens * interval + progress + back, L.capacity * interval)
+    local tokens = floor(credit / interval)
+    if tokens == L.capacity then
+      s.tokens = tokens; s.last = now
+    else
+      s.tokens = tokens; s.last = now - (credit - tokens * interval)
+    end
+  end,
+  remaining = function(s, L, now) return max(0, s.tokens) end,
+  reset_after = function(s, L, now)
+    local missing = L.capacity - s.tokens
+    if missing <= 0 then return 0 end
+    return max(0, s.last + missing * L.interval - now)
+  end,
+  wait_for = function(s, L, now, cost)
+    if cost > L.capacity then return nil end
+    local missing = cost - s.tokens
+    if missing <= 0 then return 0 end
+    return max(0, s.last + missing * L.interval - now)
+  end,
+  -- Stored as one instant: when the bucket will be full again. Tokens and refill progress
+  -- follow from it exactly, as of any later time.
+  encode = function(s, L) return b36(s.last + (L.capacity - s.tokens) * L.interval) end,
+  decode = function(text, L, now)
+    local full_at = n36(text)
+    if not full_at then return nil end
+    if full_at <= now then return { tokens = L.capacity, last = now } end
+    local missing = math.ceil((full_at - now) / L.interval)
+    return { tokens = L.capacity - missing, last = full_at - missing * L.interval }
+  end,
+}
+
+-- 5: leaky bucket, the water kept as the time it needs to drain ---------------------------
+A[5] = {
+  tag = 'b',
+  fresh = function(L, now) return { water = 0, last = now } end,
+  advance = function(s, L, now)
+    if now > s.last then s.water = max(0, s.water - (now - s.last)); s.last = now end
+  end,
+  admits = function(s, L, now, cost)
+    return cost <= L.capacity and s.water + cost * L.interval <= L.capacity * L.interval
+  end,
+  consume = function(s, L, now, cost)
+    s.water = min(s.water + cost * L.interval, 2 * L.capacity * L.interval)
+  end,
+  refund = function(s, L, now, amount, charged_at)
+    local poured = min(amount, 2 * L.capacity) * L.interval
+    s.water = max(0, s.water - outstanding(poured, charged_at, now))
+  end,
+  remaining = function(s, L, now)
+    return floor(max(0, L.capacity * L.interval - s.water) / L.interval)
+  end,
+  reset_after = function(s, L, now) return max(0, s.last + s.water - now) end,
+  wait_for = function(s, L, now, cost)
+    if cost > L.capacity then return nil end
+    local overflow = max(0, s.water + cost * L.interval - L.capacity * L.interval)
+    return max(0, s.last + overflow - now)
+  end,
+  delay = function(s, L, now)
+    if L.delay_after == 0 then return 0 end
+    return max(0, s.last + s.water - (now + L.delay_after * L.interval))
+  end,
+  -- Stored as one instant: when the bucket will be empty.
+  encode = function(s, L) return b36(s.last + s.water) end,
+  decode = function(text, L, now)
+    local empty_at = n36(text)
+    if empty_at then return { water = max(0, empty_at - now), last = now } end
+  end,
+}
+
+-- 6: GCRA ----------------------------------------------------------------------------------
+A[6] = {
+  tag = 'g',
+  fresh = function(L, now) return { tat = now } end,
+  advance = function(s, L, now) s.tat = max(s.tat, now) end,
+  admits = function(s, L, now, cost)
+    return cost <= L.capacity and s.tat + cost * L.interval - now <= L.capacity * L.interval
+  end,
+  consume = function(s, L, now, cost)
+    s.tat = min(s.tat + cost * L.interval, now + 2 * L.capacity * L.interval)
+  end,
+  refund = function(s, L, now, amount, charged_at)
+    local poured = min(amount, 2 * L.capacity) * L.interval
+    s.tat = max(now, s.tat - outstanding(poured, charged_at, now))
+  end,
+  remaining = function(s, L, now)
+    return floor(max(0, L.capacity * L.interval - (s.tat - now)) / L.interval)
+  end,
+  reset_after = function(s, L, now) return s.tat - now end,
+  wait_for = function(s, L, now, cost)
+    if cost > L.capacity then return nil end
+    return max(0, s.tat + cost * L.interval - (L.capacity * L.interval + now))
+  end,
+  encode = function(s, L) return b36(s.tat) end,
+  decode = function(text, L, now) return { tat = n36(text) } end,
+}
+
+-- Shared plumbing: reading limits and states, describing decisions ------------------------
+
+-- Reads a limit from ARGV starting at `i`: alg, count, period, capacity, interval, delay_after.
+local function read_limit(i)
+  return {
+    alg = tonumber(ARGV[i]), count = tonumber(ARGV[i + 1]), period = tonumber(ARGV[i + 2]),
+    capacity = tonumber(ARGV[i + 3]), interval = tonumber(ARGV[i + 4]), delay_after = tonumber(ARGV[i + 5]),
+  }
+end
+
+-- The stored state of KEYS[k] under L, brought forward to now, cached for the whole call so
+-- that later checks of the same call see what earlier ones wrote. A state stored by another
+-- algorithm (the limit was reconfigured) starts fresh.
+local states = {}
+local function current(k, L, now)
+  local cached = states[k]
+  if cached == nil or cached.alg ~= L.alg then
+    local algorithm = A[L.alg]
+    local raw = redis.call('GET', KEYS[k])
+    local s
+    if raw and string.sub(raw, 1, 1) == algorithm.tag then s = algorithm.decode(string.sub(raw, 2), L, now) end
+    cached = { alg = L.alg, state = s or algorithm.fresh(L, now), limit = L, dirty = false }
+    states[k] = cached
+  end
+  A[L.alg].advance(cached.state, L, now)
+  return cached
+end
+
+-- {allowed, limit, remaining, reset_after, retry_after (-1: never), delay}
+local function describe(s, L, now, cost, allowed)
+  local algorithm = A[L.alg]
+  local retry = algorithm.wait_for(s, L, now, cost)
+  local delay = 0
+  if allowed and algorithm.delay then delay = algorithm.delay(s, L, now) end
+  return { allowed and 1 or 0, L.capacity, algorithm.remaining(s, L, now), algorithm.reset_after(s, L, now), retry or -1, delay }
+end
+
+-- The call's time: ARGV[1] when given (tests and replays), else the Redis server's clock.
+-- Redis counts TTLs on its own clock, which an explicit time need not follow, so with an
+-- explicit time every TTL is padded by an hour lest a key vanish before its state is fresh.
+local ttl_pad = 0
+local function clock()
+  if ARGV[1] ~= '' then
+    ttl_pad = 3600000000
+    return tonumber(ARGV[1])
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- Writes every changed state back with a TTL of its reset time, or deletes it when it is as
+-- good as fresh.
+local function write_back(now)
+  for k, cached in pairs(states) do
+    if cached.dirty then
+      local algorithm = A[cached.alg]
+      local ttl = algorithm.reset_after(cached.state, cached.limit, now)
+      if ttl <= 0 then
+        redis.call('DEL', KEYS[k])
+      else
+        local value = algorithm.tag .. algorithm.encode(cached.state, cached.limit)
+        redis.call('SET', KEYS[k], value, 'PX', math.ceil((ttl + ttl_pad) / 1000))
+      end
+    end
+  end
+end

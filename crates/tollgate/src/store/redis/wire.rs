@@ -1,0 +1,191 @@
+//! What the scripts take and give back: limits, batches of checks, adjustments and decisions.
+
+use std::collections::HashMap;
+
+use crate::algorithm::{Adjustment, Algorithm, LeakyMode};
+use crate::clock::Micros;
+use crate::decision::Decision;
+use crate::limit::Limit;
+
+/// Numbers per decision in a check reply.
+const DECISION_WIDTH: usize = 6;
+
+/// One item of a part: which key of the part, under which limit, at what cost.
+#[derive(Debug, Clone)]
+pub(crate) struct PartItem {
+    pub(crate) key: usize,
+    pub(crate) limit: Limit,
+    pub(crate) cost: u64,
+}
+
+/// A check, or the piece of it bound for one cluster slot: decided all-or-nothing by one
+/// script call, possibly together with other parts.
+#[derive(Debug, Clone)]
+pub(crate) struct Part {
+    pub(crate) keys: Vec<String>,
+    pub(crate) items: Vec<PartItem>,
+}
+
+/// The script arguments of a limit: alg, count, period, capacity, interval, delay_after.
+fn push_limit(args: &mut Vec<u64>, limit: &Limit) {
+    let code = match limit.algorithm() {
+        Algorithm::FixedWindow => 1,
+        Algorithm::SlidingLog => 2,
+        Algorithm::SlidingWindow => 3,
+        Algorithm::TokenBucket => 4,
+        Algorithm::LeakyBucket => 5,
+        Algorithm::Gcra => 6,
+    };
+    let delay_after = match limit.mode() {
+        LeakyMode::Meter => 0,
+        LeakyMode::Queue { delay_after } => delay_after,
+    };
+    args.extend([
+        code,
+        limit.count(),
+        limit.period(),
+        limit.capacity(),
+        limit.interval(),
+        delay_after,
+    ]);
+}
+
+/// Gives each distinct key one index, so that checks of one call touching the same key share
+/// its state inside the script.
+#[derive(Default)]
+struct KeyTable {
+    keys: Vec<String>,
+    index: HashMap<String, usize>,
+}
+
+impl KeyTable {
+    /// The 1-based Lua index of `key`.
+    fn index_of(&mut self, key: &str) -> u64 {
+        let next = self.keys.len();
+        let index = *self.index.entry(key.to_owned()).or_insert_with(|| {
+            self.keys.push(key.to_owned());
+            next
+        });
+        index as u64 + 1
+    }
+}
+
+/// KEYS and the numeric ARGV (after the time) of one check-script call for `parts`.
+pub(crate) fn encode_checks<'p>(parts: impl Iterator<Item = &'p Part>) -> (Vec<String>, Vec<u64>) {
+    let mut table = KeyTable::default();
+    let mut args = vec![0];
+    for part in parts {
+        args[0] += 1;
+        args.push(part.items.len() as u64);
+        for item in &part.items {
+            args.push(table.index_of(&part.keys[item.key]));
+            push_limit(&mut args, &item.limit);
+            args.push(item.cost);
+        }
+    }
+    (table.keys, args)
+}
+
+/// KEYS and the numeric ARGV (after the time) of one adjust-script call.
+pub(crate) fn encode_adjustments(
+    part: &Part,
+    adjustments: &[Adjustment],
+) -> (Vec<String>, Vec<u64>) {
+    let mut table = KeyTable::default();
+    let mut args = vec![part.items.len() as u64];
+    for (item, adjustment) in part.items.iter().zip(adjustments) {
+        args.push(table.index_of(&part.keys[item.key]));
+        push_limit(&mut args, &item.limit);
+        args.push(item.cost);
+        match adjustment {
+            Adjustment::Refund { charged_at } => args.extend([1, *charged_at]),
+            Adjustment::Charge => args.extend([2, 0]),
+        }
+    }
+    (table.keys, args)
+}
+
+/// Why a script reply could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unexpected reply from the check script: {0}")]
+pub(crate) struct BadReply(pub(crate) String);
+
+/// Splits a check-script reply into the call's time and each part's decisions.
+pub(crate) fn decode_checks(
+    reply: &[i64],
+    item_counts: &[usize],
+) -> Result<(Micros, Vec<Vec<Decision>>), BadReply> {
+    let expected = 1 + DECISION_WIDTH * item_counts.iter().sum::<usize>();
+    if reply.len() != expected {
+        return Err(BadReply(format!(
+            "{} numbers, expected {expected}",
+            reply.len()
+        )));
+    }
+    let number =
+        |value: i64| u64::try_from(value).map_err(|_| BadReply(format!("negative value {value}")));
+    let now = number(reply[0])?;
+    let mut decisions = reply[1..].chunks_exact(DECISION_WIDTH);
+    let mut parts = Vec::with_capacity(item_counts.len());
+    for &count in item_counts {
+        let mut part = Vec::with_capacity(count);
+        for fields in decisions.by_ref().take(count) {
+            let retry_after = if fields[4] < 0 {
+                None
+            } else {
+                Some(number(fields[4])?)
+            };
+            part.push(Decision::new(
+                fields[0] == 1,
+                number(fields[1])?,
+                number(fields[2])?,
+                number(fields[3])?,
+                retry_after,
+                number(fields[5])?,
+            ));
+        }
+        parts.push(part);
+    }
+    Ok((now, parts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limit(name: &str) -> Limit {
+        Limit::new(name, Algorithm::Gcra, "10/s".parse().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn parts_of_one_call_share_the_index_of_a_shared_key() {
+        let part = |keys: &[&str]| Part {
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+            items: (0..keys.len())
+                .map(|key| PartItem {
+                    key,
+                    limit: limit("l"),
+                    cost: 1,
+                })
+                .collect(),
+        };
+        let parts = [part(&["a", "b"]), part(&["b"])];
+        let (keys, args) = encode_checks(parts.iter());
+        assert_eq!(keys, ["a", "b"]);
+        // 2 checks; the first: 2 items (key 1, key 2); the second: 1 item on key 2.
+        assert_eq!(args[0], 2);
+        assert_eq!((args[1], args[2], args[10]), (2, 1, 2));
+        assert_eq!((args[18], args[19]), (1, 2));
+    }
+
+    #[test]
+    fn replies_are_checked_before_they_are_trusted() {
+        let reply = [1_000, 1, 10, 9, 100_000, 0, 0, 0, 10, 0, 900_000, -1, 0];
+        let (now, parts) = decode_checks(&reply, &[1, 1]).unwrap();
+        assert_eq!(now, 1_000);
+        assert!(parts[0][0].allowed());
+        assert_eq!(parts[1][0].retry_after(), None);
+        assert!(decode_checks(&reply, &[1]).is_err());
+        assert!(decode_checks(&[1_000, 1, -10, 9, 0, 0, 0], &[1]).is_err());
+    }
+}

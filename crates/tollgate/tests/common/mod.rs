@@ -1,0 +1,180 @@
+//! What the Redis tests share: one server and one cluster per test binary (their processes die
+//! with it), fresh key prefixes so tests never see each other's keys, and random workloads.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use proptest::prelude::*;
+use tollgate::{
+    Adjustment, Algorithm, Check, LeakyMode, Limit, MemoryStore, Micros, RedisConfig, RedisStore,
+    Store, Verdict,
+};
+use tollgate_testkit::{RedisCluster, RedisServer};
+
+pub fn server() -> &'static RedisServer {
+    static SERVER: OnceLock<RedisServer> = OnceLock::new();
+    SERVER.get_or_init(RedisServer::start)
+}
+
+pub fn cluster() -> &'static RedisCluster {
+    static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
+    CLUSTER.get_or_init(RedisCluster::start)
+}
+
+/// A key prefix no other test in this process uses.
+pub fn fresh_config() -> RedisConfig {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    RedisConfig {
+        prefix: format!("t{}:", NEXT.fetch_add(1, Ordering::Relaxed)),
+        timeout: std::time::Duration::from_secs(2),
+        ..RedisConfig::default()
+    }
+}
+
+pub async fn single_store() -> RedisStore {
+    RedisStore::connect(&server().url(), fresh_config())
+        .await
+        .expect("connect to the test redis")
+}
+
+pub async fn cluster_store() -> RedisStore {
+    RedisStore::connect_cluster(&cluster().urls(), fresh_config())
+        .await
+        .expect("connect to the test cluster")
+}
+
+/// A random limit of any algorithm and mode.
+pub fn any_limit(name: &'static str) -> impl Strategy<Value = Limit> {
+    let period = prop_oneof![
+        Just(1_000_000u64),
+        Just(7_000_000),
+        Just(60_000_000),
+        1_000u64..5_000_000
+    ];
+    (0usize..6, 1u64..12, period, 1u64..15, 0u64..15).prop_map(
+        move |(which, count, period, burst, delay)| {
+            let algorithm = Algorithm::ALL[which];
+            let quota = tollgate::Quota::from_micros(count, period).expect("valid quota");
+            let mut builder = Limit::builder(name, algorithm, quota);
+            if algorithm.is_rate() {
+                builder = builder.burst(burst);
+            }
+            if algorithm == Algorithm::LeakyBucket && delay > 0 {
+                builder = builder.mode(LeakyMode::Queue {
+                    delay_after: delay.min(burst),
+                });
+            }
+            builder.build().expect("valid limit")
+        },
+    )
+}
+
+/// One step of a workload over three limits and three keys.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// A check of (key, limit, cost) triples, as indices.
+    Check(Vec<Item>),
+    /// Refund the `n`-th most recent admitted check.
+    Refund(usize),
+    /// Charge (key, limit) unconditionally.
+    Charge(usize, usize, u64),
+}
+
+pub fn workload() -> impl Strategy<Value = (Vec<Limit>, Vec<(Micros, Step)>)> {
+    let limits =
+        (any_limit("a"), any_limit("b"), any_limit("c")).prop_map(|(a, b, c)| vec![a, b, c]);
+    let item = (
+        0usize..3,
+        0usize..3,
+        prop_oneof![5 => Just(1u64), 1 => 0u64..6],
+    );
+    let step = prop_oneof![
+        8 => prop::collection::vec(item, 1..4).prop_map(Step::Check),
+        1 => (0usize..4).prop_map(Step::Refund),
+        1 => (0usize..3, 0usize..3, 1u64..8).prop_map(|(k, l, c)| Step::Charge(k, l, c)),
+    ];
+    let gap = prop_oneof![3 => Just(0u64), 4 => 0u64..300_000, 1 => 0u64..20_000_000];
+    (limits, prop::collection::vec((gap, step), 1..60))
+}
+
+pub const KEYS: [&str; 3] = ["user:1", "ip:203.0.113.7", "tenant:{acme}"];
+
+/// An item of a workload's check, as (key, limit, cost) indices.
+pub type Item = (usize, usize, u64);
+
+/// Whether Redis's verdict agrees with memory's for a check of these items.
+pub type Agrees = fn(&[Item], &Verdict, &Verdict) -> bool;
+
+fn build<'l>(items: &[Item], limits: &'l [Limit]) -> Check<'l> {
+    let mut check = Check::new(1);
+    for &(key, limit, cost) in items {
+        check.push(KEYS[key], &limits[limit], cost);
+    }
+    check
+}
+
+/// Replays a workload through the memory store and a Redis store with the same explicit times;
+/// `agrees(items, memory's verdict, redis's verdict)` says whether each pair of verdicts matches.
+pub async fn replay_both(
+    redis: &RedisStore,
+    limits: &[Limit],
+    steps: &[(Micros, Step)],
+    agrees: Agrees,
+) -> Result<(), String> {
+    let memory = MemoryStore::new();
+    let mut now: Micros = 1_700_000_000_000_000;
+    let mut admitted: Vec<(Vec<Item>, Verdict)> = Vec::new();
+    for (gap, step) in steps {
+        now += gap;
+        match step {
+            Step::Check(items) => {
+                let check = build(items, limits);
+                let expected = memory.decide(&check, now).map_err(|e| e.to_string())?;
+                let actual = redis
+                    .check(&check, Some(now))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if !agrees(items, &expected, &actual) {
+                    return Err(format!(
+                        "at {now}: {items:?}\nmemory: {expected:?}\nredis:  {actual:?}"
+                    ));
+                }
+                if actual.is_admitted() {
+                    admitted.push((items.clone(), actual));
+                }
+            }
+            Step::Refund(back) => {
+                let Some((items, verdict)) = admitted.iter().rev().nth(*back) else {
+                    continue;
+                };
+                let check = build(items, limits);
+                let refunds = vec![
+                    Adjustment::Refund {
+                        charged_at: verdict.at()
+                    };
+                    items.len()
+                ];
+                memory
+                    .apply(&check, &refunds, now)
+                    .map_err(|e| e.to_string())?;
+                redis
+                    .adjust(&check, &refunds, Some(now))
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            Step::Charge(key, limit, cost) => {
+                let check = Check::new(*cost).limit(KEYS[*key], &limits[*limit]);
+                memory
+                    .apply(&check, &[Adjustment::Charge], now)
+                    .map_err(|e| e.to_string())?;
+                redis
+                    .adjust(&check, &[Adjustment::Charge], Some(now))
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    Ok(())
+}

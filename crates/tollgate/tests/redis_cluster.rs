@@ -1,0 +1,200 @@
+//! The Redis store on a real 3-master/3-replica Redis Cluster: one slot per identity, cross-slot
+//! checks made all-or-nothing by reserve-then-refund, never more admitted than a limit allows.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{Item, cluster, cluster_store, fresh_config, replay_both, workload};
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use redis::cluster_routing::Slot;
+use tollgate::{Algorithm, Check, Limit, RedisConfig, RedisStore, Store, Verdict};
+
+fn slot(store: &RedisStore, key: &str, limit: &str) -> Slot {
+    Slot::for_key(store.key_of(key, limit).as_bytes())
+}
+
+/// Checks within one slot must match the memory store exactly; cross-slot checks must match in
+/// outcome and in every denial, and leave the same state behind (which later steps compare).
+fn agrees(items: &[Item], expected: &Verdict, actual: &Verdict) -> bool {
+    let single_slot = items.iter().all(|&(key, _, _)| key == items[0].0);
+    if single_slot || expected.is_admitted() {
+        return expected == actual;
+    }
+    actual.is_denied()
+        && expected
+            .decisions()
+            .iter()
+            .zip(actual.decisions())
+            .all(|(e, a)| e.allowed() == a.allowed() && (e.allowed() || e == a))
+}
+
+#[test]
+fn the_cluster_and_memory_decide_alike_on_random_workloads() {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let mut runner = TestRunner::new(Config::with_cases(cases));
+    runner
+        .run(&workload(), |(limits, steps)| {
+            runtime
+                .block_on(async {
+                    let redis = cluster_store().await;
+                    replay_both(&redis, &limits, &steps, agrees).await
+                })
+                .map_err(TestCaseError::fail)
+        })
+        .expect("memory and the cluster agree");
+}
+
+#[tokio::test]
+async fn every_limit_of_one_identity_lives_in_one_slot() {
+    let store = cluster_store().await;
+    assert_eq!(
+        slot(&store, "user:42", "per-second"),
+        slot(&store, "user:42", "per-hour")
+    );
+    assert_ne!(
+        slot(&store, "user:42", "x"),
+        slot(&store, "ip:203.0.113.7", "x")
+    );
+}
+
+#[tokio::test]
+async fn a_check_across_slots_is_all_or_nothing() {
+    let store = cluster_store().await;
+    let per_user = Limit::new("per-user", Algorithm::TokenBucket, "5/m".parse().unwrap()).unwrap();
+    let per_ip = Limit::new("per-ip", Algorithm::SlidingLog, "1/m".parse().unwrap()).unwrap();
+    assert_ne!(
+        slot(&store, "user:42", "per-user"),
+        slot(&store, "ip:203.0.113.7", "per-ip")
+    );
+    let check = Check::new(1)
+        .limit("user:42", &per_user)
+        .limit("ip:203.0.113.7", &per_ip);
+    assert!(store.check(&check, None).await.unwrap().is_allowed());
+    let denied = store.check(&check, None).await.unwrap();
+    assert!(denied.is_denied());
+    assert_eq!(denied.binding_index(), Some(1));
+    assert!(denied.decisions()[0].allowed());
+    assert_eq!(
+        denied.decisions()[0].remaining(),
+        4,
+        "the user's reservation was given back"
+    );
+    let user_only = store
+        .check(&Check::new(0).limit("user:42", &per_user), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        user_only.decisions()[0].remaining(),
+        4,
+        "only the first check counted for the user"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_cross_slot_checks_never_over_admit() {
+    let store = cluster_store().await;
+    let per_user =
+        Arc::new(Limit::new("per-user", Algorithm::FixedWindow, "10/h".parse().unwrap()).unwrap());
+    let per_ip = Arc::new(Limit::new("per-ip", Algorithm::Gcra, "40/h".parse().unwrap()).unwrap());
+    let mut tasks = tokio::task::JoinSet::new();
+    for user in 0..8 {
+        for _ in 0..4 {
+            let (store, per_user, per_ip) =
+                (store.clone(), Arc::clone(&per_user), Arc::clone(&per_ip));
+            tasks.spawn(async move {
+                let key = format!("user:{user}");
+                let mut admitted = 0;
+                for _ in 0..10 {
+                    let check = Check::new(1)
+                        .limit(key.as_str(), &per_user)
+                        .limit("ip:shared", &per_ip);
+                    if store.check(&check, None).await.unwrap().is_admitted() {
+                        admitted += 1;
+                    }
+                }
+                (user, admitted)
+            });
+        }
+    }
+    let mut per_user_total = [0u32; 8];
+    while let Some(result) = tasks.join_next().await {
+        let (user, admitted) = result.unwrap();
+        per_user_total[user] += admitted;
+    }
+    let total: u32 = per_user_total.iter().sum();
+    assert!(total <= 40, "the shared IP admitted {total} of 40");
+    assert!(
+        per_user_total.iter().all(|&n| n <= 10),
+        "{per_user_total:?}"
+    );
+    assert!(
+        total >= 30,
+        "reserve-then-refund under-admitted far too much: {total}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_with_their_own_connections_never_over_admit_on_the_cluster() {
+    for algorithm in Algorithm::ALL.into_iter().filter(|a| a.is_exact()) {
+        let limit = Arc::new(Limit::new("shared", algorithm, "120/h".parse().unwrap()).unwrap());
+        let prefix = fresh_config().prefix;
+        let mut stores = Vec::new();
+        for _ in 0..3 {
+            let config = RedisConfig {
+                prefix: prefix.clone(),
+                ..fresh_config()
+            };
+            stores.push(
+                RedisStore::connect_cluster(&cluster().urls(), config)
+                    .await
+                    .unwrap(),
+            );
+        }
+        let started = std::time::Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for store in &stores {
+            for _ in 0..12 {
+                let (store, limit) = (store.clone(), Arc::clone(&limit));
+                tasks.spawn(async move {
+                    let mut admitted = 0u64;
+                    for _ in 0..12 {
+                        if store
+                            .check(&Check::one("hot", &limit), None)
+                            .await
+                            .unwrap()
+                            .is_admitted()
+                        {
+                            admitted += 1;
+                        }
+                    }
+                    admitted
+                });
+            }
+        }
+        let mut total = 0;
+        while let Some(admitted) = tasks.join_next().await {
+            total += admitted.unwrap();
+        }
+        let elapsed = started.elapsed().as_micros() as u64;
+        let refill = if algorithm.is_rate() {
+            elapsed.div_ceil(limit.interval())
+        } else {
+            0
+        };
+        let windows = if algorithm == Algorithm::FixedWindow {
+            2
+        } else {
+            1
+        };
+        assert!(
+            total <= windows * 120 + refill,
+            "{algorithm}: {total} admitted"
+        );
+        assert!(total >= 120, "{algorithm}: only {total} admitted");
+    }
+}

@@ -1,0 +1,322 @@
+//! The Redis store against a real redis-server: the same decisions as the memory store, atomic
+//! scripts, TTLs, escaping, recovery after SCRIPT FLUSH, typed errors, memory per key.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{fresh_config, replay_both, server, single_store, workload};
+use proptest::test_runner::{Config, TestRunner};
+use tollgate::{
+    Adjustment, Algorithm, Check, Limit, MemoryStore, Micros, RedisConfig, RedisStore, Store,
+    StoreError, Verdict,
+};
+
+#[test]
+fn redis_and_memory_decide_alike_on_random_workloads() {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let mut runner = TestRunner::new(Config::with_cases(cases));
+    runner
+        .run(&workload(), |(limits, steps)| {
+            runtime
+                .block_on(async {
+                    let redis = single_store().await;
+                    replay_both(&redis, &limits, &steps, |_, expected, actual| {
+                        expected == actual
+                    })
+                    .await
+                })
+                .map_err(proptest::test_runner::TestCaseError::fail)
+        })
+        .expect("memory and redis agree");
+}
+
+#[tokio::test]
+async fn scripts_are_reloaded_after_script_flush() {
+    let store = single_store().await;
+    let limit = Limit::new("l", Algorithm::FixedWindow, "3/m".parse().unwrap()).unwrap();
+    let check = Check::one("k", &limit);
+    assert!(store.check(&check, None).await.unwrap().is_allowed());
+    let flushed: String = server()
+        .query(&mut redis::cmd("SCRIPT").arg("FLUSH"))
+        .unwrap();
+    assert_eq!(flushed, "OK");
+    let verdict = store.check(&check, None).await.unwrap();
+    assert_eq!(
+        verdict.decisions()[0].remaining(),
+        1,
+        "the second request counted, the state survived"
+    );
+    server()
+        .query::<String>(&mut redis::cmd("SCRIPT").arg("FLUSH"))
+        .unwrap();
+    let refund = [Adjustment::Refund {
+        charged_at: verdict.at(),
+    }];
+    store.adjust(&check, &refund, None).await.unwrap();
+    assert_eq!(
+        store.check(&check, None).await.unwrap().decisions()[0].remaining(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn time_comes_from_the_redis_server() {
+    let store = single_store().await;
+    let limit = Limit::new("l", Algorithm::Gcra, "1/h".parse().unwrap()).unwrap();
+    let verdict = store.check(&Check::one("k", &limit), None).await.unwrap();
+    let (seconds, micros): (String, String) = server().query(&mut redis::cmd("TIME")).unwrap();
+    let server_now: Micros =
+        seconds.parse::<u64>().unwrap() * 1_000_000 + micros.parse::<u64>().unwrap();
+    assert!(
+        verdict.at() <= server_now && server_now - verdict.at() < 5_000_000,
+        "{} vs {server_now}",
+        verdict.at()
+    );
+}
+
+#[tokio::test]
+async fn every_key_expires_when_its_state_is_fresh_again() {
+    let store = single_store().await;
+    let cases = [
+        (Algorithm::FixedWindow, "5/m", 60_000),
+        (Algorithm::SlidingLog, "5/m", 60_000),
+        (Algorithm::SlidingWindow, "5/m", 120_000),
+        (Algorithm::TokenBucket, "5/m", 12_000),
+        (Algorithm::LeakyBucket, "5/m", 12_000),
+        (Algorithm::Gcra, "5/m", 12_000),
+    ];
+    for (algorithm, quota, ceiling_ms) in cases {
+        let limit = Limit::new(algorithm.as_str(), algorithm, quota.parse().unwrap()).unwrap();
+        store.check(&Check::one("ttl", &limit), None).await.unwrap();
+        let ttl: i64 = server()
+            .query(redis::cmd("PTTL").arg(store.key_of("ttl", algorithm.as_str())))
+            .unwrap();
+        assert!(
+            ttl > 0 && ttl <= ceiling_ms,
+            "{algorithm}: PTTL {ttl} ms, expected at most {ceiling_ms}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn hostile_keys_stay_in_their_own_slot_and_state() {
+    let store = single_store().await;
+    let limit = Limit::new("l", Algorithm::FixedWindow, "1/m".parse().unwrap()).unwrap();
+    let keys = [
+        "a}b",
+        "{a}",
+        "a%7Db",
+        "#x",
+        "}",
+        "k".repeat(1_024).leak() as &str,
+        "ключ 🔑",
+    ];
+    for key in keys {
+        let verdict = store.check(&Check::one(key, &limit), None).await.unwrap();
+        assert!(
+            verdict.is_allowed(),
+            "{key:?} shared state with another key"
+        );
+    }
+    let long = store.key_of(&"k".repeat(1_024), "l");
+    assert!(long.len() < 100, "{long}");
+    let stored: Vec<String> = server()
+        .query(redis::cmd("KEYS").arg(format!("{}*", store.config().prefix)))
+        .unwrap();
+    assert_eq!(stored.len(), keys.len());
+}
+
+#[tokio::test]
+async fn memory_per_key_is_small() {
+    let mut report = Vec::new();
+    let mut too_big = Vec::new();
+    for algorithm in Algorithm::ALL {
+        let limit = Limit::new("per-user", algorithm, "100/m".parse().unwrap()).unwrap();
+        let store = RedisStore::connect(
+            &server().url(),
+            RedisConfig {
+                prefix: "tg:".into(),
+                ..fresh_config()
+            },
+        )
+        .await
+        .unwrap();
+        let key = store.key_of("user:1234567", "per-user");
+        server().query::<i64>(redis::cmd("DEL").arg(&key)).unwrap();
+        store
+            .check(&Check::one("user:1234567", &limit), None)
+            .await
+            .unwrap();
+        let bytes: i64 = server()
+            .query(
+                redis::cmd("MEMORY")
+                    .arg("USAGE")
+                    .arg(&key)
+                    .arg("SAMPLES")
+                    .arg(0),
+            )
+            .unwrap();
+        report.push(format!("{algorithm}: {bytes} bytes ({key})"));
+        if matches!(
+            algorithm,
+            Algorithm::FixedWindow | Algorithm::TokenBucket | Algorithm::Gcra
+        ) && bytes > 100
+        {
+            too_big.push(algorithm);
+        }
+    }
+    println!(
+        "MEMORY USAGE per key after one request:\n{}",
+        report.join("\n")
+    );
+    assert!(
+        too_big.is_empty(),
+        "over 100 bytes per key: {too_big:?}\n{}",
+        report.join("\n")
+    );
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_a_typed_error() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let config = RedisConfig {
+        connect_timeout: Duration::from_millis(300),
+        ..fresh_config()
+    };
+    let error = match RedisStore::connect(&format!("redis://127.0.0.1:{port}"), config).await {
+        Ok(_) => panic!("connected to a closed port"),
+        Err(error) => error,
+    };
+    assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
+    let bad = RedisStore::connect(
+        "redis://127.0.0.1:6379",
+        RedisConfig {
+            prefix: "a{b".into(),
+            ..fresh_config()
+        },
+    )
+    .await;
+    assert!(bad.is_err_and(|e| e.to_string().contains("may not contain")));
+}
+
+#[tokio::test]
+async fn a_stalled_server_is_a_timeout_not_a_hang() {
+    let mut stalled = tollgate_testkit::RedisServer::start();
+    let config = RedisConfig {
+        timeout: Duration::from_millis(200),
+        ..fresh_config()
+    };
+    let store = RedisStore::connect(&stalled.url(), config).await.unwrap();
+    let limit = Limit::new("l", Algorithm::Gcra, "10/s".parse().unwrap()).unwrap();
+    assert!(store.check(&Check::one("k", &limit), None).await.is_ok());
+    stalled.signal("STOP");
+    let error = store
+        .check(&Check::one("k", &limit), None)
+        .await
+        .unwrap_err();
+    stalled.signal("CONT");
+    assert_eq!(error, StoreError::Timeout(Duration::from_millis(200)));
+    stalled.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_with_their_own_connections_never_over_admit_one_key() {
+    const STORES: usize = 4;
+    const TASKS_PER_STORE: usize = 16;
+    for algorithm in Algorithm::ALL.into_iter().filter(|a| a.is_exact()) {
+        let limit = Arc::new(Limit::new("shared", algorithm, "150/h".parse().unwrap()).unwrap());
+        let prefix = fresh_config().prefix;
+        let mut stores = Vec::new();
+        for _ in 0..STORES {
+            let config = RedisConfig {
+                prefix: prefix.clone(),
+                ..fresh_config()
+            };
+            stores.push(RedisStore::connect(&server().url(), config).await.unwrap());
+        }
+        let started = std::time::Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for store in &stores {
+            for _ in 0..TASKS_PER_STORE {
+                let (store, limit) = (store.clone(), Arc::clone(&limit));
+                tasks.spawn(async move {
+                    let mut admitted = 0u64;
+                    for _ in 0..25 {
+                        if store
+                            .check(&Check::one("hot", &limit), None)
+                            .await
+                            .unwrap()
+                            .is_admitted()
+                        {
+                            admitted += 1;
+                        }
+                    }
+                    admitted
+                });
+            }
+        }
+        let mut total = 0;
+        while let Some(admitted) = tasks.join_next().await {
+            total += admitted.unwrap();
+        }
+        let elapsed = started.elapsed().as_micros() as u64;
+        // 1 600 attempts in well under the hour: at most the quota, plus what a rate algorithm
+        // refills meanwhile, plus one more window for a fixed window that crossed an hour.
+        let refill = if algorithm.is_rate() {
+            elapsed.div_ceil(limit.interval())
+        } else {
+            0
+        };
+        let windows = if algorithm == Algorithm::FixedWindow {
+            2
+        } else {
+            1
+        };
+        assert!(
+            total <= windows * 150 + refill,
+            "{algorithm}: {total} admitted"
+        );
+        assert!(total >= 150, "{algorithm}: only {total} admitted");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_checks_are_coalesced_and_still_exact() {
+    let store = single_store().await;
+    let window =
+        Arc::new(Limit::new("w", Algorithm::FixedWindow, "100/h".parse().unwrap()).unwrap());
+    let mut tasks = tokio::task::JoinSet::new();
+    // Every check at the same explicit instant: whatever the order, exactly 100 fit.
+    let now = 1_700_000_000_000_000;
+    for n in 0..400 {
+        let (store, window) = (store.clone(), Arc::clone(&window));
+        tasks.spawn(async move {
+            let key = if n % 2 == 0 { "even" } else { "odd" };
+            store
+                .check(&Check::one(key, &window), Some(now))
+                .await
+                .unwrap()
+                .is_admitted()
+        });
+    }
+    let mut admitted = 0;
+    while let Some(result) = tasks.join_next().await {
+        admitted += u32::from(result.unwrap());
+    }
+    assert_eq!(admitted, 200, "100 per key");
+    let stats = store.stats();
+    assert_eq!(stats.checks, 400);
+    assert!(
+        stats.calls < stats.checks,
+        "nothing was coalesced: {stats:?}"
+    );
+}
