@@ -9,8 +9,7 @@ use std::time::Duration;
 use common::{fresh_config, replay_both, server, single_store, workload};
 use proptest::test_runner::{Config, TestRunner};
 use tollgate::{
-    Adjustment, Algorithm, Check, Limit, MemoryStore, Micros, RedisConfig, RedisStore, Store,
-    StoreError, Verdict,
+    Adjustment, Algorithm, Check, Limit, Micros, RedisConfig, RedisStore, Store, StoreError,
 };
 
 #[test]
@@ -42,9 +41,7 @@ async fn scripts_are_reloaded_after_script_flush() {
     let limit = Limit::new("l", Algorithm::FixedWindow, "3/m".parse().unwrap()).unwrap();
     let check = Check::one("k", &limit);
     assert!(store.check(&check, None).await.unwrap().is_allowed());
-    let flushed: String = server()
-        .query(&mut redis::cmd("SCRIPT").arg("FLUSH"))
-        .unwrap();
+    let flushed: String = server().query(redis::cmd("SCRIPT").arg("FLUSH")).unwrap();
     assert_eq!(flushed, "OK");
     let verdict = store.check(&check, None).await.unwrap();
     assert_eq!(
@@ -53,7 +50,7 @@ async fn scripts_are_reloaded_after_script_flush() {
         "the second request counted, the state survived"
     );
     server()
-        .query::<String>(&mut redis::cmd("SCRIPT").arg("FLUSH"))
+        .query::<String>(redis::cmd("SCRIPT").arg("FLUSH"))
         .unwrap();
     let refund = [Adjustment::Refund {
         charged_at: verdict.at(),
@@ -70,7 +67,7 @@ async fn time_comes_from_the_redis_server() {
     let store = single_store().await;
     let limit = Limit::new("l", Algorithm::Gcra, "1/h".parse().unwrap()).unwrap();
     let verdict = store.check(&Check::one("k", &limit), None).await.unwrap();
-    let (seconds, micros): (String, String) = server().query(&mut redis::cmd("TIME")).unwrap();
+    let (seconds, micros): (String, String) = server().query(redis::cmd("TIME")).unwrap();
     let server_now: Micros =
         seconds.parse::<u64>().unwrap() * 1_000_000 + micros.parse::<u64>().unwrap();
     assert!(
