@@ -67,7 +67,7 @@ async fn time_comes_from_the_redis_server() {
     let store = single_store().await;
     let limit = Limit::new("l", Algorithm::Gcra, "1/h".parse().unwrap()).unwrap();
     let verdict = store.check(&Check::one("k", &limit), None).await.unwrap();
-    let (seconds, micros): (String, String) = server().query(redis::cmd("TIME")).unwrap();
+    let (seconds, micros): (String, String) = server().query(&mut redis::cmd("TIME")).unwrap();
     let server_now: Micros =
         seconds.parse::<u64>().unwrap() * 1_000_000 + micros.parse::<u64>().unwrap();
     assert!(
