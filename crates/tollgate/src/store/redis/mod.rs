@@ -40,7 +40,11 @@ use crate::check::{Check, CheckError, Verdict};
 use crate::clock::Micros;
 use crate::decision::Decision;
 
-const CHECK_SCRIPT: &str = concat!(
+/// The Lua source of the check script, for tooling that runs it directly (`redis-benchmark`,
+/// `redis-cli --eval`). ARGV: the time or `''`, the number of checks, then per check its item
+/// count and per item: key index, algorithm (1-6), count, period, capacity, interval,
+/// delay_after, cost.
+pub const CHECK_SCRIPT: &str = concat!(
     include_str!("scripts/algorithms.lua"),
     include_str!("scripts/check.lua")
 );

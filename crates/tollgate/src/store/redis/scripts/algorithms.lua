@@ -17,28 +17,28 @@ local function outstanding(poured, charged_at, now)
   return max(0, poured - max(0, now - charged_at))
 end
 
--- A window is stored as its index (start / period); an index that lands more than a period
--- ahead of now can only come from a limit whose period was changed, and starts fresh.
---
--- Stored numbers are written in base 36 (a microsecond timestamp takes 10 characters instead
--- of 16) to keep values in Redis's smallest allocation; tonumber(text, 36) reads them back.
-local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
-local function b36(n)
-  if n == 0 then return '0' end
-  local out = {}
-  while n > 0 do
-    local d = n % 36
-    out[#out + 1] = string.sub(DIGITS, d + 1, d + 1)
-    n = (n - d) / 36
-  end
-  return string.reverse(table.concat(out))
+-- Stored numbers: an instant is 7 big-endian bytes (struct's I7: exact below 2^56, and
+-- fast); window indices and counts are hexadecimal. Either way values stay within Redis's
+-- smallest allocation for typical keys.
+local function hex(n) return string.format('%x', n) end
+local function unhex(text) return tonumber(text, 16) end
+local function instant(n) return struct.pack('>I7', n) end
+local function read_instant(text)
+  if string.len(text) == 7 then return (struct.unpack('>I7', text)) end
 end
-local function n36(text) return tonumber(text, 36) end
 
-local A = {}
+-- Lua creates a closure for every function definition it runs, on every call of a script, so
+-- each algorithm's functions are built only when a call uses that algorithm (the builders are
+-- cheap; a call rarely touches more than two algorithms).
+local BUILD = {}
+local A = setmetatable({}, { __index = function(built, alg)
+  local algorithm = BUILD[alg]()
+  rawset(built, alg, algorithm)
+  return algorithm
+end })
 
 -- 1: fixed window -------------------------------------------------------------------------
-A[1] = {
+BUILD[1] = function() return {
   tag = 'f',
   fresh = function(L, now) return { start = window_start(now, L.period), count = 0 } end,
   advance = function(s, L, now)
@@ -60,16 +60,18 @@ A[1] = {
     if s.count + cost <= L.count then return 0 end
     return max(0, s.start + L.period - now)
   end,
-  encode = function(s, L) return b36(s.start / L.period) .. ':' .. b36(s.count) end,
+  -- The window is stored as its index; an index more than a period ahead of now can only come
+  -- from a limit whose period was changed, and starts fresh.
+  encode = function(s, L) return hex(s.start / L.period) .. ':' .. hex(s.count) end,
   decode = function(text, L, now)
-    local window, count = string.match(text, '^(%w+):(%w+)$')
-    local start = window and n36(window) * L.period
-    if start and start <= now + L.period then return { start = start, count = n36(count) } end
+    local window, count = string.match(text, '^(%x+):(%x+)$')
+    local start = window and unhex(window) * L.period
+    if start and start <= now + L.period then return { start = start, count = unhex(count) } end
   end,
-}
+} end
 
 -- 2: sliding log: entries {at, units}, oldest first ---------------------------------------
-A[2] = {
+BUILD[2] = function() return {
   tag = 'l',
   fresh = function(L, now) return { entries = {}, total = 0 } end,
   advance = function(s, L, now)
@@ -126,47 +128,47 @@ A[2] = {
   end,
   encode = function(s, L)
     local parts = {}
-    for i = 1, #s.entries do parts[i] = b36(s.entries[i][1]) .. ',' .. b36(s.entries[i][2]) end
+    for i = 1, #s.entries do parts[i] = hex(s.entries[i][1]) .. ',' .. hex(s.entries[i][2]) end
     return table.concat(parts, ';')
   end,
   decode = function(text, L, now)
     local s = { entries = {}, total = 0 }
-    for at, units in string.gmatch(text, '(%w+),(%w+)') do
-      s.entries[#s.entries + 1] = { n36(at), n36(units) }
-      s.total = s.total + n36(units)
+    for at, units in string.gmatch(text, '(%x+),(%x+)') do
+      s.entries[#s.entries + 1] = { unhex(at), unhex(units) }
+      s.total = s.total + unhex(units)
     end
     return s
   end,
-}
+} end
 
 -- 3: sliding window counter ---------------------------------------------------------------
-local function weighted(L, previous, elapsed)
-  return previous * (L.period - elapsed) / L.period
-end
-
-local function fits(L, w, current, cost)
-  return w + (current + cost) <= L.count
-end
-
--- The first elapsed time in [from, period) at which the weighted predicate holds, or nil.
-local function first_admitting(L, previous, current, from, cost)
-  local period = L.period
-  local room = L.count - (current + cost)
-  if room < 0 then return nil end
-  if previous == 0 then return from end
-  local used = current + cost
-  local function holds(elapsed)
-    return previous * (period - elapsed) / period + used <= L.count
+BUILD[3] = function()
+  local function weighted(L, previous, elapsed)
+    return previous * (L.period - elapsed) / L.period
   end
-  local solved = math.ceil(period - room * period / previous)
-  local guess = min(max(solved, from), period)
-  while guess > from and holds(guess - 1) do guess = guess - 1 end
-  while guess < period and not holds(guess) do guess = guess + 1 end
-  if guess < period then return guess end
-  return nil
-end
 
-A[3] = {
+  local function fits(L, w, current, cost)
+    return w + (current + cost) <= L.count
+  end
+
+  -- The first elapsed time in [from, period) at which the weighted predicate holds, or nil.
+  local function first_admitting(L, previous, current, from, cost)
+    local period = L.period
+    local room = L.count - (current + cost)
+    if room < 0 then return nil end
+    if previous == 0 then return from end
+    local used = current + cost
+    local function holds(elapsed)
+      return previous * (period - elapsed) / period + used <= L.count
+    end
+    local solved = math.ceil(period - room * period / previous)
+    local guess = min(max(solved, from), period)
+    while guess > from and holds(guess - 1) do guess = guess - 1 end
+    while guess < period and not holds(guess) do guess = guess + 1 end
+    if guess < period then return guess end
+    return nil
+  end
+  return {
   tag = 's',
   fresh = function(L, now) return { start = window_start(now, L.period), previous = 0, current = 0 } end,
   advance = function(s, L, now)
@@ -216,18 +218,18 @@ A[3] = {
     end
     return max(0, at - now)
   end,
-  encode = function(s, L) return b36(s.start / L.period) .. ':' .. b36(s.previous) .. ':' .. b36(s.current) end,
+  encode = function(s, L) return hex(s.start / L.period) .. ':' .. hex(s.previous) .. ':' .. hex(s.current) end,
   decode = function(text, L, now)
-    local window, previous, current = string.match(text, '^(%w+):(%w+):(%w+)$')
-    local start = window and n36(window) * L.period
+    local window, previous, current = string.match(text, '^(%x+):(%x+):(%x+)$')
+    local start = window and unhex(window) * L.period
     if start and start <= now + L.period then
-      return { start = start, previous = n36(previous), current = n36(current) }
+      return { start = start, previous = unhex(previous), current = unhex(current) }
     end
   end,
-}
+} end
 
 -- 4: token bucket -------------------------------------------------------------------------
-A[4] = {
+BUILD[4] = function() return {
   tag = 't',
   fresh = function(L, now) return { tokens = L.capacity, last = now } end,
   advance = function(s, L, now)
@@ -269,18 +271,18 @@ A[4] = {
   end,
   -- Stored as one instant: when the bucket will be full again. Tokens and refill progress
   -- follow from it exactly, as of any later time.
-  encode = function(s, L) return b36(s.last + (L.capacity - s.tokens) * L.interval) end,
+  encode = function(s, L) return instant(s.last + (L.capacity - s.tokens) * L.interval) end,
   decode = function(text, L, now)
-    local full_at = n36(text)
+    local full_at = read_instant(text)
     if not full_at then return nil end
     if full_at <= now then return { tokens = L.capacity, last = now } end
     local missing = math.ceil((full_at - now) / L.interval)
     return { tokens = L.capacity - missing, last = full_at - missing * L.interval }
   end,
-}
+} end
 
 -- 5: leaky bucket, the water kept as the time it needs to drain ---------------------------
-A[5] = {
+BUILD[5] = function() return {
   tag = 'b',
   fresh = function(L, now) return { water = 0, last = now } end,
   advance = function(s, L, now)
@@ -310,15 +312,15 @@ A[5] = {
     return max(0, s.last + s.water - (now + L.delay_after * L.interval))
   end,
   -- Stored as one instant: when the bucket will be empty.
-  encode = function(s, L) return b36(s.last + s.water) end,
+  encode = function(s, L) return instant(s.last + s.water) end,
   decode = function(text, L, now)
-    local empty_at = n36(text)
+    local empty_at = read_instant(text)
     if empty_at then return { water = max(0, empty_at - now), last = now } end
   end,
-}
+} end
 
 -- 6: GCRA ----------------------------------------------------------------------------------
-A[6] = {
+BUILD[6] = function() return {
   tag = 'g',
   fresh = function(L, now) return { tat = now } end,
   advance = function(s, L, now) s.tat = max(s.tat, now) end,
@@ -340,9 +342,12 @@ A[6] = {
     if cost > L.capacity then return nil end
     return max(0, s.tat + cost * L.interval - (L.capacity * L.interval + now))
   end,
-  encode = function(s, L) return b36(s.tat) end,
-  decode = function(text, L, now) return { tat = n36(text) } end,
-}
+  encode = function(s, L) return instant(s.tat) end,
+  decode = function(text, L, now)
+    local tat = read_instant(text)
+    if tat then return { tat = tat } end
+  end,
+} end
 
 -- Shared plumbing: reading limits and states, describing decisions ------------------------
 
