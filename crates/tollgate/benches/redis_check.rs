@@ -33,7 +33,10 @@ fn evalsha_stats(server: &RedisServer) -> (f64, f64) {
     let info: String = server
         .query(redis::cmd("INFO").arg("commandstats"))
         .expect("INFO commandstats");
-    let line = info.lines().find(|l| l.starts_with("cmdstat_evalsha:")).unwrap_or("");
+    let line = info
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .unwrap_or("");
     let field = |name: &str| {
         line.split([':', ','])
             .find_map(|part| part.strip_prefix(&format!("{name}=")))
@@ -44,7 +47,9 @@ fn evalsha_stats(server: &RedisServer) -> (f64, f64) {
 }
 
 fn reset_stats(server: &RedisServer) {
-    let _: String = server.query(redis::cmd("CONFIG").arg("RESETSTAT")).expect("CONFIG RESETSTAT");
+    let _: String = server
+        .query(redis::cmd("CONFIG").arg("RESETSTAT"))
+        .expect("CONFIG RESETSTAT");
 }
 
 async fn tollgate_run(server: &RedisServer, tasks: usize, max_batch: usize, seconds: u64) -> Run {
@@ -53,11 +58,18 @@ async fn tollgate_run(server: &RedisServer, tasks: usize, max_batch: usize, seco
         timeout: Duration::from_secs(5),
         ..RedisConfig::default()
     };
-    let store = RedisStore::connect(&server.url(), config).await.expect("connect");
-    let limit = Arc::new(Limit::new("rate", Algorithm::Gcra, "1000/s".parse().expect("quota")).expect("limit"));
+    let store = RedisStore::connect(&server.url(), config)
+        .await
+        .expect("connect");
+    let limit = Arc::new(
+        Limit::new("rate", Algorithm::Gcra, "1000/s".parse().expect("quota")).expect("limit"),
+    );
     let keys: Arc<Vec<String>> = Arc::new((0..KEYS).map(|n| format!("user:{n}")).collect());
     // Warm up the script cache and the connection.
-    store.check(&Check::one("warm", &limit), None).await.expect("warm-up check");
+    store
+        .check(&Check::one("warm", &limit), None)
+        .await
+        .expect("warm-up check");
     reset_stats(server);
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
@@ -70,7 +82,10 @@ async fn tollgate_run(server: &RedisServer, tasks: usize, max_batch: usize, seco
             while Instant::now() < deadline {
                 let key = &keys[rng.usize(..keys.len())];
                 let sent = Instant::now();
-                store.check(&Check::one(key.as_str(), &limit), None).await.expect("check");
+                store
+                    .check(&Check::one(key.as_str(), &limit), None)
+                    .await
+                    .expect("check");
                 latencies.push(sent.elapsed().as_micros() as u64);
             }
             latencies
@@ -106,10 +121,25 @@ fn redis_benchmark_run(
     let requests = ((per_second * seconds as f64) as u64).max(10_000);
     reset_stats(server);
     let output = Command::new("redis-benchmark")
-        .args(["-p", &server.port().to_string(), "-c", &clients.to_string(), "-n", &requests.to_string()])
-        .args(["-r", &KEYS.to_string(), "-P", &pipeline.to_string(), "--csv"])
+        .args([
+            "-p",
+            &server.port().to_string(),
+            "-c",
+            &clients.to_string(),
+            "-n",
+            &requests.to_string(),
+        ])
+        .args([
+            "-r",
+            &KEYS.to_string(),
+            "-P",
+            &pipeline.to_string(),
+            "--csv",
+        ])
         .args(["EVALSHA", sha, "1", "tg:{user:__rand_int__}:rate"])
-        .args(["", "1", "1", "1", "6", "1000", "1000000", "1000", "1000", "0", "1"])
+        .args([
+            "", "1", "1", "1", "6", "1000", "1000000", "1000", "1000", "0", "1",
+        ])
         .output()
         .expect("redis-benchmark (installed with redis-server)");
     let csv = String::from_utf8_lossy(&output.stdout);
@@ -120,7 +150,11 @@ fn redis_benchmark_run(
         .split(',')
         .filter_map(|field| field.trim_matches('"').parse().ok())
         .collect();
-    assert!(row.len() >= 6, "unexpected redis-benchmark output:\n{csv}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        row.len() >= 6,
+        "unexpected redis-benchmark output:\n{csv}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let (calls, usec) = evalsha_stats(server);
     Run {
         decisions_per_second: row[0],
@@ -132,22 +166,47 @@ fn redis_benchmark_run(
 }
 
 fn main() {
-    let seconds: u64 = std::env::var("TOLLGATE_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
+    let seconds: u64 = std::env::var("TOLLGATE_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
     let server = RedisServer::start();
     let sha: String = server
         .query(redis::cmd("SCRIPT").arg("LOAD").arg(CHECK_SCRIPT))
         .expect("SCRIPT LOAD");
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     println!("decisions per second against one local redis-server, {seconds} s per run\n");
     println!(
         "{:>5} {:<26} {:>11} {:>7} {:>8} {:>8} {:>11} {:>13}",
-        "tasks", "client", "decisions/s", "ratio", "p50 us", "p99 us", "checks/call", "redis us/dec"
+        "tasks",
+        "client",
+        "decisions/s",
+        "ratio",
+        "p50 us",
+        "p99 us",
+        "checks/call",
+        "redis us/dec"
     );
     for tasks in [1, 16, 256] {
         let batched = runtime.block_on(tollgate_run(&server, tasks, 16, seconds));
         let unbatched = runtime.block_on(tollgate_run(&server, tasks, 1, seconds));
-        let connections = redis_benchmark_run(&server, (tasks, 1), seconds, &sha, batched.decisions_per_second);
-        let pipelined = redis_benchmark_run(&server, (1, tasks), seconds, &sha, batched.decisions_per_second);
+        let connections = redis_benchmark_run(
+            &server,
+            (tasks, 1),
+            seconds,
+            &sha,
+            batched.decisions_per_second,
+        );
+        let pipelined = redis_benchmark_run(
+            &server,
+            (1, tasks),
+            seconds,
+            &sha,
+            batched.decisions_per_second,
+        );
         let floor = if pipelined.decisions_per_second > connections.decisions_per_second {
             &pipelined
         } else {

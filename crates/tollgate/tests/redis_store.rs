@@ -317,3 +317,27 @@ async fn concurrent_checks_are_coalesced_and_still_exact() {
         "nothing was coalesced: {stats:?}"
     );
 }
+
+#[tokio::test]
+async fn a_lost_connection_is_recovered_after_a_restart() {
+    let mut server = tollgate_testkit::RedisServer::start();
+    let config = RedisConfig {
+        timeout: Duration::from_millis(500),
+        ..fresh_config()
+    };
+    let store = RedisStore::connect(&server.url(), config).await.unwrap();
+    let limit = Limit::new("l", Algorithm::Gcra, "10/s".parse().unwrap()).unwrap();
+    assert!(store.check(&Check::one("k", &limit), None).await.is_ok());
+    server.restart(&[]);
+    // The first checks may meet the dead connection; the store must come back by itself, with
+    // its scripts reloaded into the new server.
+    let mut recovered = false;
+    for _ in 0..50 {
+        if store.check(&Check::one("k", &limit), None).await.is_ok() {
+            recovered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(recovered, "the store never reconnected");
+}
