@@ -45,10 +45,13 @@
 pub mod algorithm;
 mod check;
 mod clock;
+pub mod config;
 mod decision;
 mod error;
+pub mod headers;
 mod limit;
 mod limiter;
+pub mod policy;
 mod quota;
 pub mod store;
 
@@ -61,11 +64,13 @@ pub use clock::{
     Clock, MICROS_PER_SECOND, ManualClock, Micros, SystemClock, duration_to_micros,
     micros_to_duration,
 };
+pub use config::{ConfigError, ConfigErrors};
 pub use decision::Decision;
 pub use error::Error;
 pub use limit::{Limit, LimitBuilder, LimitError, MAX_SLIDING_LOG_COUNT};
 pub use limiter::Limiter;
-pub use quota::{MAX_COUNT, MAX_PERIOD_MICROS, Quota, QuotaError};
+pub use policy::{Config, Evaluation, Identity, Policies, Request};
+pub use quota::{MAX_COUNT, MAX_PERIOD_MICROS, Quota, QuotaError, parse_duration};
 pub use store::{MemoryStore, Store, StoreError};
 #[cfg(feature = "redis")]
 pub use store::{RedisConfig, RedisStats, RedisStore};

@@ -40,6 +40,12 @@ pub enum QuotaError {
         /// The count part of it.
         count: String,
     },
+    /// A duration that is not a number followed by a unit.
+    #[error("duration {text:?}: expected a number and a unit, such as 100ms, 30s, 5m or 1h")]
+    Duration {
+        /// The text that was given.
+        text: String,
+    },
     /// The period's unit is unknown.
     #[error(
         "quota {text:?}: unknown unit {unit:?} (expected one of: us, ms, s, m, min, h, d, w, or their long names)"
@@ -78,7 +84,11 @@ impl Quota {
 
     /// `count` units every `period` microseconds.
     pub fn from_micros(count: u64, period: Micros) -> Result<Self, QuotaError> {
-        let text = || format!("{count}/{}", period_text(period));
+        Self::checked(count, period, || format!("{count}/{}", period_text(period)))
+    }
+
+    /// Checks the bounds; `text` writes the quota for messages.
+    fn checked(count: u64, period: Micros, text: impl Fn() -> String) -> Result<Self, QuotaError> {
         if period == 0 {
             return Err(QuotaError::ZeroPeriod { text: text() });
         }
@@ -178,6 +188,23 @@ fn parse_period(text: &str, whole: &str) -> Result<Micros, QuotaError> {
         })
 }
 
+/// Parses a duration such as `100ms`, `30s`, `5m`, `1h` or `2 days` (a number is required).
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, QuotaError> {
+    let trimmed = text.trim();
+    if !trimmed.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(QuotaError::Duration {
+            text: text.to_owned(),
+        });
+    }
+    let micros = parse_period(trimmed, text)?;
+    if micros > MAX_PERIOD_MICROS {
+        return Err(QuotaError::PeriodTooLong {
+            text: trimmed.to_owned(),
+        });
+    }
+    Ok(std::time::Duration::from_micros(micros))
+}
+
 /// Writes a period in the largest unit that divides it.
 fn period_text(period: Micros) -> String {
     let (names, micros) = UNITS
@@ -215,7 +242,7 @@ impl FromStr for Quota {
                 text: text.trim().to_owned(),
             })?;
         let period = parse_period(period, text)?;
-        Self::from_micros(count, period)
+        Self::checked(count, period, || text.trim().to_owned())
     }
 }
 
@@ -264,6 +291,21 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn parses_durations() {
+        assert_eq!(
+            parse_duration("100ms"),
+            Ok(std::time::Duration::from_millis(100))
+        );
+        assert_eq!(
+            parse_duration("1h"),
+            Ok(std::time::Duration::from_secs(3_600))
+        );
+        let error = parse_duration("soon").unwrap_err().to_string();
+        assert!(error.contains("expected a number and a unit"), "{error}");
+        assert!(parse_duration("5 fortnights").is_err());
     }
 
     #[test]

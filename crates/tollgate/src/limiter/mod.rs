@@ -1,6 +1,11 @@
-//! The one entry point: a store, shared by every clone.
+//! The one entry point: a store and, optionally, policies, shared by every clone.
+
+mod evaluate;
+mod penalty;
 
 use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
 
 use smallvec::SmallVec;
 
@@ -8,18 +13,25 @@ use crate::algorithm::Adjustment;
 use crate::check::{Check, Verdict};
 use crate::error::Error;
 use crate::limit::Limit;
+use crate::policy::Policies;
 use crate::store::{MemoryStore, Store};
 
-/// Decides checks against a store. Cheap to clone: every clone shares the same store, so one
-/// limiter per process enforces one set of limits however many handlers hold it.
+/// Decides checks against a store, and requests against policies. Cheap to clone: every clone
+/// shares the same store and policies, so one limiter per process enforces one set of limits
+/// however many handlers hold it.
 pub struct Limiter<S = MemoryStore> {
-    store: Arc<S>,
+    inner: Arc<Inner<S>>,
+}
+
+struct Inner<S> {
+    store: S,
+    policies: ArcSwapOption<Policies>,
 }
 
 impl<S> Clone for Limiter<S> {
     fn clone(&self) -> Self {
         Self {
-            store: Arc::clone(&self.store),
+            inner: Arc::clone(&self.inner),
         }
     }
 }
@@ -32,21 +44,41 @@ impl Limiter<MemoryStore> {
 }
 
 impl<S: Store> Limiter<S> {
-    /// A limiter on `store`.
+    /// A limiter on `store`, without policies.
     pub fn new(store: S) -> Self {
         Self {
-            store: Arc::new(store),
+            inner: Arc::new(Inner {
+                store,
+                policies: ArcSwapOption::empty(),
+            }),
         }
+    }
+
+    /// A limiter on `store` that decides requests by `policies`.
+    pub fn with_policies(store: S, policies: Policies) -> Self {
+        let limiter = Self::new(store);
+        limiter.set_policies(policies);
+        limiter
+    }
+
+    /// Replaces the policies; checks already under way finish with the old ones.
+    pub fn set_policies(&self, policies: Policies) {
+        self.inner.policies.store(Some(Arc::new(policies)));
+    }
+
+    /// The policies in force, if any.
+    pub fn policies(&self) -> Option<Arc<Policies>> {
+        self.inner.policies.load_full()
     }
 
     /// The store.
     pub fn store(&self) -> &S {
-        &self.store
+        &self.inner.store
     }
 
     /// Decides a check all-or-nothing.
     pub async fn check(&self, check: &Check<'_>) -> Result<Verdict, Error> {
-        Ok(self.store.check(check, None).await?)
+        Ok(self.inner.store.check(check, None).await?)
     }
 
     /// Decides one limit on one key at a cost of 1.
@@ -103,7 +135,7 @@ impl<S: Store> Limiter<S> {
     }
 
     async fn adjust(&self, check: &Check<'_>, adjustments: &[Adjustment]) -> Result<(), Error> {
-        Ok(self.store.adjust(check, adjustments, None).await?)
+        Ok(self.inner.store.adjust(check, adjustments, None).await?)
     }
 }
 

@@ -1,0 +1,235 @@
+//! Verdicts as HTTP: rate-limit header fields and `application/problem+json` bodies, with no
+//! HTTP framework involved (the tower layer and the server put them on responses).
+//!
+//! Families: the IETF `RateLimit` / `RateLimit-Policy` structured fields of
+//! draft-ietf-httpapi-ratelimit-headers-10, the `RateLimit-Limit/Remaining/Reset` fields of
+//! drafts 04 to 06, and the legacy `X-RateLimit-*` fields (reset as epoch seconds).
+
+use std::time::Duration;
+
+use sfv::{Integer, KeyRef, ListSerializer, StringRef};
+
+use crate::clock::{MICROS_PER_SECOND, Micros};
+use crate::decision::Decision;
+use crate::limit::Limit;
+use crate::policy::{HeaderFamily, QuotaUnit};
+
+/// One limit as a response reports it.
+#[derive(Debug, Clone, Copy)]
+pub struct LimitView<'a> {
+    /// The name shown to clients.
+    pub label: &'a str,
+    /// The limit.
+    pub limit: &'a Limit,
+    /// What its quota counts.
+    pub unit: QuotaUnit,
+    /// Its decision for this request.
+    pub decision: Decision,
+}
+
+fn seconds_up(micros: Micros) -> u64 {
+    micros.div_ceil(MICROS_PER_SECOND)
+}
+
+impl LimitView<'_> {
+    /// `q` and `w` of `RateLimit-Policy`: the most the limit admits at once, and the seconds
+    /// that take to come back (a window's period; for a rate algorithm, its burst's refill time,
+    /// which is the configured period when the burst is the default).
+    pub fn quota_and_window(&self) -> (u64, u64) {
+        let window = if self.limit.algorithm().is_rate() {
+            self.limit.capacity() * self.limit.interval()
+        } else {
+            self.limit.period()
+        };
+        (self.limit.capacity(), seconds_up(window).max(1))
+    }
+
+    /// `t` of `RateLimit`: for a denying limit, the seconds until this request would fit;
+    /// otherwise the seconds until the limit is fully restored.
+    pub fn seconds_until_more(&self) -> u64 {
+        let micros = match (self.decision.allowed(), self.decision.retry_after_micros()) {
+            (false, Some(retry)) => retry,
+            _ => self.decision.reset_after_micros(),
+        };
+        seconds_up(micros)
+    }
+}
+
+/// Structured-field strings allow printable ASCII only; anything else becomes `?`.
+fn sf_string(text: &str) -> String {
+    text.chars()
+        .map(|c| if (' '..='~').contains(&c) { c } else { '?' })
+        .collect()
+}
+
+fn integer(value: u64) -> Integer {
+    Integer::try_from(value).unwrap_or(Integer::constant(999_999_999_999_999))
+}
+
+/// `RateLimit-Policy`: one item per limit, `"name";q=100;w=60`.
+pub fn ietf_policy_field(views: &[LimitView<'_>]) -> Option<String> {
+    let mut list = ListSerializer::new();
+    for view in views {
+        let name = sf_string(view.label);
+        let (quota, window) = view.quota_and_window();
+        let mut item = list
+            .bare_item(StringRef::from_str(&name).ok()?)
+            .parameter(KeyRef::constant("q"), integer(quota))
+            .parameter(KeyRef::constant("w"), integer(window));
+        if view.unit != QuotaUnit::Requests {
+            item = item.parameter(
+                KeyRef::constant("qu"),
+                StringRef::from_str(view.unit.as_str()).ok()?,
+            );
+        }
+        let _ = item;
+    }
+    list.finish()
+}
+
+/// `RateLimit`: one item per limit, `"name";r=50;t=30`.
+pub fn ietf_field(views: &[LimitView<'_>]) -> Option<String> {
+    let mut list = ListSerializer::new();
+    for view in views {
+        let name = sf_string(view.label);
+        let _ = list
+            .bare_item(StringRef::from_str(&name).ok()?)
+            .parameter(KeyRef::constant("r"), integer(view.decision.remaining()))
+            .parameter(KeyRef::constant("t"), integer(view.seconds_until_more()));
+    }
+    list.finish()
+}
+
+/// The rate-limit header fields of `families` for the limits of a request. The older families
+/// describe only the `binding` limit. `now` (the decision's time) dates the legacy reset.
+pub fn rate_limit_fields(
+    families: &[HeaderFamily],
+    views: &[LimitView<'_>],
+    binding: Option<usize>,
+    now: Micros,
+) -> Vec<(&'static str, String)> {
+    let mut fields = Vec::new();
+    if views.is_empty() {
+        return fields;
+    }
+    let bound = views.get(binding.unwrap_or(0)).unwrap_or(&views[0]);
+    let (quota, _) = bound.quota_and_window();
+    let remaining = bound.decision.remaining();
+    for family in families {
+        match family {
+            HeaderFamily::Ietf => {
+                if let Some(value) = ietf_policy_field(views) {
+                    fields.push(("ratelimit-policy", value));
+                }
+                if let Some(value) = ietf_field(views) {
+                    fields.push(("ratelimit", value));
+                }
+            }
+            HeaderFamily::Draft => {
+                fields.push(("ratelimit-limit", quota.to_string()));
+                fields.push(("ratelimit-remaining", remaining.to_string()));
+                fields.push(("ratelimit-reset", bound.seconds_until_more().to_string()));
+                if !families.contains(&HeaderFamily::Ietf) {
+                    let policies: Vec<String> = views
+                        .iter()
+                        .map(|view| {
+                            let (q, w) = view.quota_and_window();
+                            format!("{q};w={w}")
+                        })
+                        .collect();
+                    fields.push(("ratelimit-policy", policies.join(", ")));
+                }
+            }
+            HeaderFamily::Legacy => {
+                let reset_at = seconds_up(now + bound.decision.reset_after_micros());
+                fields.push(("x-ratelimit-limit", quota.to_string()));
+                fields.push(("x-ratelimit-remaining", remaining.to_string()));
+                fields.push((
+                    "x-ratelimit-used",
+                    quota.saturating_sub(remaining).to_string(),
+                ));
+                fields.push(("x-ratelimit-reset", reset_at.to_string()));
+                fields.push(("x-ratelimit-resource", sf_string(bound.label)));
+            }
+        }
+    }
+    fields
+}
+
+/// `Retry-After` in whole seconds, rounded up so that a client waiting that long is admitted
+/// (never earlier than the binding limit's `t`).
+pub fn retry_after_seconds(retry_after: Duration) -> u64 {
+    let micros = u64::try_from(retry_after.as_micros()).unwrap_or(u64::MAX);
+    seconds_up(micros).max(1)
+}
+
+/// The problem types of refusals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProblemKind {
+    /// A quota is used up (429).
+    QuotaExceeded,
+    /// The client is in a penalty box or on the deny list (429).
+    AbnormalUsage,
+    /// The limiter cannot decide (its store is down) and fails closed (503).
+    TemporaryReducedCapacity,
+    /// The client is on the deny list (403).
+    Forbidden,
+}
+
+impl ProblemKind {
+    /// The problem type URI.
+    pub fn type_uri(self) -> &'static str {
+        match self {
+            ProblemKind::QuotaExceeded => {
+                "https://iana.org/assignments/http-problem-types#quota-exceeded"
+            }
+            ProblemKind::AbnormalUsage => {
+                "https://iana.org/assignments/http-problem-types#abnormal-usage-detected"
+            }
+            ProblemKind::TemporaryReducedCapacity => {
+                "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+            }
+            ProblemKind::Forbidden => "about:blank",
+        }
+    }
+
+    /// The usual status.
+    pub fn status(self) -> u16 {
+        match self {
+            ProblemKind::QuotaExceeded | ProblemKind::AbnormalUsage => 429,
+            ProblemKind::TemporaryReducedCapacity => 503,
+            ProblemKind::Forbidden => 403,
+        }
+    }
+
+    /// A short title.
+    pub fn title(self, status: u16) -> &'static str {
+        match status {
+            403 => "Forbidden",
+            503 => "Service Unavailable",
+            _ => "Too Many Requests",
+        }
+    }
+}
+
+/// An `application/problem+json` body (RFC 9457); `status` must be the response's status.
+pub fn problem_json(
+    kind: ProblemKind,
+    status: u16,
+    detail: &str,
+    violated_policies: &[&str],
+) -> String {
+    let mut body = serde_json::json!({
+        "type": kind.type_uri(),
+        "title": kind.title(status),
+        "status": status,
+        "detail": detail,
+    });
+    if !violated_policies.is_empty() {
+        body["violated-policies"] = serde_json::json!(violated_policies);
+    }
+    body.to_string()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,160 @@
+use std::time::Duration;
+
+use super::*;
+use crate::algorithm::Algorithm;
+
+fn limit(name: &str, algorithm: Algorithm, quota: &str) -> Limit {
+    Limit::new(name, algorithm, quota.parse().unwrap()).unwrap()
+}
+
+fn allowed(remaining: u64, reset_after: Micros) -> Decision {
+    Decision::new(true, 100, remaining, reset_after, Some(0), 0)
+}
+
+#[test]
+fn ietf_fields_match_the_draft_examples_and_parse_as_structured_fields() {
+    let burst = limit("burst", Algorithm::FixedWindow, "100/m");
+    let daily = limit("daily", Algorithm::FixedWindow, "1000/d");
+    let views = [
+        LimitView {
+            label: "burst",
+            limit: &burst,
+            unit: QuotaUnit::Requests,
+            decision: allowed(50, 30_000_000),
+        },
+        LimitView {
+            label: "daily",
+            limit: &daily,
+            unit: QuotaUnit::Requests,
+            decision: allowed(999, 3_600_000_000),
+        },
+    ];
+    let fields = rate_limit_fields(&[HeaderFamily::Ietf], &views, Some(0), 0);
+    assert_eq!(
+        fields,
+        [
+            (
+                "ratelimit-policy",
+                r#""burst";q=100;w=60, "daily";q=1000;w=86400"#.to_owned()
+            ),
+            (
+                "ratelimit",
+                r#""burst";r=50;t=30, "daily";r=999;t=3600"#.to_owned()
+            ),
+        ]
+    );
+    for (_, value) in &fields {
+        let parsed: sfv::List = sfv::Parser::new(value)
+            .parse()
+            .expect("a structured-field list");
+        assert_eq!(parsed.len(), 2);
+    }
+}
+
+#[test]
+fn a_denying_limit_reports_when_this_request_would_fit() {
+    let per_second = limit("rate", Algorithm::Gcra, "10/s");
+    let denied = Decision::new(false, 10, 0, 1_000_000, Some(250_001), 0);
+    let view = LimitView {
+        label: "rate",
+        limit: &per_second,
+        unit: QuotaUnit::Requests,
+        decision: denied,
+    };
+    assert_eq!(view.seconds_until_more(), 1);
+    assert_eq!(retry_after_seconds(Duration::from_micros(250_001)), 1);
+    assert_eq!(retry_after_seconds(Duration::from_micros(1_000_001)), 2);
+    assert_eq!(retry_after_seconds(Duration::ZERO), 1);
+}
+
+#[test]
+fn rate_algorithms_report_their_burst_and_its_refill_time() {
+    let bucket = Limit::builder("b", Algorithm::TokenBucket, "10/s".parse().unwrap())
+        .burst(20)
+        .build()
+        .unwrap();
+    let view = LimitView {
+        label: "b",
+        limit: &bucket,
+        unit: QuotaUnit::ContentBytes,
+        decision: allowed(5, 0),
+    };
+    assert_eq!(view.quota_and_window(), (20, 2));
+    assert_eq!(
+        ietf_policy_field(&[view]).unwrap(),
+        r#""b";q=20;w=2;qu="content-bytes""#
+    );
+}
+
+#[test]
+fn older_families_describe_the_binding_limit() {
+    let hourly = limit("hourly", Algorithm::FixedWindow, "1000/h");
+    let view = LimitView {
+        label: "hourly",
+        limit: &hourly,
+        unit: QuotaUnit::Requests,
+        decision: allowed(900, 1_800_000_000),
+    };
+    let now = 1_700_000_000_000_000;
+    let fields = rate_limit_fields(
+        &[HeaderFamily::Draft, HeaderFamily::Legacy],
+        &[view],
+        Some(0),
+        now,
+    );
+    let get = |name: &str| {
+        fields
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(get("ratelimit-limit"), Some("1000"));
+    assert_eq!(get("ratelimit-remaining"), Some("900"));
+    assert_eq!(get("ratelimit-reset"), Some("1800"));
+    assert_eq!(get("ratelimit-policy"), Some("1000;w=3600"));
+    assert_eq!(get("x-ratelimit-used"), Some("100"));
+    assert_eq!(get("x-ratelimit-reset"), Some("1700001800"));
+    assert_eq!(get("x-ratelimit-resource"), Some("hourly"));
+}
+
+#[test]
+fn labels_outside_printable_ascii_cannot_break_the_field() {
+    let l = limit("x", Algorithm::FixedWindow, "1/s");
+    let view = LimitView {
+        label: "ünicode\"quote",
+        limit: &l,
+        unit: QuotaUnit::Requests,
+        decision: allowed(1, 0),
+    };
+    let value = ietf_field(&[view]).unwrap();
+    let parsed: sfv::List = sfv::Parser::new(&value)
+        .parse()
+        .expect("still a valid list");
+    assert_eq!(parsed.len(), 1);
+}
+
+#[test]
+fn problems_carry_type_status_and_violated_policies() {
+    let body: serde_json::Value = serde_json::from_str(&problem_json(
+        ProblemKind::QuotaExceeded,
+        429,
+        "5 per minute",
+        &["login"],
+    ))
+    .unwrap();
+    assert_eq!(
+        body["type"],
+        "https://iana.org/assignments/http-problem-types#quota-exceeded"
+    );
+    assert_eq!(body["status"], 429);
+    assert_eq!(body["violated-policies"], serde_json::json!(["login"]));
+    let unavailable: serde_json::Value = serde_json::from_str(&problem_json(
+        ProblemKind::TemporaryReducedCapacity,
+        503,
+        "store down",
+        &[],
+    ))
+    .unwrap();
+    assert_eq!(unavailable["title"], "Service Unavailable");
+    assert!(unavailable.get("violated-policies").is_none());
+}

@@ -1,0 +1,270 @@
+//! Deciding a request against the policies: plan, ask the store, and read the verdict by what
+//! each item is for.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::{OptionFuture, join};
+use smallvec::SmallVec;
+
+use super::Limiter;
+use crate::algorithm::Adjustment;
+use crate::check::{Check, Verdict};
+use crate::error::Error;
+use crate::headers::{ProblemKind, retry_after_seconds};
+use crate::policy::{
+    Action, Applied, Charge, Evaluation, Gate, Planned, Policies, Refusal, Request, Role,
+};
+use crate::store::Store;
+
+fn check_of(items: &[Planned]) -> Check<'_> {
+    let mut check = Check::new(0);
+    for item in items {
+        check.push(item.key.as_str(), &item.limit, item.cost);
+    }
+    check
+}
+
+/// Whether any item of `role` was denied.
+fn denied<'v>(
+    items: &'v [Planned],
+    verdict: &'v Verdict,
+    role: Role,
+) -> impl Iterator<Item = (&'v Planned, &'v crate::Decision)> {
+    items
+        .iter()
+        .zip(verdict.decisions())
+        .filter(move |(item, decision)| item.role == role && !decision.allowed())
+}
+
+impl<S: Store> Limiter<S> {
+    /// Decides a request by the policies in force: allow and deny lists, every matching policy's
+    /// limits all-or-nothing (shadow policies apart, never blocking), penalty boxes, idempotent
+    /// retries, concurrency slots and soft thresholds. Without policies everything is allowed.
+    ///
+    /// An error means the store could not decide; what then happens is the caller's failure
+    /// policy.
+    pub async fn evaluate(&self, request: &Request<'_>) -> Result<Evaluation, Error> {
+        let Some(policies) = self.policies() else {
+            return Ok(Evaluation::plain(Action::Allow, Vec::new()));
+        };
+        let plan = policies.plan(request);
+        match plan.gate {
+            Gate::Bypass => return Ok(Evaluation::plain(Action::Allow, plan.matched)),
+            Gate::Refuse(status) => {
+                let kind = if status == 403 {
+                    ProblemKind::Forbidden
+                } else {
+                    ProblemKind::AbnormalUsage
+                };
+                let refusal = Refusal {
+                    status,
+                    kind,
+                    retry_after: None,
+                    detail: "the client is on the deny list".to_owned(),
+                };
+                return Ok(Evaluation::plain(Action::Refuse(refusal), plan.matched));
+            }
+            Gate::Proceed => {}
+        }
+        if plan.enforced.is_empty() && plan.shadow.is_empty() {
+            return Ok(Evaluation::plain(Action::Allow, plan.matched));
+        }
+        let enforced_check = check_of(&plan.enforced);
+        let shadow_check = check_of(&plan.shadow);
+        let shadow_future: OptionFuture<_> = (!plan.shadow.is_empty())
+            .then(|| self.inner.store.check(&shadow_check, None))
+            .into();
+        let (enforced, shadow) =
+            join(self.inner.store.check(&enforced_check, None), shadow_future).await;
+        let verdict = enforced?;
+        let mut evaluation = self.interpret(&policies, &plan.enforced, &verdict);
+        evaluation.matched = plan.matched;
+        // A shadow policy that cannot reach its store only loses its report.
+        if let Some(Ok(shadow)) = shadow {
+            evaluation.shadow_denied =
+                policy_names(&policies, denied(&plan.shadow, &shadow, Role::Limit));
+        }
+        if !evaluation.violated.is_empty() {
+            self.punish(&policies, &plan.enforced, &verdict).await?;
+        }
+        Ok(evaluation)
+    }
+
+    fn interpret(&self, policies: &Policies, items: &[Planned], verdict: &Verdict) -> Evaluation {
+        let applied: Vec<Applied> = items
+            .iter()
+            .zip(verdict.decisions())
+            .filter(|(item, _)| matches!(item.role, Role::Limit | Role::Concurrency))
+            .map(|(item, decision)| Applied {
+                policy: Arc::clone(&policies.policies[item.policy].name),
+                label: Arc::clone(&item.label),
+                limit: item.limit.clone(),
+                unit: item.unit,
+                decision: *decision,
+            })
+            .collect();
+        let binding = Verdict::from_decisions(verdict.at(), applied.iter().map(|a| a.decision))
+            .binding_index();
+        let mut evaluation = Evaluation::plain(Action::Allow, Vec::new());
+        evaluation.at = verdict.at();
+        evaluation.binding = binding;
+        let boxed = denied(items, verdict, Role::PenaltyBox).next();
+        let retried = denied(items, verdict, Role::Idempotency).next().is_some();
+        let refusals: Vec<(&Planned, &crate::Decision)> = denied(items, verdict, Role::Limit)
+            .chain(denied(items, verdict, Role::Concurrency))
+            .collect();
+        evaluation.action = if let Some((item, decision)) = boxed {
+            evaluation.violated = vec![Arc::clone(&policies.policies[item.policy].name)];
+            Action::Refuse(Refusal {
+                status: 429,
+                kind: ProblemKind::AbnormalUsage,
+                retry_after: decision.retry_after(),
+                detail: format!(
+                    "blocked by policy {:?} after repeated violations",
+                    &*policies.policies[item.policy].name
+                ),
+            })
+        } else if retried {
+            // The record of this idempotency key denies: a retry of a request that was admitted
+            // and paid for. It passes, and nothing was counted for it.
+            Action::Allow
+        } else if !refusals.is_empty() {
+            evaluation.violated = policy_names(policies, refusals.iter().copied());
+            let retry_after = refusals
+                .iter()
+                .map(|(_, decision)| decision.retry_after())
+                .max_by_key(|retry| retry.map_or((1, Duration::ZERO), |r| (0, r)))
+                .flatten();
+            Action::Refuse(Refusal {
+                status: 429,
+                kind: ProblemKind::QuotaExceeded,
+                retry_after,
+                detail: refusal_detail(&refusals, retry_after),
+            })
+        } else {
+            let mut delay = verdict.delay();
+            for (item, decision) in items.iter().zip(verdict.decisions()) {
+                let Some(soft) = policies.policies[item.policy].soft_limit.as_ref() else {
+                    continue;
+                };
+                if item.role != Role::Limit || decision.limit() == 0 {
+                    continue;
+                }
+                let used = 1.0 - decision.remaining() as f64 / decision.limit() as f64;
+                if used >= soft.at {
+                    evaluation.near_limit = true;
+                    delay = delay.max(soft.tarpit.unwrap_or_default());
+                }
+            }
+            if delay.is_zero() {
+                Action::Allow
+            } else {
+                Action::Delay(delay)
+            }
+        };
+        evaluation.applied = applied;
+        if verdict.is_admitted() {
+            evaluation.charges = items
+                .iter()
+                .filter(|item| item.cost > 0)
+                .map(|item| Charge {
+                    key: item.key.clone(),
+                    limit: item.limit.clone(),
+                    cost: item.cost,
+                    role: item.role,
+                    policy: Arc::clone(&policies.policies[item.policy].name),
+                    refund_on: policies.policies[item.policy].refund_on.clone().into(),
+                })
+                .collect();
+        }
+        evaluation
+    }
+
+    /// Gives back what an admitted request took when its response has a status its policies
+    /// refund on (an upstream failure, say): its limits and its idempotency record, so that a
+    /// retry is charged again.
+    pub async fn refund_for_status(
+        &self,
+        evaluation: &Evaluation,
+        status: u16,
+    ) -> Result<(), Error> {
+        let refunded: Vec<&Arc<str>> = evaluation
+            .charges
+            .iter()
+            .filter(|c| {
+                c.role == Role::Limit
+                    && c.refund_on
+                        .iter()
+                        .any(|(low, high)| (*low..=*high).contains(&status))
+            })
+            .map(|c| &c.policy)
+            .collect();
+        self.give_back(evaluation, |charge| {
+            matches!(charge.role, Role::Limit | Role::Idempotency)
+                && refunded.contains(&&charge.policy)
+        })
+        .await
+    }
+
+    /// Releases the concurrency slots a request holds, when its response completes or its
+    /// connection drops.
+    pub async fn release(&self, evaluation: &Evaluation) -> Result<(), Error> {
+        self.give_back(evaluation, |charge| charge.role == Role::Concurrency)
+            .await
+    }
+
+    async fn give_back(
+        &self,
+        evaluation: &Evaluation,
+        which: impl Fn(&Charge) -> bool,
+    ) -> Result<(), Error> {
+        let mut check = Check::new(0);
+        for charge in evaluation.charges.iter().filter(|c| which(c)) {
+            check.push(charge.key.as_str(), &charge.limit, charge.cost);
+        }
+        if check.is_empty() {
+            return Ok(());
+        }
+        let refund = Adjustment::Refund {
+            charged_at: evaluation.at,
+        };
+        let refunds: SmallVec<[Adjustment; 4]> = check.items().iter().map(|_| refund).collect();
+        Ok(self.inner.store.adjust(&check, &refunds, None).await?)
+    }
+}
+
+fn policy_names<'p>(
+    policies: &Policies,
+    items: impl Iterator<Item = (&'p Planned, &'p crate::Decision)>,
+) -> Vec<Arc<str>> {
+    let mut names: Vec<Arc<str>> = Vec::new();
+    for (item, _) in items {
+        let name = &policies.policies[item.policy].name;
+        if !names.contains(name) {
+            names.push(Arc::clone(name));
+        }
+    }
+    names
+}
+
+fn refusal_detail(
+    refusals: &[(&Planned, &crate::Decision)],
+    retry_after: Option<Duration>,
+) -> String {
+    let limits: Vec<String> = refusals
+        .iter()
+        .map(|(item, _)| format!("{} ({})", item.label, item.limit.quota()))
+        .collect();
+    match retry_after {
+        Some(wait) => format!(
+            "quota exceeded: {}; retry in {} s",
+            limits.join(", "),
+            retry_after_seconds(wait)
+        ),
+        None => format!(
+            "quota exceeded: {}; this request costs more than the limit ever admits",
+            limits.join(", ")
+        ),
+    }
+}

@@ -1,0 +1,427 @@
+//! Checking a [`Config`] as a whole and preparing it for evaluation.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::client_ip::TrustedProxies;
+use super::lists::AccessList;
+use super::matcher::Matcher;
+use super::model::{
+    Config, CostConfig, HeaderFamily, IdentityHeaders, KeyPart, LimitConfig, PolicyConfig,
+    SoftLimit, StatusRange, TierSource,
+};
+use crate::algorithm::Algorithm;
+use crate::clock::duration_to_micros;
+use crate::config::{ConfigErrors, Origin, Reader};
+use crate::limit::Limit;
+use crate::quota::Quota;
+
+/// What a quota counts, for the `qu` parameter of `RateLimit-Policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaUnit {
+    /// Requests (the default).
+    Requests,
+    /// Bytes of request body.
+    ContentBytes,
+    /// Requests in flight.
+    ConcurrentRequests,
+}
+
+impl QuotaUnit {
+    /// The draft's name for the unit.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuotaUnit::Requests => "requests",
+            QuotaUnit::ContentBytes => "content-bytes",
+            QuotaUnit::ConcurrentRequests => "concurrent-requests",
+        }
+    }
+}
+
+/// A limit as a policy applies it.
+#[derive(Debug, Clone)]
+pub struct PolicyLimit {
+    /// The limit; its name (`policy/limit`) identifies its state.
+    pub limit: Limit,
+    /// The name as configured, shown in headers.
+    pub label: Arc<str>,
+    /// What its quota counts.
+    pub unit: QuotaUnit,
+}
+
+/// The state limits behind a policy's escalating penalties.
+#[derive(Debug, Clone)]
+pub(crate) struct Penalty {
+    /// Blocked while in debt: GCRA at one per millisecond with a burst of the longest block.
+    pub(crate) block_box: Limit,
+    /// Denials within the window; reaching the count earns a block.
+    pub(crate) violations: Limit,
+    /// Blocks within the decay period, which pick the next block's length.
+    pub(crate) strikes: Limit,
+    pub(crate) blocks: Vec<Duration>,
+}
+
+/// A compiled policy.
+#[derive(Debug, Clone)]
+pub(crate) struct Policy {
+    pub(crate) name: Arc<str>,
+    pub(crate) matcher: Matcher,
+    pub(crate) key: Vec<KeyPart>,
+    pub(crate) limits: Vec<PolicyLimit>,
+    pub(crate) tiers: Vec<(String, Vec<PolicyLimit>)>,
+    pub(crate) tier_from: TierSource,
+    pub(crate) default_tier: usize,
+    pub(crate) anonymous_tier: Option<usize>,
+    pub(crate) cost: CostConfig,
+    pub(crate) shadow: bool,
+    pub(crate) soft_limit: Option<SoftLimit>,
+    pub(crate) penalty: Option<Penalty>,
+    pub(crate) concurrency: Option<PolicyLimit>,
+    pub(crate) idempotency: Option<Limit>,
+    pub(crate) refund_on: Vec<StatusRange>,
+    pub(crate) allow: AccessList,
+    pub(crate) deny: AccessList,
+}
+
+/// A checked, prepared set of policies, ready to turn requests into checks.
+#[derive(Debug, Clone)]
+pub struct Policies {
+    pub(crate) config: Arc<Config>,
+    pub(crate) trusted: TrustedProxies,
+    pub(crate) identity_headers: IdentityHeaders,
+    pub(crate) allow: AccessList,
+    pub(crate) deny: AccessList,
+    pub(crate) idempotency_header: Option<String>,
+    pub(crate) policies: Vec<Policy>,
+    version: u64,
+}
+
+impl Policies {
+    /// Checks a configuration as a whole (names unique, limits valid, tiers and template
+    /// parameters consistent) and prepares it. `source` names the file in error messages.
+    pub fn compile(config: Config, source: &str) -> Result<Policies, ConfigErrors> {
+        let reader = Reader::detached(source);
+        let mut names = HashSet::new();
+        let mut policies = Vec::new();
+        for policy in &config.policies {
+            if !names.insert(policy.name.as_str()) {
+                reader.error(
+                    policy.origin,
+                    format!("policy {:?}: another policy has the same name", policy.name),
+                );
+            }
+            if let Some(compiled) = compile_policy(policy, &config, &reader) {
+                policies.push(compiled);
+            }
+        }
+        reader.finish()?;
+        let version = fingerprint(&config);
+        Ok(Policies {
+            trusted: TrustedProxies::new(config.trusted_proxies.clone()),
+            identity_headers: config.identity_headers.clone(),
+            allow: AccessList::new(&config.allow),
+            deny: AccessList::new(&config.deny),
+            idempotency_header: config
+                .idempotency
+                .as_ref()
+                .map(|i| i.header.to_ascii_lowercase()),
+            policies,
+            version,
+            config: Arc::new(config),
+        })
+    }
+
+    /// Reads and compiles a YAML configuration; `source` names the file in error messages.
+    pub fn from_yaml(source: &str, text: &str) -> Result<Policies, ConfigErrors> {
+        Self::compile(Config::from_yaml(source, text)?, source)
+    }
+
+    /// The configuration these were compiled from.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// A fingerprint of the configuration: equal configurations have equal versions.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Which header families responses carry.
+    pub fn header_families(&self) -> &[HeaderFamily] {
+        &self.config.headers
+    }
+
+    /// The names of the policies, in order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.policies.iter().map(|policy| &*policy.name)
+    }
+
+    /// Every limit of every policy (all tiers), for inspection.
+    pub fn limits(&self) -> impl Iterator<Item = (&str, &PolicyLimit)> {
+        self.policies.iter().flat_map(|policy| {
+            policy
+                .limits
+                .iter()
+                .chain(policy.tiers.iter().flat_map(|(_, limits)| limits))
+                .map(move |limit| (&*policy.name, limit))
+        })
+    }
+}
+
+fn fingerprint(config: &Config) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    format!("{config:?}").hash(&mut hasher);
+    hasher.finish()
+}
+
+fn build_limit(
+    config: &LimitConfig,
+    state_name: String,
+    reader: &Reader,
+    what: &str,
+) -> Option<Limit> {
+    let mut builder = Limit::builder(state_name, config.algorithm, config.quota);
+    if let Some(burst) = config.burst {
+        builder = builder.burst(burst);
+    }
+    if let Some(mode) = config.mode {
+        builder = builder.mode(mode);
+    }
+    match builder.build() {
+        Ok(limit) => Some(limit),
+        Err(error) => {
+            let message = error.to_string();
+            let detail = message
+                .split_once(": ")
+                .map_or(message.as_str(), |(_, rest)| rest);
+            reader.error(
+                config.origin,
+                format!("{what}, limit {:?}: {detail}", config.name),
+            );
+            None
+        }
+    }
+}
+
+fn compile_limits(
+    policy: &PolicyConfig,
+    limits: &[LimitConfig],
+    tier: Option<&str>,
+    reader: &Reader,
+    what: &str,
+) -> Vec<PolicyLimit> {
+    let unit = match policy.cost {
+        CostConfig::Body => QuotaUnit::ContentBytes,
+        _ => QuotaUnit::Requests,
+    };
+    let mut seen = HashSet::new();
+    let mut compiled = Vec::new();
+    for limit in limits {
+        if !seen.insert(limit.name.as_str()) {
+            reader.error(
+                limit.origin,
+                format!(
+                    "{what}, limit {:?}: another limit has the same name",
+                    limit.name
+                ),
+            );
+        }
+        let state_name = match tier {
+            Some(tier) => format!("{}/{tier}/{}", policy.name, limit.name),
+            None => format!("{}/{}", policy.name, limit.name),
+        };
+        if let Some(built) = build_limit(limit, state_name, reader, what) {
+            compiled.push(PolicyLimit {
+                limit: built,
+                label: limit.name.as_str().into(),
+                unit,
+            });
+        }
+    }
+    compiled
+}
+
+fn internal_limit(
+    name: String,
+    algorithm: Algorithm,
+    count: u64,
+    period: Duration,
+    burst: Option<u64>,
+) -> Option<Limit> {
+    let quota = Quota::from_micros(count, duration_to_micros(period)).ok()?;
+    let mut builder = Limit::builder(name, algorithm, quota);
+    if let Some(burst) = burst {
+        builder = builder.burst(burst);
+    }
+    builder.build().ok()
+}
+
+fn compile_policy(policy: &PolicyConfig, config: &Config, reader: &Reader) -> Option<Policy> {
+    let what = format!("policy {:?}", policy.name);
+    let at = |origin: Origin, message: String| reader.error(origin, format!("{what}: {message}"));
+    if policy.name.is_empty() || policy.name.contains('/') {
+        at(
+            policy.origin,
+            "a policy name must be non-empty and may not contain '/'".to_owned(),
+        );
+    }
+    let matcher = Matcher::new(&policy.matcher);
+    for part in &policy.key {
+        if let KeyPart::Param(name) = part
+            && !matcher.params().contains(&name.as_str())
+        {
+            at(
+                policy.origin,
+                format!(
+                    "key part param:{name} needs a path template with {{{name}}} in match.path"
+                ),
+            );
+        }
+    }
+    let limits = compile_limits(policy, &policy.limits, None, reader, &what);
+    let tiers: Vec<(String, Vec<PolicyLimit>)> = policy
+        .tiers
+        .iter()
+        .map(|(tier, limits)| {
+            let tier_what = format!("{what}, tier {tier:?}");
+            (
+                tier.clone(),
+                compile_limits(policy, limits, Some(tier), reader, &tier_what),
+            )
+        })
+        .collect();
+    let default_tier = match &policy.default_tier {
+        None => 0,
+        Some(name) => tiers
+            .iter()
+            .position(|(tier, _)| tier == name)
+            .unwrap_or_else(|| {
+                at(
+                    policy.origin,
+                    format!("default_tier {name:?} is not one of its tiers"),
+                );
+                0
+            }),
+    };
+    if policy.default_tier.is_some() && tiers.is_empty() {
+        at(
+            policy.origin,
+            "default_tier is set but the policy has no tiers".to_owned(),
+        );
+    }
+    if policy.limits.is_empty() && policy.tiers.is_empty() && policy.concurrency.is_none() {
+        at(
+            policy.origin,
+            "no limits: give it limits, tiers or a concurrency limit".to_owned(),
+        );
+    }
+    let longest_period = limits
+        .iter()
+        .chain(tiers.iter().flat_map(|(_, limits)| limits))
+        .map(|l| l.limit.quota().period())
+        .max()
+        .unwrap_or(Duration::from_secs(60));
+    let penalty = policy.penalty.as_ref().and_then(|penalty| {
+        let longest = penalty
+            .block
+            .iter()
+            .max()
+            .copied()
+            .unwrap_or(Duration::from_secs(60));
+        let longest_ms = u64::try_from(longest.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let within = penalty.within.unwrap_or(longest_period);
+        let decay = penalty.decay.unwrap_or(longest);
+        let built = (
+            internal_limit(
+                format!("{}/~penalty-box", policy.name),
+                Algorithm::Gcra,
+                1,
+                Duration::from_millis(1),
+                Some(longest_ms),
+            ),
+            internal_limit(
+                format!("{}/~penalty-violations", policy.name),
+                Algorithm::SlidingLog,
+                penalty.after,
+                within,
+                None,
+            ),
+            internal_limit(
+                format!("{}/~penalty-strikes", policy.name),
+                Algorithm::SlidingLog,
+                penalty.block.len() as u64,
+                decay,
+                None,
+            ),
+        );
+        match built {
+            (Some(block_box), Some(violations), Some(strikes)) => Some(Penalty {
+                block_box,
+                violations,
+                strikes,
+                blocks: penalty.block.clone(),
+            }),
+            _ => {
+                at(
+                    policy.origin,
+                    "penalty: the block durations, after, within or decay are out of range"
+                        .to_owned(),
+                );
+                None
+            }
+        }
+    });
+    let concurrency = policy.concurrency.as_ref().and_then(|concurrency| {
+        let limit = internal_limit(
+            format!("{}/~concurrency", policy.name),
+            Algorithm::SlidingLog,
+            concurrency.max,
+            concurrency.lease,
+            None,
+        );
+        if limit.is_none() {
+            at(
+                policy.origin,
+                "concurrency: max or lease out of range (max at most 10000)".to_owned(),
+            );
+        }
+        limit.map(|limit| PolicyLimit {
+            limit,
+            label: "concurrency".into(),
+            unit: QuotaUnit::ConcurrentRequests,
+        })
+    });
+    let idempotency = match (&config.idempotency, policy.idempotency) {
+        (Some(settings), true) => internal_limit(
+            format!("{}/~idempotency", policy.name),
+            Algorithm::SlidingLog,
+            1,
+            settings.window,
+            None,
+        ),
+        _ => None,
+    };
+    Some(Policy {
+        name: policy.name.as_str().into(),
+        anonymous_tier: tiers.iter().position(|(tier, _)| tier == "anonymous"),
+        matcher,
+        key: policy.key.clone(),
+        limits,
+        tiers,
+        tier_from: policy.tier_from.clone(),
+        default_tier,
+        cost: policy.cost.clone(),
+        shadow: policy.shadow,
+        soft_limit: policy.soft_limit.clone(),
+        penalty,
+        concurrency,
+        idempotency,
+        refund_on: policy.refund_on.clone(),
+        allow: AccessList::new(&policy.allow),
+        deny: AccessList::new(&policy.deny),
+    })
+}

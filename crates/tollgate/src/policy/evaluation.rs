@@ -1,0 +1,170 @@
+//! What the limiter answers for a request: the action to take, the limits to report in headers,
+//! and what to give back if the request fails or completes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::compile::QuotaUnit;
+use super::model::{HeaderFamily, StatusRange};
+use super::plan::Role;
+use crate::clock::Micros;
+use crate::decision::Decision;
+use crate::headers::{
+    LimitView, ProblemKind, problem_json, rate_limit_fields, retry_after_seconds,
+};
+use crate::limit::Limit;
+
+/// A refusal, ready to become a response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// 429, 403 or 503.
+    pub status: u16,
+    /// The problem type.
+    pub kind: ProblemKind,
+    /// When the same request would be admitted, if ever and if known.
+    pub retry_after: Option<Duration>,
+    /// A sentence for humans.
+    pub detail: String,
+}
+
+/// What to do with a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Let it through.
+    Allow,
+    /// Hold it this long, then let it through.
+    Delay(Duration),
+    /// Refuse it.
+    Refuse(Refusal),
+}
+
+/// One enforced limit's decision, as headers report it.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    /// The policy it belongs to.
+    pub policy: Arc<str>,
+    /// The name shown to clients.
+    pub label: Arc<str>,
+    /// The limit.
+    pub limit: Limit,
+    /// What its quota counts.
+    pub unit: QuotaUnit,
+    /// Its decision.
+    pub decision: Decision,
+}
+
+/// Something a request took that may have to be given back.
+#[derive(Debug, Clone)]
+pub(crate) struct Charge {
+    pub(crate) key: String,
+    pub(crate) limit: Limit,
+    pub(crate) cost: u64,
+    pub(crate) role: Role,
+    pub(crate) policy: Arc<str>,
+    pub(crate) refund_on: Arc<[StatusRange]>,
+}
+
+/// The limiter's answer for one request.
+#[derive(Debug, Clone)]
+pub struct Evaluation {
+    /// What to do.
+    pub action: Action,
+    /// Enforced limits and their decisions, for headers.
+    pub applied: Vec<Applied>,
+    /// The most restrictive of `applied`.
+    pub binding: Option<usize>,
+    /// Policies whose limits refused the request.
+    pub violated: Vec<Arc<str>>,
+    /// Shadow policies that would have refused it.
+    pub shadow_denied: Vec<Arc<str>>,
+    /// Policies that matched.
+    pub matched: Vec<Arc<str>>,
+    /// Whether a soft threshold was crossed.
+    pub near_limit: bool,
+    /// The store's time of the decision.
+    pub at: Micros,
+    pub(crate) charges: Vec<Charge>,
+}
+
+impl Evaluation {
+    /// An evaluation that applies nothing.
+    pub(crate) fn plain(action: Action, matched: Vec<Arc<str>>) -> Self {
+        Self {
+            action,
+            applied: Vec::new(),
+            binding: None,
+            violated: Vec::new(),
+            shadow_denied: Vec::new(),
+            matched,
+            near_limit: false,
+            at: 0,
+            charges: Vec::new(),
+        }
+    }
+
+    /// Whether the request may proceed (possibly after a delay).
+    pub fn is_admitted(&self) -> bool {
+        !matches!(self.action, Action::Refuse(_))
+    }
+
+    /// The applied limits as header views.
+    pub fn views(&self) -> Vec<LimitView<'_>> {
+        self.applied
+            .iter()
+            .map(|applied| LimitView {
+                label: &applied.label,
+                limit: &applied.limit,
+                unit: applied.unit,
+                decision: applied.decision,
+            })
+            .collect()
+    }
+
+    /// Every response header field for this evaluation: the rate-limit families, and for a
+    /// refusal `Retry-After` and `Cache-Control: no-store`; a near-limit request is marked.
+    pub fn header_fields(&self, families: &[HeaderFamily]) -> Vec<(&'static str, String)> {
+        let mut fields = rate_limit_fields(families, &self.views(), self.binding, self.at);
+        if self.near_limit {
+            fields.push(("tollgate-near-limit", "1".to_owned()));
+        }
+        if let Action::Refuse(refusal) = &self.action {
+            if let Some(retry_after) = refusal.retry_after {
+                fields.push(("retry-after", retry_after_seconds(retry_after).to_string()));
+            }
+            fields.push(("cache-control", "no-store".to_owned()));
+        }
+        fields
+    }
+
+    /// The `application/problem+json` body of a refusal.
+    pub fn problem_body(&self) -> Option<String> {
+        let Action::Refuse(refusal) = &self.action else {
+            return None;
+        };
+        let violated: Vec<&str> = self.violated.iter().map(|name| &**name).collect();
+        Some(problem_json(
+            refusal.kind,
+            refusal.status,
+            &refusal.detail,
+            &violated,
+        ))
+    }
+
+    /// Whether a response with `status` gives the request's cost back.
+    pub fn refunds_on(&self, status: u16) -> bool {
+        self.charges.iter().any(|charge| {
+            charge.role == Role::Limit
+                && charge
+                    .refund_on
+                    .iter()
+                    .any(|(low, high)| (*low..=*high).contains(&status))
+        })
+    }
+
+    /// Whether the request holds concurrency slots to release when it completes.
+    pub fn holds_slots(&self) -> bool {
+        self.charges
+            .iter()
+            .any(|charge| charge.role == Role::Concurrency)
+    }
+}

@@ -1,0 +1,33 @@
+//! Policies: from an HTTP request to a check, and from a verdict to an answer.
+//!
+//! A [`Config`] (YAML or code) lists policies; each matches some requests, counts them by a key
+//! (client address, user, API key, tenant, route, header, constant, or a composite), and applies
+//! limits, possibly chosen by plan tier. [`Policies`] is a checked, compiled configuration;
+//! [`Limiter::evaluate`](crate::Limiter::evaluate) decides a [`Request`] against it and returns
+//! an [`Evaluation`].
+
+mod client_ip;
+mod compile;
+mod evaluation;
+mod key;
+mod lists;
+mod matcher;
+mod model;
+mod parse;
+mod plan;
+mod request;
+
+pub use client_ip::{TrustedProxies, client_ip, group, group_key};
+pub use compile::{Policies, PolicyLimit, QuotaUnit};
+pub use evaluation::{Action, Applied, Evaluation, Refusal};
+pub use model::{
+    ConcurrencyConfig, Config, CostConfig, FailureMode, HeaderFamily, IdempotencyConfig,
+    IdentityHeaders, KeyPart, LimitConfig, ListEntry, MatchConfig, PenaltyConfig, PolicyConfig,
+    RedisOptions, SoftLimit, StatusRange, StoreConfig, TierSource,
+};
+pub use parse::{MAX_LIMITS_PER_POLICY, MAX_LIST_ENTRIES, MAX_POLICIES};
+pub use plan::{Gate, Plan, Planned, Role};
+pub use request::{HeaderSource, Identity, NoHeaders, Request};
+
+pub(crate) use compile::Penalty;
+pub(crate) use evaluation::Charge;

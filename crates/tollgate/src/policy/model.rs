@@ -1,0 +1,351 @@
+//! The configuration model: everything a policy file can say, as plain values that can also be
+//! built in code. [`Config::from_yaml`](crate::Config::from_yaml) reads it from a file;
+//! [`Policies::compile`](crate::Policies::compile) checks it as a whole and prepares it.
+
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+use crate::algorithm::{Algorithm, LeakyMode};
+use crate::config::Origin;
+use crate::quota::Quota;
+
+/// Where state lives.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum StoreConfig {
+    /// In process (the default).
+    #[default]
+    Memory,
+    /// A single Redis at this URL.
+    Redis(String),
+    /// A Redis Cluster reached through these node URLs.
+    RedisCluster(Vec<String>),
+}
+
+/// Options of a Redis store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisOptions {
+    /// Key prefix. Default `tg:`.
+    pub prefix: String,
+    /// The longest a check waits for Redis. Default 100 ms.
+    pub timeout: Duration,
+    /// The longest a connection attempt takes. Default 1 s.
+    pub connect_timeout: Duration,
+    /// Checks coalesced into one script call at most. Default 16.
+    pub max_batch: usize,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        Self {
+            prefix: "tg:".to_owned(),
+            timeout: Duration::from_millis(100),
+            connect_timeout: Duration::from_secs(1),
+            max_batch: 16,
+        }
+    }
+}
+
+/// A family of rate-limit response header fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HeaderFamily {
+    /// `RateLimit` and `RateLimit-Policy` structured fields, draft-ietf-httpapi-ratelimit-headers-10.
+    Ietf,
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (drafts 04 to 06).
+    Draft,
+    /// `X-RateLimit-Limit`, `-Remaining`, `-Used`, `-Reset` (epoch seconds), `-Resource`.
+    Legacy,
+}
+
+/// Request headers a trusted front proxy sets with what the app's auth layer would otherwise
+/// put in request extensions.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct IdentityHeaders {
+    /// Header carrying the user id.
+    pub user: Option<String>,
+    /// Header carrying the tenant or organisation.
+    pub tenant: Option<String>,
+    /// Header carrying the plan.
+    pub plan: Option<String>,
+    /// Header carrying the API key.
+    pub api_key: Option<String>,
+}
+
+/// An allow- or deny-list entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListEntry {
+    /// Client addresses in a network (a single address is a /32 or /128).
+    Network(IpNet),
+    /// An exact key part, such as `user:42`, `api_key:abc` or `tenant:acme`.
+    Key(String),
+}
+
+/// How requests carrying the same idempotency key are charged once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyConfig {
+    /// The request header carrying the key. Default `Idempotency-Key`.
+    pub header: String,
+    /// How long a key is remembered. Default 10 minutes.
+    pub window: Duration,
+}
+
+impl Default for IdempotencyConfig {
+    fn default() -> Self {
+        Self {
+            header: "Idempotency-Key".to_owned(),
+            window: Duration::from_secs(600),
+        }
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Where state lives.
+    pub store: StoreConfig,
+    /// Options of a Redis store.
+    pub redis: RedisOptions,
+    /// Proxies whose `X-Forwarded-For` and `Forwarded` headers are believed.
+    pub trusted_proxies: Vec<IpNet>,
+    /// IPv4 clients are grouped by this prefix length. Default 32 (each address alone).
+    pub ipv4_prefix: u8,
+    /// IPv6 clients are grouped by this prefix length. Default 64.
+    pub ipv6_prefix: u8,
+    /// Identity headers set by a trusted front proxy.
+    pub identity_headers: IdentityHeaders,
+    /// Which rate-limit header fields responses carry. Default: the IETF fields.
+    pub headers: Vec<HeaderFamily>,
+    /// Status of a deny-listed request: 403 or 429. Default 403.
+    pub deny_status: u16,
+    /// Requests that are never limited.
+    pub allow: Vec<ListEntry>,
+    /// Requests that are always refused.
+    pub deny: Vec<ListEntry>,
+    /// The most requests waiting out a delay at once; past it, they are refused. Default 1024.
+    pub max_delayed: usize,
+    /// Idempotent retries, for policies that do not turn them off.
+    pub idempotency: Option<IdempotencyConfig>,
+    /// The policies, in order.
+    pub policies: Vec<PolicyConfig>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            store: StoreConfig::Memory,
+            redis: RedisOptions::default(),
+            trusted_proxies: Vec::new(),
+            ipv4_prefix: 32,
+            ipv6_prefix: 64,
+            identity_headers: IdentityHeaders::default(),
+            headers: vec![HeaderFamily::Ietf],
+            deny_status: 403,
+            allow: Vec::new(),
+            deny: Vec::new(),
+            max_delayed: 1024,
+            idempotency: None,
+            policies: Vec::new(),
+        }
+    }
+}
+
+/// Which requests a policy applies to. Every field given must match; an empty match applies
+/// to every request.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MatchConfig {
+    /// Methods (any of them), upper case.
+    pub methods: Vec<String>,
+    /// Hosts (any of them): exact, or `*.example.com` for any subdomain.
+    pub hosts: Vec<String>,
+    /// An exact path (`/login`) or a template (`/users/{id}`, one segment per `{name}`).
+    pub path: Option<String>,
+    /// A path prefix (`/api/`).
+    pub path_prefix: Option<String>,
+}
+
+/// One part of the key a policy counts by.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum KeyPart {
+    /// The client address (trusted-proxy aware, grouped by prefix).
+    Ip,
+    /// The user id.
+    User,
+    /// The API key.
+    ApiKey,
+    /// The tenant or organisation.
+    Tenant,
+    /// The route: the app's matched route, else the policy's path pattern, else the path.
+    Route,
+    /// The method.
+    Method,
+    /// The host.
+    Host,
+    /// The value of a request header.
+    Header(String),
+    /// A value from the path template (`/users/{id}` gives `param:id`).
+    Param(String),
+    /// A constant: one limit for every request the policy matches (`global` is `const:global`).
+    Const(String),
+}
+
+/// Where a policy's tier comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TierSource {
+    /// The plan of the request's identity (an extension, or the identity plan header).
+    Plan,
+    /// A request header.
+    Header(String),
+}
+
+/// What one request costs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CostConfig {
+    /// The same for every request.
+    Fixed(u64),
+    /// A number in a request header, `default` when absent or unreadable, at most `max`.
+    Header {
+        /// The header.
+        name: String,
+        /// The cost when the header is absent or not a number.
+        default: u64,
+        /// The largest cost a header may claim.
+        max: u64,
+    },
+    /// The request body size in bytes (`content-bytes`).
+    Body,
+}
+
+/// Marks (and optionally slows) requests above a fraction of a quota.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SoftLimit {
+    /// The fraction of the quota used above which a request is near the limit (0 to 1).
+    pub at: f64,
+    /// If set, near-limit requests are held this long before they proceed.
+    pub tarpit: Option<Duration>,
+}
+
+/// Repeated violations put a key in a penalty box for growing durations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PenaltyConfig {
+    /// Denials within `within` that earn a block.
+    pub after: u64,
+    /// Block durations, one per successive block; the last repeats.
+    pub block: Vec<Duration>,
+    /// The span in which `after` denials count. Default: the policy's longest period.
+    pub within: Option<Duration>,
+    /// After this long without a block, the next block starts again from the first duration.
+    /// Default: the longest block.
+    pub decay: Option<Duration>,
+}
+
+/// At most `max` requests in flight per key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConcurrencyConfig {
+    /// Requests in flight at once.
+    pub max: u64,
+    /// A slot not released within this long (a crashed node) frees itself. Default 60 s.
+    pub lease: Duration,
+}
+
+/// What a policy does when the store fails (carried out by the limiter's failure handling).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailureMode {
+    /// Let requests through.
+    Allow,
+    /// Refuse requests with 503.
+    #[default]
+    Deny,
+    /// Decide with an in-process limiter using the same limits.
+    Local,
+}
+
+/// A limit as configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitConfig {
+    /// The name shown in headers and logs; unique within its policy.
+    pub name: String,
+    /// The algorithm.
+    pub algorithm: Algorithm,
+    /// The quota.
+    pub quota: Quota,
+    /// The burst of a rate algorithm.
+    pub burst: Option<u64>,
+    /// The leaky bucket's mode.
+    pub mode: Option<LeakyMode>,
+    /// Where it was written.
+    pub origin: Origin,
+}
+
+/// A range of response statuses.
+pub type StatusRange = (u16, u16);
+
+/// One policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyConfig {
+    /// Unique name.
+    pub name: String,
+    /// Which requests it applies to.
+    pub matcher: MatchConfig,
+    /// What it counts by; several parts make a composite key.
+    pub key: Vec<KeyPart>,
+    /// Limits that always apply.
+    pub limits: Vec<LimitConfig>,
+    /// Limits by tier, in order.
+    pub tiers: Vec<(String, Vec<LimitConfig>)>,
+    /// Where the tier comes from. Default: the identity's plan.
+    pub tier_from: TierSource,
+    /// The tier for unknown plans (and missing ones, unless an `anonymous` tier exists).
+    /// Default: the first tier.
+    pub default_tier: Option<String>,
+    /// What a request costs.
+    pub cost: CostConfig,
+    /// Decide and report, never block.
+    pub shadow: bool,
+    /// Near-limit marking and tarpit.
+    pub soft_limit: Option<SoftLimit>,
+    /// Escalating penalties.
+    pub penalty: Option<PenaltyConfig>,
+    /// Requests in flight per key.
+    pub concurrency: Option<ConcurrencyConfig>,
+    /// Whether idempotent retries are charged once (with the global idempotency settings).
+    pub idempotency: bool,
+    /// Responses with these statuses give the request's cost back.
+    pub refund_on: Vec<StatusRange>,
+    /// What to do when the store fails.
+    pub on_store_error: FailureMode,
+    /// With `local`, each node enforces the limits divided by this (the expected node count).
+    pub local_nodes: u64,
+    /// Allow list of this policy only.
+    pub allow: Vec<ListEntry>,
+    /// Deny list of this policy only.
+    pub deny: Vec<ListEntry>,
+    /// Where it was written.
+    pub origin: Origin,
+}
+
+impl PolicyConfig {
+    /// A policy with the defaults: every request, keyed by client address, no limits yet.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            matcher: MatchConfig::default(),
+            key: vec![KeyPart::Ip],
+            limits: Vec::new(),
+            tiers: Vec::new(),
+            tier_from: TierSource::Plan,
+            default_tier: None,
+            cost: CostConfig::Fixed(1),
+            shadow: false,
+            soft_limit: None,
+            penalty: None,
+            concurrency: None,
+            idempotency: true,
+            refund_on: Vec::new(),
+            on_store_error: FailureMode::default(),
+            local_nodes: 1,
+            allow: Vec::new(),
+            deny: Vec::new(),
+            origin: Origin::default(),
+        }
+    }
+}

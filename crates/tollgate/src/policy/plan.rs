@@ -1,0 +1,306 @@
+//! From a request to the items of its check: which policies match, which key each counts by,
+//! which tier's limits apply, what the request costs. Pure: no store, no clock.
+
+use std::borrow::Cow;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use super::client_ip::{client_ip, group_key};
+use super::compile::{Policies, Policy, PolicyLimit, QuotaUnit};
+use super::key;
+use super::matcher::Params;
+use super::model::{CostConfig, KeyPart, TierSource};
+use super::request::Request;
+use crate::check::MAX_COST;
+use crate::limit::Limit;
+
+/// What an item of a planned check is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// A configured limit.
+    Limit,
+    /// The penalty box, looked at without counting.
+    PenaltyBox,
+    /// The record of an idempotency key.
+    Idempotency,
+    /// A slot of a concurrency limit.
+    Concurrency,
+}
+
+/// One item of a planned check.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// The key.
+    pub key: String,
+    /// The limit.
+    pub limit: Limit,
+    /// The cost.
+    pub cost: u64,
+    /// What it is for.
+    pub role: Role,
+    /// Index of its policy.
+    pub policy: usize,
+    /// The name shown in headers.
+    pub label: Arc<str>,
+    /// What its quota counts.
+    pub unit: QuotaUnit,
+}
+
+/// What happens before any limit is looked at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// Decide by the limits.
+    Proceed,
+    /// On the allow list: never limited.
+    Bypass,
+    /// On the deny list: refused with this status.
+    Refuse(u16),
+}
+
+/// A request turned into checks.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Allow or deny list outcome.
+    pub gate: Gate,
+    /// The client address used for keys.
+    pub client: Option<IpAddr>,
+    /// Items of enforced policies, decided together, all-or-nothing.
+    pub enforced: Vec<Planned>,
+    /// Items of shadow policies, decided together, never blocking.
+    pub shadow: Vec<Planned>,
+    /// Names of the policies that matched.
+    pub matched: Vec<Arc<str>>,
+}
+
+/// The identity of a request, from the request itself or the trusted identity headers.
+struct Who<'r> {
+    user: Option<Cow<'r, str>>,
+    tenant: Option<Cow<'r, str>>,
+    plan: Option<Cow<'r, str>>,
+    api_key: Option<Cow<'r, str>>,
+}
+
+impl Policies {
+    fn who<'r>(&self, request: &'r Request<'r>) -> Who<'r> {
+        let from = |value: Option<&'r str>, header: &Option<String>| {
+            value.map(Cow::Borrowed).or_else(|| {
+                header
+                    .as_deref()
+                    .and_then(|name| request.headers.first(name))
+                    .map(Cow::Borrowed)
+            })
+        };
+        let headers = &self.identity_headers;
+        Who {
+            user: from(request.user, &headers.user),
+            tenant: from(request.tenant, &headers.tenant),
+            plan: from(request.plan, &headers.plan),
+            api_key: from(request.api_key, &headers.api_key),
+        }
+    }
+
+    /// Turns a request into the items of its checks.
+    pub fn plan(&self, request: &Request<'_>) -> Plan {
+        let client = request.peer.map(|peer| {
+            client_ip(
+                peer,
+                request.headers.joined("forwarded").as_deref(),
+                request.headers.joined("x-forwarded-for").as_deref(),
+                &self.trusted,
+            )
+        });
+        let who = self.who(request);
+        let identity = [
+            ("user", who.user.as_deref()),
+            ("api_key", who.api_key.as_deref()),
+            ("tenant", who.tenant.as_deref()),
+        ];
+        let mut plan = Plan {
+            gate: Gate::Proceed,
+            client,
+            enforced: Vec::new(),
+            shadow: Vec::new(),
+            matched: Vec::new(),
+        };
+        if self.allow.contains(client, &identity) {
+            plan.gate = Gate::Bypass;
+            return plan;
+        }
+        if self.deny.contains(client, &identity) {
+            plan.gate = Gate::Refuse(self.config.deny_status);
+            return plan;
+        }
+        let client_key = client.map_or_else(
+            || "unknown".to_owned(),
+            |address| group_key(address, self.config.ipv4_prefix, self.config.ipv6_prefix),
+        );
+        for (index, policy) in self.policies.iter().enumerate() {
+            let Some(params) = policy
+                .matcher
+                .matches(request.method, request.host, request.path)
+            else {
+                continue;
+            };
+            if policy.allow.contains(client, &identity) {
+                continue;
+            }
+            plan.matched.push(Arc::clone(&policy.name));
+            if policy.deny.contains(client, &identity) {
+                plan.gate = Gate::Refuse(self.config.deny_status);
+                return plan;
+            }
+            let key = key_of(policy, request, &who, &client_key, &params);
+            let cost = cost_of(&policy.cost, request);
+            let planned = |limit: &PolicyLimit, key: String, cost: u64, role: Role| Planned {
+                key,
+                limit: limit.limit.clone(),
+                cost,
+                role,
+                policy: index,
+                label: Arc::clone(&limit.label),
+                unit: limit.unit,
+            };
+            let target = if policy.shadow {
+                &mut plan.shadow
+            } else {
+                &mut plan.enforced
+            };
+            for limit in policy.limits.iter().chain(tier_of(policy, request, &who)) {
+                target.push(planned(limit, key.clone(), cost, Role::Limit));
+            }
+            if policy.shadow {
+                continue;
+            }
+            let internal = |limit: &Limit, key: String, cost: u64, role: Role, unit| Planned {
+                key,
+                limit: limit.clone(),
+                cost,
+                role,
+                policy: index,
+                label: Arc::clone(&policy.name),
+                unit,
+            };
+            if let Some(penalty) = &policy.penalty {
+                let item = internal(
+                    &penalty.block_box,
+                    key.clone(),
+                    0,
+                    Role::PenaltyBox,
+                    QuotaUnit::Requests,
+                );
+                plan.enforced.push(item);
+            }
+            if let (Some(record), Some(header)) = (&policy.idempotency, &self.idempotency_header)
+                && let Some(value) = request.headers.first(header)
+            {
+                let mut record_key = key.clone();
+                key::push(&mut record_key, "idempotency", value);
+                plan.enforced.push(internal(
+                    record,
+                    record_key,
+                    1,
+                    Role::Idempotency,
+                    QuotaUnit::Requests,
+                ));
+            }
+            if let Some(slot) = &policy.concurrency {
+                plan.enforced
+                    .push(planned(slot, key.clone(), 1, Role::Concurrency));
+            }
+        }
+        plan
+    }
+}
+
+fn key_of(
+    policy: &Policy,
+    request: &Request<'_>,
+    who: &Who<'_>,
+    client_key: &str,
+    params: &Params<'_, '_>,
+) -> String {
+    let mut built = String::new();
+    for part in &policy.key {
+        // A missing identity falls back to the client address: never to a shared bucket that one
+        // client could drain for everyone, never to no limit at all.
+        let (name, value): (Cow<'_, str>, Cow<'_, str>) = match part {
+            KeyPart::Ip => ("ip".into(), client_key.into()),
+            KeyPart::User => identity_or_ip("user", who.user.as_deref(), client_key),
+            KeyPart::ApiKey => identity_or_ip("api_key", who.api_key.as_deref(), client_key),
+            KeyPart::Tenant => identity_or_ip("tenant", who.tenant.as_deref(), client_key),
+            KeyPart::Route => {
+                let pattern = policy.matcher.pattern();
+                let route = request
+                    .route
+                    .or((!pattern.is_empty()).then_some(pattern))
+                    .unwrap_or(request.path);
+                ("route".into(), route.into())
+            }
+            KeyPart::Method => ("method".into(), request.method.to_ascii_uppercase().into()),
+            KeyPart::Host => (
+                "host".into(),
+                request.host.unwrap_or("-").to_ascii_lowercase().into(),
+            ),
+            KeyPart::Header(name) => (
+                format!("header:{name}").into(),
+                request.headers.first(name).unwrap_or("-").into(),
+            ),
+            KeyPart::Param(name) => (
+                format!("param:{name}").into(),
+                params
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map_or("-", |(_, v)| v)
+                    .into(),
+            ),
+            KeyPart::Const(value) => ("const".into(), value.as_str().into()),
+        };
+        key::push(&mut built, &name, &value);
+    }
+    built
+}
+
+fn identity_or_ip<'v>(
+    part: &'static str,
+    value: Option<&'v str>,
+    client_key: &'v str,
+) -> (Cow<'v, str>, Cow<'v, str>) {
+    match value {
+        Some(value) if !value.is_empty() => (part.into(), value.into()),
+        _ => ("ip".into(), client_key.into()),
+    }
+}
+
+fn tier_of<'p>(policy: &'p Policy, request: &Request<'_>, who: &Who<'_>) -> &'p [PolicyLimit] {
+    if policy.tiers.is_empty() {
+        return &[];
+    }
+    let plan = match &policy.tier_from {
+        TierSource::Plan => who.plan.as_deref(),
+        TierSource::Header(name) => request.headers.first(name),
+    };
+    let index = match plan {
+        Some(plan) => policy
+            .tiers
+            .iter()
+            .position(|(tier, _)| tier == plan)
+            .unwrap_or(policy.default_tier),
+        None => policy.anonymous_tier.unwrap_or(policy.default_tier),
+    };
+    &policy.tiers[index].1
+}
+
+fn cost_of(cost: &CostConfig, request: &Request<'_>) -> u64 {
+    match cost {
+        CostConfig::Fixed(cost) => *cost,
+        CostConfig::Header { name, default, max } => request
+            .headers
+            .first(name)
+            .and_then(|value| value.trim().parse::<u64>().ok())
+            .map_or(*default, |cost| cost.min(*max)),
+        CostConfig::Body => request.content_length.unwrap_or(0).min(MAX_COST),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,198 @@
+use super::*;
+use crate::policy::request::NoHeaders;
+
+const CONFIG: &str = r#"
+trusted_proxies: [10.0.0.0/8]
+idempotency: { header: Idempotency-Key, window: 10m }
+allow: [192.0.2.1, "user:ops"]
+deny: ["198.51.100.0/24", "api_key:leaked"]
+policies:
+  - name: login
+    match: { method: POST, path: /login }
+    key: [route, ip]
+    limits: [{ name: per-minute, algorithm: sliding_log, quota: 5/m }]
+    penalty: { after: 3, block: [1m] }
+  - name: api
+    match: { path_prefix: /api/ }
+    key: user
+    tier_from: header:x-plan
+    default_tier: free
+    tiers:
+      anonymous: [{ name: anon-rate, algorithm: gcra, quota: 1/s }]
+      free: [{ name: free-rate, algorithm: token_bucket, quota: 10/s, burst: 20 }]
+      pro: [{ name: pro-rate, algorithm: gcra, quota: 100/s }]
+    cost: { header: x-cost, default: 2, max: 50 }
+    concurrency: { max: 3, lease: 30s }
+  - name: uploads
+    match: { path: "/users/{id}/files" }
+    key: [param:id]
+    cost: body
+    limits: [{ name: bytes, algorithm: gcra, quota: 1000000/m }]
+"#;
+
+fn policies() -> Policies {
+    Policies::from_yaml("test.yaml", CONFIG).expect("valid config")
+}
+
+fn headers(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect()
+}
+
+fn request<'a>(
+    method: &'a str,
+    path: &'a str,
+    peer: &str,
+    headers: &'a Vec<(String, String)>,
+) -> Request<'a> {
+    let mut request = Request::new(method, path);
+    request.peer = Some(peer.parse().unwrap());
+    request.headers = headers;
+    request
+}
+
+fn keys(plan: &Plan) -> Vec<(String, String, u64)> {
+    plan.enforced
+        .iter()
+        .map(|item| (item.limit.name().to_owned(), item.key.clone(), item.cost))
+        .collect()
+}
+
+#[test]
+fn a_client_cannot_spoof_its_address() {
+    let policies = policies();
+    let forged = headers(&[("x-forwarded-for", "1.2.3.4")]);
+    let plan = policies.plan(&request("POST", "/login", "203.0.113.7", &forged));
+    assert_eq!(plan.enforced[0].key, "route:/login|ip:203.0.113.7");
+    // Through a trusted proxy, the address the proxy appended counts, not the forged one.
+    let proxied = headers(&[("x-forwarded-for", "1.2.3.4, 203.0.113.7")]);
+    let plan = policies.plan(&request("POST", "/login", "10.0.0.5", &proxied));
+    assert_eq!(plan.enforced[0].key, "route:/login|ip:203.0.113.7");
+}
+
+#[test]
+fn ipv6_clients_in_one_slash_64_share_a_key() {
+    let policies = policies();
+    let none = headers(&[]);
+    let a = policies.plan(&request("POST", "/login", "2001:db8:1:2::a", &none));
+    let b = policies.plan(&request("POST", "/login", "2001:db8:1:2:ffff::b", &none));
+    assert_eq!(a.enforced[0].key, b.enforced[0].key);
+    assert_eq!(a.enforced[0].key, "route:/login|ip:2001:db8:1:2::/64");
+}
+
+#[test]
+fn tiers_come_from_the_plan_header_with_defaults() {
+    let policies = policies();
+    let names = |pairs: &[(&str, &str)]| {
+        let headers = headers(pairs);
+        let mut request = request("GET", "/api/things", "203.0.113.7", &headers);
+        request.user = Some("42");
+        let plan = policies.plan(&request);
+        plan.enforced
+            .iter()
+            .filter(|item| item.role == Role::Limit)
+            .map(|item| item.limit.name().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(&[("x-plan", "pro")]), ["api/pro/pro-rate"]);
+    assert_eq!(
+        names(&[("x-plan", "platinum")]),
+        ["api/free/free-rate"],
+        "unknown plans get the default tier"
+    );
+    assert_eq!(
+        names(&[]),
+        ["api/anonymous/anon-rate"],
+        "no plan: the anonymous tier"
+    );
+}
+
+#[test]
+fn costs_come_from_headers_capped_or_from_the_body_size() {
+    let policies = policies();
+    let cost = |pairs: &[(&str, &str)]| {
+        let headers = headers(pairs);
+        let plan = policies.plan(&request("GET", "/api/x", "203.0.113.7", &headers));
+        plan.enforced[0].cost
+    };
+    assert_eq!(cost(&[("x-cost", "7")]), 7);
+    assert_eq!(cost(&[("x-cost", "7000")]), 50);
+    assert_eq!(cost(&[("x-cost", "lots")]), 2);
+    assert_eq!(cost(&[]), 2);
+    let mut upload = Request::new("PUT", "/users/42/files");
+    upload.content_length = Some(12_345);
+    let plan = policies.plan(&upload);
+    assert_eq!(
+        keys(&plan),
+        [("uploads/bytes".to_owned(), "param:id:42".to_owned(), 12_345)]
+    );
+    assert_eq!(plan.enforced[0].unit, QuotaUnit::ContentBytes);
+}
+
+#[test]
+fn a_missing_user_falls_back_to_the_client_address() {
+    let policies = policies();
+    let none = headers(&[]);
+    let anonymous = policies.plan(&request("GET", "/api/x", "203.0.113.7", &none));
+    assert_eq!(anonymous.enforced[0].key, "ip:203.0.113.7");
+    let mut known = request("GET", "/api/x", "203.0.113.7", &none);
+    known.user = Some("42");
+    assert_eq!(policies.plan(&known).enforced[0].key, "user:42");
+}
+
+#[test]
+fn lists_bypass_or_refuse_before_any_limit() {
+    let policies = policies();
+    let none = headers(&[]);
+    assert_eq!(
+        policies
+            .plan(&request("POST", "/login", "192.0.2.1", &none))
+            .gate,
+        Gate::Bypass
+    );
+    assert_eq!(
+        policies
+            .plan(&request("POST", "/login", "198.51.100.77", &none))
+            .gate,
+        Gate::Refuse(403)
+    );
+    let mut ops = request("POST", "/login", "203.0.113.7", &none);
+    ops.user = Some("ops");
+    assert_eq!(policies.plan(&ops).gate, Gate::Bypass);
+    let mut leaked = request("GET", "/api/x", "203.0.113.7", &none);
+    leaked.api_key = Some("leaked");
+    assert_eq!(policies.plan(&leaked).gate, Gate::Refuse(403));
+}
+
+#[test]
+fn guards_add_their_items_to_the_check() {
+    let policies = policies();
+    let retry = headers(&[("idempotency-key", "abc-123")]);
+    let plan = policies.plan(&request("POST", "/login", "203.0.113.7", &retry));
+    let roles: Vec<Role> = plan.enforced.iter().map(|item| item.role).collect();
+    assert_eq!(roles, [Role::Limit, Role::PenaltyBox, Role::Idempotency]);
+    assert_eq!(
+        plan.enforced[1].cost, 0,
+        "the penalty box is looked at, never counted"
+    );
+    assert_eq!(
+        plan.enforced[2].key,
+        "route:/login|ip:203.0.113.7|idempotency:abc-123"
+    );
+    let none = headers(&[]);
+    let api = policies.plan(&request("GET", "/api/x", "203.0.113.7", &none));
+    assert_eq!(
+        api.enforced.last().map(|item| item.role),
+        Some(Role::Concurrency)
+    );
+}
+
+#[test]
+fn unmatched_requests_plan_nothing() {
+    let plan = policies().plan(&Request::new("GET", "/health"));
+    assert!(plan.enforced.is_empty() && plan.shadow.is_empty());
+    assert!(plan.matched.is_empty());
+    let _ = NoHeaders;
+}

@@ -1,0 +1,169 @@
+//! Policy configuration: the documented example loads and means what it says; bad files are
+//! refused with every problem located and explained.
+
+use std::time::Duration;
+
+use tollgate::policy::{
+    CostConfig, FailureMode, HeaderFamily, KeyPart, PenaltyConfig, StoreConfig, TierSource,
+};
+use tollgate::{Algorithm, Config, Policies};
+
+const EXAMPLE: &str = r#"
+store: memory                      # or a redis:// URL, or a list of cluster node URLs
+trusted_proxies: [10.0.0.0/8]
+headers: [ietf, legacy]
+policies:
+  - name: login
+    match: { method: POST, path: /login }
+    key: [ip]
+    limits:
+      - { name: login-per-minute, algorithm: sliding_log, quota: 5/m }
+    penalty: { after: 3, block: [1m, 10m, 1h] }
+  - name: api
+    match: { path_prefix: /api/ }
+    key: [user]
+    tier_from: header:x-plan
+    tiers:
+      free:
+        - { name: free-rate, algorithm: token_bucket, quota: 10/s, burst: 20 }
+        - { name: free-hourly, algorithm: fixed_window, quota: 1000/h }
+      pro:
+        - { name: pro-rate, algorithm: gcra, quota: 100/s, burst: 200 }
+    on_store_error: local
+"#;
+
+#[test]
+fn the_documented_example_loads_and_means_what_it_says() {
+    let config = Config::from_yaml("example.yaml", EXAMPLE).expect("the example loads");
+    assert_eq!(config.store, StoreConfig::Memory);
+    assert_eq!(config.trusted_proxies, ["10.0.0.0/8".parse().unwrap()]);
+    assert_eq!(config.headers, [HeaderFamily::Ietf, HeaderFamily::Legacy]);
+    let login = &config.policies[0];
+    assert_eq!(login.matcher.methods, ["POST"]);
+    assert_eq!(login.matcher.path.as_deref(), Some("/login"));
+    assert_eq!(login.key, [KeyPart::Ip]);
+    assert_eq!(login.limits[0].algorithm, Algorithm::SlidingLog);
+    assert_eq!(login.limits[0].quota, "5/m".parse().unwrap());
+    assert_eq!(
+        login.penalty,
+        Some(PenaltyConfig {
+            after: 3,
+            block: vec![
+                Duration::from_secs(60),
+                Duration::from_secs(600),
+                Duration::from_secs(3_600)
+            ],
+            within: None,
+            decay: None,
+        })
+    );
+    let api = &config.policies[1];
+    assert_eq!(api.matcher.path_prefix.as_deref(), Some("/api/"));
+    assert_eq!(api.key, [KeyPart::User]);
+    assert_eq!(api.tier_from, TierSource::Header("x-plan".into()));
+    assert_eq!(
+        api.tiers
+            .iter()
+            .map(|(t, _)| t.as_str())
+            .collect::<Vec<_>>(),
+        ["free", "pro"]
+    );
+    assert_eq!(api.tiers[0].1[0].burst, Some(20));
+    assert_eq!(api.tiers[1].1[0].algorithm, Algorithm::Gcra);
+    assert_eq!(api.on_store_error, FailureMode::Local);
+    assert_eq!(api.cost, CostConfig::Fixed(1));
+    let policies = Policies::compile(config, "example.yaml").expect("the example compiles");
+    assert_eq!(policies.names().collect::<Vec<_>>(), ["login", "api"]);
+}
+
+/// Each bad configuration, with the exact error it must produce.
+const BAD: &[(&str, &str)] = &[
+    (
+        "policies:\n  - name: x\n    limits:\n      - { name: a, algorithm: tokenbucket, quota: 5/m }\n",
+        "bad.yaml:4:31: policy \"x\", limit \"a\": algorithm: unknown algorithm \"tokenbucket\" (expected one of: fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra)",
+    ),
+    (
+        "policies:\n  - name: x\n    limts:\n      - { name: a, algorithm: gcra, quota: 5/m }\n",
+        "bad.yaml:3:5: policy \"x\": unknown field \"limts\" (expected one of: name, match, key, limits, tiers, tier_from, default_tier, cost, shadow, soft_limit, penalty, concurrency, idempotency, refund_on, on_store_error, local_nodes, allow, deny); did you mean \"limits\"?",
+    ),
+    (
+        "policies:\n  - name: x\n    limits:\n      - { name: a, algorithm: gcra, quota: 5/0s }\n",
+        "bad.yaml:4:44: policy \"x\", limit \"a\": quota: quota 5/0s: the period must be longer than zero",
+    ),
+    (
+        "policies:\n  - name: x\n    limits:\n      - { name: a, algorithm: gcra, quota: 0/m }\n",
+        "bad.yaml:4:9: policy \"x\", limit \"a\": gcra needs a quota count of at least 1 (a rate of zero never refills)",
+    ),
+    (
+        "policies:\n  - name: x\n    limits:\n      - { name: a, algorithm: fixed_window, quota: 5/m, burst: 10 }\n",
+        "bad.yaml:4:9: policy \"x\", limit \"a\": burst applies only to token_bucket, leaky_bucket and gcra, not fixed_window",
+    ),
+    (
+        "trusted_proxies: [10.0.0.0/33]\n",
+        "bad.yaml:1:19: trusted_proxies: \"10.0.0.0/33\" is not an IP address or network (such as 10.0.0.0/8 or 2001:db8::/32)",
+    ),
+    (
+        "store: mysql://db\n",
+        "bad.yaml:1:8: store: expected \"memory\", a redis:// URL, or a list of Redis Cluster node URLs",
+    ),
+    (
+        "policies:\n  - name: x\n    key: [ip, session]\n    limits: [{ name: a, algorithm: gcra, quota: 1/s }]\n",
+        "bad.yaml:3:15: policy \"x\": key: unknown key part \"session\" (expected one of: ip, user, api_key, tenant, route, method, host, header:<name>, param:<name>, const:<value>, global)",
+    ),
+    (
+        "policies:\n  - name: x\n  - name: x\n    limits: [{ name: a, algorithm: gcra, quota: 1/s }]\n",
+        "bad.yaml:2:5: policy \"x\": no limits: give it limits, tiers or a concurrency limit",
+    ),
+    (
+        "policies:\n  - name: x\n    match: { path: \"/users/x{id}\" }\n    limits: [{ name: a, algorithm: gcra, quota: 1/s }]\n",
+        "bad.yaml:3:20: policy \"x\": match.path: \"x{id}\": a parameter must be a whole segment such as {id}",
+    ),
+    (
+        "policies:\n  - name: x\n    penalty: { after: 3, block: [soon] }\n    limits: [{ name: a, algorithm: gcra, quota: 1/s }]\n",
+        "bad.yaml:3:34: policy \"x\": penalty.block: duration \"soon\": expected a number and a unit, such as 100ms, 30s, 5m or 1h",
+    ),
+    (
+        "policies:\n  - name: x\n    tiers: { free: [{ name: a, algorithm: gcra, quota: 1/s }] }\n    default_tier: gold\n",
+        "bad.yaml:2:5: policy \"x\": default_tier \"gold\" is not one of its tiers",
+    ),
+    ("policies: [\n", "bad.yaml:2:1: invalid YAML: "),
+];
+
+fn errors(text: &str) -> Vec<String> {
+    match Policies::from_yaml("bad.yaml", text) {
+        Ok(_) => Vec::new(),
+        Err(errors) => errors.0.iter().map(ToString::to_string).collect(),
+    }
+}
+
+#[test]
+fn every_bad_configuration_is_refused_with_its_location_and_reason() {
+    for (text, expected) in BAD {
+        let found = errors(text);
+        assert!(
+            found.iter().any(|error| error.starts_with(expected)),
+            "for:\n{text}\nexpected an error starting with:\n  {expected}\nfound:\n  {}",
+            found.join("\n  ")
+        );
+    }
+}
+
+#[test]
+fn all_problems_of_a_file_are_reported_at_once() {
+    let text = "policies:\n  - name: x\n    limits:\n      - { name: a, algorithm: nope, quota: 5/m }\n      - { name: b, algorithm: gcra, quota: many }\n    shadw: true\n";
+    let found = errors(text);
+    assert_eq!(found.len(), 3, "{found:#?}");
+    assert!(found[0].starts_with("bad.yaml:4:"), "{found:#?}");
+    assert!(found[1].starts_with("bad.yaml:5:"), "{found:#?}");
+    assert!(found[2].starts_with("bad.yaml:6:5:"), "{found:#?}");
+}
+
+#[test]
+fn duplicate_policy_names_are_refused() {
+    let text = "policies:\n  - name: x\n    limits: [{ algorithm: gcra, quota: 1/s }]\n  - name: x\n    limits: [{ algorithm: gcra, quota: 1/s }]\n";
+    let found = errors(text);
+    assert_eq!(
+        found,
+        ["bad.yaml:4:5: policy \"x\": another policy has the same name"]
+    );
+}
