@@ -207,6 +207,12 @@ impl<S: Store> Limiter<S> {
         .await
     }
 
+    /// Gives back everything an admitted request took, for a request that never went ahead
+    /// (cancelled while delayed, or refused after all).
+    pub async fn cancel(&self, evaluation: &Evaluation) -> Result<(), Error> {
+        self.give_back(evaluation, |_| true).await
+    }
+
     /// Releases the concurrency slots a request holds, when its response completes or its
     /// connection drops.
     pub async fn release(&self, evaluation: &Evaluation) -> Result<(), Error> {

@@ -75,7 +75,7 @@ pub struct Request<'a> {
     /// The socket peer (for the check API: the client address as the caller knows it).
     pub peer: Option<IpAddr>,
     /// The headers.
-    pub headers: &'a dyn HeaderSource,
+    pub headers: &'a (dyn HeaderSource + Sync),
     /// The user id.
     pub user: Option<&'a str>,
     /// The tenant.

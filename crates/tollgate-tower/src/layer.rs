@@ -1,0 +1,52 @@
+//! The layer: one limiter, shared by every service it wraps.
+
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+use tollgate::{Limiter, MemoryStore, Store};
+use tower::Layer;
+
+use crate::service::RateLimitService;
+
+/// Applies a [`Limiter`]'s policies to every request of the services it wraps.
+pub struct RateLimitLayer<S = MemoryStore> {
+    pub(crate) limiter: Limiter<S>,
+    pub(crate) delayed: Arc<Semaphore>,
+}
+
+impl<S> Clone for RateLimitLayer<S> {
+    fn clone(&self) -> Self {
+        Self {
+            limiter: self.limiter.clone(),
+            delayed: Arc::clone(&self.delayed),
+        }
+    }
+}
+
+impl<S: Store> RateLimitLayer<S> {
+    /// A layer deciding by `limiter`'s policies. At most the policies' `max_delayed` requests
+    /// wait out a delay at once.
+    pub fn new(limiter: Limiter<S>) -> Self {
+        let max_delayed = limiter.policies().map_or(1024, |p| p.config().max_delayed);
+        Self {
+            limiter,
+            delayed: Arc::new(Semaphore::new(max_delayed)),
+        }
+    }
+
+    /// The limiter.
+    pub fn limiter(&self) -> &Limiter<S> {
+        &self.limiter
+    }
+}
+
+impl<S: Store, Inner> Layer<Inner> for RateLimitLayer<S> {
+    type Service = RateLimitService<Inner, S>;
+
+    fn layer(&self, inner: Inner) -> Self::Service {
+        RateLimitService {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}

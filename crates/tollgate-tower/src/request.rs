@@ -1,0 +1,92 @@
+//! Reading an `http::Request` as Tollgate request attributes.
+
+use std::borrow::Cow;
+use std::net::SocketAddr;
+
+use http::HeaderMap;
+use tollgate::Identity;
+use tollgate::policy::{HeaderSource, Request};
+
+/// The client's socket address, for servers that do not use axum's `ConnectInfo`: insert it
+/// into the request's extensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerAddr(pub SocketAddr);
+
+/// An `http::HeaderMap` as Tollgate sees headers.
+pub(crate) struct Headers<'a>(pub(crate) &'a HeaderMap);
+
+impl HeaderSource for Headers<'_> {
+    fn first(&self, name: &str) -> Option<&str> {
+        self.0.get(name).and_then(|value| value.to_str().ok())
+    }
+
+    fn joined(&self, name: &str) -> Option<Cow<'_, str>> {
+        let mut values = self
+            .0
+            .get_all(name)
+            .iter()
+            .filter_map(|value| value.to_str().ok());
+        let first = values.next()?;
+        match values.next() {
+            None => Some(Cow::Borrowed(first)),
+            Some(second) => {
+                let mut joined = format!("{first},{second}");
+                for value in values {
+                    joined.push(',');
+                    joined.push_str(value);
+                }
+                Some(Cow::Owned(joined))
+            }
+        }
+    }
+}
+
+fn peer(extensions: &http::Extensions) -> Option<SocketAddr> {
+    if let Some(PeerAddr(address)) = extensions.get::<PeerAddr>() {
+        return Some(*address);
+    }
+    #[cfg(feature = "axum")]
+    if let Some(axum::extract::ConnectInfo(address)) =
+        extensions.get::<axum::extract::ConnectInfo<SocketAddr>>()
+    {
+        return Some(*address);
+    }
+    extensions.get::<SocketAddr>().copied()
+}
+
+fn route(extensions: &http::Extensions) -> Option<&str> {
+    #[cfg(feature = "axum")]
+    if let Some(matched) = extensions.get::<axum::extract::MatchedPath>() {
+        return Some(matched.as_str());
+    }
+    let _ = extensions;
+    None
+}
+
+/// The attributes of `parts` that policies look at.
+pub(crate) fn attributes<'a>(
+    parts: &'a http::request::Parts,
+    headers: &'a Headers<'a>,
+) -> Request<'a> {
+    let mut request = Request::new(parts.method.as_str(), parts.uri.path());
+    request.host = parts.uri.host().or_else(|| headers.first("host"));
+    request.route = route(&parts.extensions);
+    request.peer = peer(&parts.extensions).map(|address| address.ip());
+    request.headers = headers;
+    request.content_length = headers
+        .first("content-length")
+        .and_then(|value| value.trim().parse().ok());
+    if let Some(identity) = parts.extensions.get::<Identity>() {
+        request = request.with_identity(identity);
+    }
+    request
+}
+
+/// Whether the request is gRPC (answered with gRPC statuses instead of HTTP ones).
+pub(crate) fn is_grpc(parts: &http::request::Parts) -> bool {
+    parts
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("application/grpc"))
+}

@@ -1,0 +1,103 @@
+//! Turning an evaluation into HTTP: refusals, and fields on admitted responses.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Response, StatusCode};
+use tollgate::Evaluation;
+use tollgate::headers::{ProblemKind, problem_json, retry_after_seconds};
+use tollgate::policy::{Action, HeaderFamily};
+
+use crate::body::RateLimitBody;
+
+/// Adds `fields` to a response's headers (values that are not valid header text are skipped).
+pub(crate) fn add_fields(headers: &mut http::HeaderMap, fields: Vec<(&'static str, String)>) {
+    for (name, value) in fields {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.append(HeaderName::from_static(name), value);
+        }
+    }
+}
+
+/// The response for a refused request: HTTP with problem+json, or a gRPC trailers-only
+/// `RESOURCE_EXHAUSTED` (or `UNAVAILABLE` when the limiter cannot decide).
+pub(crate) fn refusal<B>(
+    evaluation: &Evaluation,
+    families: &[HeaderFamily],
+    grpc: bool,
+) -> Response<RateLimitBody<B>> {
+    let Action::Refuse(refusal) = &evaluation.action else {
+        unreachable!("refusal() is only called for refusals")
+    };
+    let mut fields = evaluation.header_fields(families);
+    if grpc {
+        let code = if refusal.status == 503 { "14" } else { "8" };
+        let mut response = Response::new(RateLimitBody::full(Bytes::new()));
+        fields.push(("content-type", "application/grpc".to_owned()));
+        fields.push(("grpc-status", code.to_owned()));
+        fields.push((
+            "grpc-message",
+            refusal
+                .detail
+                .replace(|c: char| !c.is_ascii_graphic() && c != ' ', "?"),
+        ));
+        if let Some(retry_after) = refusal.retry_after {
+            let millis = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX);
+            fields.push(("grpc-retry-pushback-ms", millis.to_string()));
+        }
+        add_fields(response.headers_mut(), fields);
+        return response;
+    }
+    let body = evaluation.problem_body().unwrap_or_default();
+    let mut response = Response::new(RateLimitBody::full(Bytes::from(body)));
+    *response.status_mut() =
+        StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+    fields.push(("content-type", "application/problem+json".to_owned()));
+    add_fields(response.headers_mut(), fields);
+    response
+}
+
+/// The response when the limiter cannot decide at all (its store failed).
+pub(crate) fn unavailable<B>(detail: &str, grpc: bool) -> Response<RateLimitBody<B>> {
+    let kind = ProblemKind::TemporaryReducedCapacity;
+    if grpc {
+        let mut response = Response::new(RateLimitBody::full(Bytes::new()));
+        add_fields(
+            response.headers_mut(),
+            vec![
+                ("content-type", "application/grpc".to_owned()),
+                ("grpc-status", "14".to_owned()),
+                ("grpc-message", "rate limiter unavailable".to_owned()),
+            ],
+        );
+        return response;
+    }
+    let body = problem_json(kind, 503, detail, &[]);
+    let mut response = Response::new(RateLimitBody::full(Bytes::from(body)));
+    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    add_fields(
+        response.headers_mut(),
+        vec![
+            ("content-type", "application/problem+json".to_owned()),
+            (
+                "retry-after",
+                retry_after_seconds(Duration::from_secs(1)).to_string(),
+            ),
+            ("cache-control", "no-store".to_owned()),
+        ],
+    );
+    response
+}
+
+/// The status a response reports: the gRPC status mapped to HTTP classes for gRPC responses
+/// (an error status counts as a 5xx), else the HTTP status.
+pub(crate) fn effective_status<B>(response: &Response<B>) -> u16 {
+    match response
+        .headers()
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok())
+    {
+        Some("0") | None => response.status().as_u16(),
+        Some(_) => 500,
+    }
+}

@@ -1,0 +1,126 @@
+//! The service: decide, then refuse, delay or forward.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Body;
+use tollgate::Store;
+use tollgate::headers::ProblemKind;
+use tollgate::policy::{Action, Refusal};
+use tower::Service;
+
+use crate::body::{Completion, RateLimitBody};
+use crate::layer::RateLimitLayer;
+use crate::request::{Headers, attributes, is_grpc};
+use crate::response::{add_fields, effective_status, refusal, unavailable};
+
+/// The rate-limiting service around `Inner`; see [`RateLimitLayer`].
+pub struct RateLimitService<Inner, S> {
+    pub(crate) inner: Inner,
+    pub(crate) layer: RateLimitLayer<S>,
+}
+
+impl<Inner: Clone, S> Clone for RateLimitService<Inner, S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            layer: self.layer.clone(),
+        }
+    }
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<Inner, S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<Inner, S>
+where
+    Inner: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    Inner::Future: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    S: Store,
+{
+    type Response = Response<RateLimitBody<ResBody>>;
+    type Error = Inner::Error;
+    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // The clone that was driven to readiness takes the request; a fresh clone stays behind.
+        let fresh = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, fresh);
+        let layer = self.layer.clone();
+        Box::pin(async move {
+            let (parts, body) = request.into_parts();
+            let grpc = is_grpc(&parts);
+            let headers = Headers(&parts.headers);
+            let outcome = layer.limiter.evaluate(&attributes(&parts, &headers)).await;
+            let families = layer
+                .limiter
+                .policies()
+                .map(|policies| policies.header_families().to_vec())
+                .unwrap_or_default();
+            let evaluation = match outcome {
+                Ok(evaluation) => Arc::new(evaluation),
+                Err(error) => {
+                    return Ok(unavailable(
+                        &format!("the rate limiter cannot decide: {error}"),
+                        grpc,
+                    ));
+                }
+            };
+            // From here, a request that does not go ahead gives back what it took.
+            let mut completion = Completion::new(layer.limiter.clone(), Arc::clone(&evaluation));
+            let _permit = match &evaluation.action {
+                Action::Refuse(_) => return Ok(refusal(&evaluation, &families, grpc)),
+                Action::Allow => None,
+                Action::Delay(delay) => match Arc::clone(&layer.delayed).try_acquire_owned() {
+                    Ok(permit) => {
+                        tokio::time::sleep(*delay).await;
+                        Some(permit)
+                    }
+                    Err(_) => return Ok(too_many_waiting(&evaluation, *delay, &families, grpc)),
+                },
+            };
+            completion.forwarded();
+            let response = inner.call(Request::from_parts(parts, body)).await?;
+            let status = effective_status(&response);
+            if evaluation.refunds_on(status) {
+                let (limiter, evaluation) = (layer.limiter.clone(), Arc::clone(&evaluation));
+                tokio::spawn(async move {
+                    let _ = limiter.refund_for_status(&evaluation, status).await;
+                });
+            }
+            let (mut parts, body) = response.into_parts();
+            add_fields(&mut parts.headers, evaluation.header_fields(&families));
+            Ok(Response::from_parts(
+                parts,
+                RateLimitBody::inner(body, completion),
+            ))
+        })
+    }
+}
+
+/// The refusal of a request that would have waited while too many others already do.
+fn too_many_waiting<B>(
+    evaluation: &tollgate::Evaluation,
+    delay: Duration,
+    families: &[tollgate::policy::HeaderFamily],
+    grpc: bool,
+) -> Response<RateLimitBody<B>> {
+    let mut refused = evaluation.clone();
+    refused.action = Action::Refuse(Refusal {
+        status: 429,
+        kind: ProblemKind::QuotaExceeded,
+        retry_after: Some(delay),
+        detail: "too many requests are already waiting for their turn".to_owned(),
+    });
+    refusal(&refused, families, grpc)
+}
