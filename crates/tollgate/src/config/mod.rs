@@ -9,7 +9,7 @@ mod reader;
 use std::fmt;
 use std::sync::Arc;
 
-pub(crate) use reader::{Node, Reader};
+pub use reader::{Map, Node, Reader};
 
 /// The largest configuration file read, in bytes.
 pub const MAX_CONFIG_BYTES: usize = 4 << 20;

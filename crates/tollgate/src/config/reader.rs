@@ -12,7 +12,7 @@ use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
 use super::{ConfigError, ConfigErrors, MAX_CONFIG_BYTES, Origin, suggestion};
 
 /// Reads one configuration text, collecting errors.
-pub(crate) struct Reader {
+pub struct Reader {
     source: Arc<str>,
     errors: RefCell<Vec<ConfigError>>,
 }
@@ -20,7 +20,7 @@ pub(crate) struct Reader {
 impl Reader {
     /// Parses `text` (named `source` in messages) into its YAML documents, or fails with the
     /// syntax error.
-    pub(crate) fn parse<'y>(
+    pub fn parse<'y>(
         source: &str,
         text: &'y str,
     ) -> Result<(Self, Vec<MarkedYaml<'y>>), ConfigErrors> {
@@ -51,7 +51,7 @@ impl Reader {
     }
 
     /// A reader for values that did not come from a file (configuration built in code).
-    pub(crate) fn detached(source: &str) -> Self {
+    pub fn detached(source: &str) -> Self {
         Self {
             source: source.into(),
             errors: RefCell::new(Vec::new()),
@@ -59,7 +59,7 @@ impl Reader {
     }
 
     /// Records a problem at `origin`.
-    pub(crate) fn error(&self, origin: Origin, message: impl Display) {
+    pub fn error(&self, origin: Origin, message: impl Display) {
         self.errors.borrow_mut().push(ConfigError {
             source: Arc::clone(&self.source),
             origin,
@@ -68,12 +68,12 @@ impl Reader {
     }
 
     /// The wrapped root of a document.
-    pub(crate) fn node<'r, 'y>(&'r self, yaml: &'y MarkedYaml<'y>) -> Node<'r, 'y> {
+    pub fn node<'r, 'y>(&'r self, yaml: &'y MarkedYaml<'y>) -> Node<'r, 'y> {
         Node { reader: self, yaml }
     }
 
     /// Every recorded problem, sorted by position, or nothing.
-    pub(crate) fn finish(self) -> Result<(), ConfigErrors> {
+    pub fn finish(self) -> Result<(), ConfigErrors> {
         let mut errors = self.errors.into_inner();
         if errors.is_empty() {
             return Ok(());
@@ -85,7 +85,7 @@ impl Reader {
 
 /// One YAML node and the reader that reports on it.
 #[derive(Clone, Copy)]
-pub(crate) struct Node<'r, 'y> {
+pub struct Node<'r, 'y> {
     reader: &'r Reader,
     yaml: &'y MarkedYaml<'y>,
 }
@@ -105,7 +105,7 @@ fn describe<'y>(data: &YamlData<'y, MarkedYaml<'y>>) -> &'static str {
 
 impl<'r, 'y> Node<'r, 'y> {
     /// Where the node starts.
-    pub(crate) fn origin(&self) -> Origin {
+    pub fn origin(&self) -> Origin {
         let start = self.yaml.span.start;
         Origin {
             line: start.line(),
@@ -114,17 +114,17 @@ impl<'r, 'y> Node<'r, 'y> {
     }
 
     /// Records a problem at this node.
-    pub(crate) fn error(&self, message: impl Display) {
+    pub fn error(&self, message: impl Display) {
         self.reader.error(self.origin(), message);
     }
 
     /// Whether the node is a mapping.
-    pub(crate) fn is_mapping(&self) -> bool {
+    pub fn is_mapping(&self) -> bool {
         matches!(self.yaml.data, YamlData::Mapping(_))
     }
 
     /// The node as a boolean, if it is one (reports nothing).
-    pub(crate) fn as_bool(&self) -> Option<bool> {
+    pub fn as_bool(&self) -> Option<bool> {
         match self.yaml.data {
             YamlData::Value(Scalar::Boolean(flag)) => Some(flag),
             _ => None,
@@ -132,7 +132,7 @@ impl<'r, 'y> Node<'r, 'y> {
     }
 
     /// Whether the node is null (an empty value).
-    pub(crate) fn is_null(&self) -> bool {
+    pub fn is_null(&self) -> bool {
         matches!(self.yaml.data, YamlData::Value(Scalar::Null))
     }
 
@@ -144,7 +144,7 @@ impl<'r, 'y> Node<'r, 'y> {
     }
 
     /// The node as a mapping.
-    pub(crate) fn map(&self, what: &str) -> Option<Map<'r, 'y>> {
+    pub fn map(&self, what: &str) -> Option<Map<'r, 'y>> {
         let YamlData::Mapping(mapping) = &self.yaml.data else {
             self.mismatch(what, "a mapping");
             return None;
@@ -174,7 +174,7 @@ impl<'r, 'y> Node<'r, 'y> {
     }
 
     /// The node as a list; a single value counts as a list of one.
-    pub(crate) fn list(&self) -> Vec<Node<'r, 'y>> {
+    pub fn list(&self) -> Vec<Node<'r, 'y>> {
         match &self.yaml.data {
             YamlData::Sequence(items) => items
                 .iter()
@@ -189,7 +189,7 @@ impl<'r, 'y> Node<'r, 'y> {
     }
 
     /// The node as a list, which it must be.
-    pub(crate) fn strict_list(&self, what: &str) -> Option<Vec<Node<'r, 'y>>> {
+    pub fn strict_list(&self, what: &str) -> Option<Vec<Node<'r, 'y>>> {
         if matches!(self.yaml.data, YamlData::Sequence(_)) {
             Some(self.list())
         } else {
@@ -210,7 +210,7 @@ impl<'r, 'y> Node<'r, 'y> {
     }
 
     /// The node as text (a string, or a number or boolean written as text).
-    pub(crate) fn text(&self, what: &str) -> Option<Cow<'y, str>> {
+    pub fn text(&self, what: &str) -> Option<Cow<'y, str>> {
         let text = self.scalar_text();
         if text.is_none() {
             self.mismatch(what, "a value");
@@ -219,7 +219,7 @@ impl<'r, 'y> Node<'r, 'y> {
     }
 
     /// The node as a boolean.
-    pub(crate) fn boolean(&self, what: &str) -> Option<bool> {
+    pub fn boolean(&self, what: &str) -> Option<bool> {
         match &self.yaml.data {
             YamlData::Value(Scalar::Boolean(flag)) => Some(*flag),
             _ => {
@@ -230,7 +230,7 @@ impl<'r, 'y> Node<'r, 'y> {
     }
 
     /// The node parsed with `FromStr`; the parse error becomes the message.
-    pub(crate) fn parse<T: FromStr>(&self, what: &str) -> Option<T>
+    pub fn parse<T: FromStr>(&self, what: &str) -> Option<T>
     where
         T::Err: Display,
     {
@@ -245,7 +245,7 @@ impl<'r, 'y> Node<'r, 'y> {
     }
 
     /// The node as a whole number within `range`.
-    pub(crate) fn number(&self, what: &str, range: std::ops::RangeInclusive<u64>) -> Option<u64> {
+    pub fn number(&self, what: &str, range: std::ops::RangeInclusive<u64>) -> Option<u64> {
         let value = match &self.yaml.data {
             YamlData::Value(Scalar::Integer(number)) => u64::try_from(*number).ok(),
             _ => None,
@@ -265,24 +265,24 @@ impl<'r, 'y> Node<'r, 'y> {
 }
 
 /// A mapping being read.
-pub(crate) struct Map<'r, 'y> {
+pub struct Map<'r, 'y> {
     node: Node<'r, 'y>,
     entries: Vec<(String, Node<'r, 'y>, Node<'r, 'y>)>,
 }
 
 impl<'r, 'y> Map<'r, 'y> {
     /// Where the mapping starts.
-    pub(crate) fn origin(&self) -> Origin {
+    pub fn origin(&self) -> Origin {
         self.node.origin()
     }
 
     /// Records a problem at the mapping.
-    pub(crate) fn error(&self, message: impl Display) {
+    pub fn error(&self, message: impl Display) {
         self.node.error(message);
     }
 
     /// The value of `key`, if present.
-    pub(crate) fn get(&self, key: &str) -> Option<Node<'r, 'y>> {
+    pub fn get(&self, key: &str) -> Option<Node<'r, 'y>> {
         self.entries
             .iter()
             .find(|(name, _, _)| name == key)
@@ -290,7 +290,7 @@ impl<'r, 'y> Map<'r, 'y> {
     }
 
     /// The value of `key`, which must be present.
-    pub(crate) fn required(&self, key: &str, what: &str) -> Option<Node<'r, 'y>> {
+    pub fn required(&self, key: &str, what: &str) -> Option<Node<'r, 'y>> {
         let value = self.get(key);
         if value.is_none() {
             self.node
@@ -300,14 +300,14 @@ impl<'r, 'y> Map<'r, 'y> {
     }
 
     /// Every entry as (key text, key node, value node), for mappings whose keys are names.
-    pub(crate) fn entries(&self) -> impl Iterator<Item = (&str, Node<'r, 'y>, Node<'r, 'y>)> + '_ {
+    pub fn entries(&self) -> impl Iterator<Item = (&str, Node<'r, 'y>, Node<'r, 'y>)> + '_ {
         self.entries
             .iter()
             .map(|(name, key, value)| (name.as_str(), *key, *value))
     }
 
     /// Reports every field `what` does not accept, with the fields it does.
-    pub(crate) fn deny_unknown(&self, what: &str, known: &[&str]) {
+    pub fn deny_unknown(&self, what: &str, known: &[&str]) {
         for (name, key, _) in &self.entries {
             if known.contains(&name.as_str()) {
                 continue;

@@ -4,6 +4,7 @@
 //! it in process; the Redis stores do it inside Redis with Lua. Stores know nothing of HTTP or
 //! policies; they take a [`Check`] and return a [`Verdict`].
 
+mod any;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
@@ -17,6 +18,7 @@ use crate::clock::Micros;
 
 #[cfg(feature = "redis")]
 pub use self::redis::{RedisConfig, RedisStats, RedisStore};
+pub use any::AnyStore;
 pub use memory::MemoryStore;
 
 /// Why a store could not decide.

@@ -1,0 +1,3 @@
+//! The `tollgate` binary.
+
+fn main() {}

@@ -1,0 +1,167 @@
+//! envoyproxy/ratelimit's YAML configuration: one document per domain, files in a directory.
+//!
+//! ```yaml
+//! domain: mongo_cps
+//! descriptors:
+//!   - key: database
+//!     value: users
+//!     rate_limit: { unit: second, requests_per_unit: 500 }
+//!   - key: database
+//!     rate_limit: { unit: second, requests_per_unit: 50 }
+//! ```
+//!
+//! Beyond envoyproxy/ratelimit, a `rate_limit` may name an `algorithm` (any of the six, with a
+//! `burst` for the rate algorithms) and a `period` of any length (`30s`, `5m`) instead of a
+//! unit; without them a limit is the classic fixed window of `requests_per_unit` per unit.
+//! Unknown fields are errors at every level.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate::config::ConfigErrors;
+use tollgate::{Algorithm, Limit, Quota};
+
+use super::proto::service::rate_limit_response::rate_limit::Unit;
+use super::tree::{Node, Rule};
+
+/// The most configuration files read from a directory.
+pub const MAX_FILES: usize = 1_000;
+/// The deepest descriptor nesting accepted.
+pub const MAX_DEPTH: usize = 16;
+
+/// Every domain's descriptor tree.
+#[derive(Debug, Default)]
+pub struct RlsConfig {
+    pub(crate) domains: HashMap<String, Node>,
+    /// The files read, in order.
+    pub files: Vec<PathBuf>,
+}
+
+impl RlsConfig {
+    /// The domains configured.
+    pub fn domains(&self) -> impl Iterator<Item = &str> {
+        self.domains.keys().map(String::as_str)
+    }
+
+    /// Reads every `.yaml` and `.yml` file under `directory` (recursively, in path order).
+    /// Any problem in any file refuses the whole configuration, with every error located.
+    pub fn load_dir(directory: &Path) -> Result<RlsConfig, ConfigErrors> {
+        let mut files = Vec::new();
+        collect(directory, &mut files, 0)
+            .map_err(|error| ConfigErrors::single(&directory.display().to_string(), error.to_string()))?;
+        files.sort();
+        if files.len() > MAX_FILES {
+            return Err(ConfigErrors::single(
+                &directory.display().to_string(),
+                format!("{} configuration files, the maximum is {MAX_FILES}", files.len()),
+            ));
+        }
+        let mut config = RlsConfig::default();
+        let mut errors = Vec::new();
+        for file in &files {
+            let source = file.display().to_string();
+            let text = match std::fs::read_to_string(file) {
+                Ok(text) => text,
+                Err(error) => {
+                    errors.extend(ConfigErrors::single(&source, format!("cannot read: {error}")).0);
+                    continue;
+                }
+            };
+            match parse(&source, &text) {
+                Ok((domain, root)) => {
+                    if config.domains.contains_key(&domain) {
+                        errors.extend(
+                            ConfigErrors::single(&source, format!("domain {domain:?} is already configured by another file")).0,
+                        );
+                    } else {
+                        config.domains.insert(domain, root);
+                    }
+                }
+                Err(found) => errors.extend(found.0),
+            }
+        }
+        config.files = files;
+        if errors.is_empty() { Ok(config) } else { Err(ConfigErrors(errors)) }
+    }
+
+    /// Reads one domain's configuration from text (for tests and tools).
+    pub fn from_documents(documents: &[(&str, &str)]) -> Result<RlsConfig, ConfigErrors> {
+        let mut config = RlsConfig::default();
+        for (source, text) in documents {
+            let (domain, root) = parse(source, text)?;
+            if config.domains.insert(domain.clone(), root).is_some() {
+                return Err(ConfigErrors::single(source, format!("domain {domain:?} is configured twice")));
+            }
+        }
+        Ok(config)
+    }
+}
+
+fn collect(directory: &Path, files: &mut Vec<PathBuf>, depth: usize) -> std::io::Result<()> {
+    if depth > 8 {
+        return Ok(());
+    }
+    for entry in std::fs::read_dir(directory)? {
+        let path = entry?.path();
+        let hidden = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.'));
+        if hidden {
+            continue;
+        }
+        if path.is_dir() {
+            collect(&path, files, depth + 1)?;
+        } else if matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")) {
+            files.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Parses one file: its domain and descriptor tree.
+pub(crate) fn parse(source: &str, text: &str) -> Result<(String, Node), ConfigErrors> {
+    super::parse::document(source, text)
+}
+
+/// A limit as a rule's `rate_limit` describes it.
+pub(crate) struct RuleLimit {
+    pub(crate) unlimited: bool,
+    pub(crate) requests_per_unit: u32,
+    pub(crate) unit: Unit,
+    pub(crate) period: Duration,
+    pub(crate) algorithm: Algorithm,
+    pub(crate) burst: Option<u64>,
+    pub(crate) name: Option<String>,
+    pub(crate) replaces: Vec<String>,
+}
+
+impl RuleLimit {
+    /// The Tollgate limit that enforces it, named after the rule so its state is its own.
+    pub(crate) fn build(&self, state_name: String) -> Result<Option<Limit>, String> {
+        if self.unlimited {
+            return Ok(None);
+        }
+        let quota = Quota::new(u64::from(self.requests_per_unit), self.period).map_err(|e| e.to_string())?;
+        let mut builder = Limit::builder(state_name, self.algorithm, quota);
+        if let Some(burst) = self.burst {
+            builder = builder.burst(burst);
+        }
+        let limit = builder.build().map_err(|error| {
+            let message = error.to_string();
+            message.split_once(": ").map_or(message.clone(), |(_, rest)| rest.to_owned())
+        })?;
+        Ok(Some(limit))
+    }
+
+    pub(crate) fn into_rule(self, limit: Option<Limit>, shadow: bool) -> Arc<Rule> {
+        Arc::new(Rule {
+            requests_per_unit: self.requests_per_unit,
+            unit: self.unit,
+            name: self.name,
+            replaces: self.replaces,
+            shadow,
+            classic: self.algorithm == Algorithm::FixedWindow,
+            limit,
+        })
+    }
+}

@@ -1,0 +1,298 @@
+//! Answering `ShouldRateLimit` as envoyproxy/ratelimit does, on Tollgate's store.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use futures_util::future::join_all;
+use tollgate::{Adjustment, AnyStore, Check, Limit, MAX_ITEMS, Quota, Store, StoreError, Verdict};
+
+use super::config::RlsConfig;
+use super::proto::common::RateLimitDescriptor;
+use super::proto::core::HeaderValue;
+use super::proto::service::rate_limit_response::{Code, DescriptorStatus, RateLimit};
+use super::proto::service::{RateLimitRequest, RateLimitResponse};
+use super::tree::{self, Rule};
+use super::unit;
+
+/// The most entries one descriptor may hold.
+pub const MAX_ENTRIES: usize = 32;
+/// The longest entry key or value, in bytes.
+pub const MAX_ENTRY_BYTES: usize = 512;
+
+/// Why a request could not be answered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RlsError {
+    /// The request is malformed.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The store could not decide.
+    #[error("the rate limit store failed: {0}")]
+    Unavailable(StoreError),
+}
+
+/// The rate limit service: descriptor trees by domain, swapped whole on reload.
+pub struct Rls {
+    store: Arc<AnyStore>,
+    config: ArcSwap<RlsConfig>,
+    response_headers: bool,
+}
+
+/// A descriptor's rule for this request, with the key its counter uses.
+struct Pending {
+    rule: Arc<Rule>,
+    key: String,
+    addend: u64,
+}
+
+fn escape(key: &mut String, text: &str) {
+    for c in text.chars() {
+        match c {
+            '%' => key.push_str("%25"),
+            '|' => key.push_str("%7C"),
+            '=' => key.push_str("%3D"),
+            c => key.push(c),
+        }
+    }
+}
+
+impl Rls {
+    /// A service over `store` with `config`; with `response_headers`, answers carry
+    /// `RateLimit-Limit`, `-Remaining` and `-Reset` in `response_headers_to_add`, as
+    /// envoyproxy/ratelimit's `LIMIT_RESPONSE_HEADERS_ENABLED` does.
+    pub fn new(store: Arc<AnyStore>, config: RlsConfig, response_headers: bool) -> Self {
+        Self {
+            store,
+            config: ArcSwap::from_pointee(config),
+            response_headers,
+        }
+    }
+
+    /// Replaces the configuration; requests under way finish with the old one.
+    pub fn set_config(&self, config: RlsConfig) {
+        self.config.store(Arc::new(config));
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<RlsConfig> {
+        self.config.load_full()
+    }
+
+    fn validate(request: &RateLimitRequest) -> Result<(), RlsError> {
+        let invalid = |message: String| Err(RlsError::InvalidArgument(message));
+        if request.domain.is_empty() {
+            return invalid("rate limit domain must not be empty".to_owned());
+        }
+        if request.descriptors.is_empty() {
+            return invalid("rate limit descriptor list must not be empty".to_owned());
+        }
+        if request.descriptors.len() > MAX_ITEMS {
+            return invalid(format!("{} descriptors, the maximum is {MAX_ITEMS}", request.descriptors.len()));
+        }
+        for (index, descriptor) in request.descriptors.iter().enumerate() {
+            if descriptor.entries.is_empty() {
+                return invalid(format!("descriptor {index} has no entries"));
+            }
+            if descriptor.entries.len() > MAX_ENTRIES {
+                return invalid(format!("descriptor {index} has {} entries, the maximum is {MAX_ENTRIES}", descriptor.entries.len()));
+            }
+            for (position, entry) in descriptor.entries.iter().enumerate() {
+                if entry.key.is_empty() {
+                    return invalid(format!("descriptor {index}, entry {position}: the key is empty"));
+                }
+                if entry.key.len() > MAX_ENTRY_BYTES || entry.value.len() > MAX_ENTRY_BYTES {
+                    return invalid(format!("descriptor {index}, entry {position}: longer than {MAX_ENTRY_BYTES} bytes"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The rule a descriptor gets: its per-request override, else what the tree says.
+    fn rule_of(
+        domain: &str,
+        root: &tree::Node,
+        descriptor: &RateLimitDescriptor,
+    ) -> Result<Option<(Arc<Rule>, Vec<Option<String>>)>, RlsError> {
+        if let Some(limit) = &descriptor.limit {
+            let unit = unit::from_override(limit.unit)
+                .ok_or_else(|| RlsError::InvalidArgument("a limit override needs a known unit".to_owned()))?;
+            let seconds = unit::seconds(unit).unwrap_or(1);
+            let quota = Quota::new(u64::from(limit.requests_per_unit), std::time::Duration::from_secs(seconds))
+                .map_err(|e| RlsError::InvalidArgument(e.to_string()))?;
+            let name = format!("rls:{domain}:override:{}/{}", limit.requests_per_unit, unit.as_str_name());
+            let built = Limit::new(name, tollgate::Algorithm::FixedWindow, quota)
+                .map_err(|e| RlsError::InvalidArgument(e.to_string()))?;
+            let rule = Rule {
+                requests_per_unit: limit.requests_per_unit,
+                unit,
+                name: None,
+                replaces: Vec::new(),
+                shadow: false,
+                classic: true,
+                limit: Some(built),
+            };
+            return Ok(Some((Arc::new(rule), vec![None; descriptor.entries.len()])));
+        }
+        Ok(tree::find(root, &descriptor.entries).map(|matched| {
+            let shared = matched.shared_values.iter().map(|v| v.map(str::to_owned)).collect();
+            (Arc::clone(matched.rule), shared)
+        }))
+    }
+
+    /// Decides a request: one status per descriptor, in order.
+    pub async fn should_rate_limit(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, RlsError> {
+        Self::validate(request)?;
+        let config = self.config.load();
+        let Some(root) = config.domains.get(&request.domain) else {
+            return Ok(Self::all_ok(request.descriptors.len()));
+        };
+        let mut rules = Vec::with_capacity(request.descriptors.len());
+        for descriptor in &request.descriptors {
+            rules.push(Self::rule_of(&request.domain, root, descriptor)?);
+        }
+        // A matched rule named in another matched rule's `replaces` is dropped for this request.
+        let replaced: HashSet<&str> = rules
+            .iter()
+            .flatten()
+            .flat_map(|(rule, _)| rule.replaces.iter().map(String::as_str))
+            .collect();
+        let pending: Vec<Option<Pending>> = rules
+            .iter()
+            .zip(&request.descriptors)
+            .map(|(rule, descriptor)| {
+                let (rule, shared) = rule.as_ref()?;
+                if rule.name.as_deref().is_some_and(|name| replaced.contains(name)) {
+                    return None;
+                }
+                let mut key = request.domain.clone();
+                for (entry, shared) in descriptor.entries.iter().zip(shared) {
+                    key.push('|');
+                    escape(&mut key, &entry.key);
+                    key.push('=');
+                    escape(&mut key, shared.as_deref().unwrap_or(&entry.value));
+                }
+                let addend = match &descriptor.hits_addend {
+                    Some(addend) => *addend,
+                    None => u64::from(request.hits_addend.max(1)),
+                };
+                Some(Pending {
+                    rule: Arc::clone(rule),
+                    key,
+                    addend,
+                })
+            })
+            .collect();
+        let decided = join_all(pending.iter().map(|pending| self.decide(pending.as_ref()))).await;
+        let mut statuses = Vec::with_capacity(decided.len());
+        for status in decided {
+            statuses.push(status.map_err(RlsError::Unavailable)?);
+        }
+        let over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
+        let response_headers_to_add = if self.response_headers { headers(&statuses) } else { Vec::new() };
+        Ok(RateLimitResponse {
+            overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
+            statuses,
+            response_headers_to_add,
+            ..RateLimitResponse::default()
+        })
+    }
+
+    fn all_ok(count: usize) -> RateLimitResponse {
+        RateLimitResponse {
+            overall_code: Code::Ok as i32,
+            statuses: vec![
+                DescriptorStatus {
+                    code: Code::Ok as i32,
+                    ..DescriptorStatus::default()
+                };
+                count
+            ],
+            ..RateLimitResponse::default()
+        }
+    }
+
+    async fn decide(&self, pending: Option<&Pending>) -> Result<DescriptorStatus, StoreError> {
+        let ok = DescriptorStatus {
+            code: Code::Ok as i32,
+            ..DescriptorStatus::default()
+        };
+        let Some(pending) = pending else { return Ok(ok) };
+        let rule = &pending.rule;
+        let Some(limit) = &rule.limit else {
+            return Ok(DescriptorStatus {
+                limit_remaining: u32::MAX,
+                ..ok
+            });
+        };
+        let check = Check::new(pending.addend).limit(pending.key.as_str(), limit);
+        let verdict = self.store.check(&check, None).await?;
+        let allowed = verdict.is_admitted();
+        if !allowed && rule.classic && pending.addend > 0 {
+            // envoyproxy/ratelimit counts every hit, over the limit too.
+            self.store.adjust(&check, &[Adjustment::Charge], Some(verdict.at())).await?;
+        }
+        let remaining = if allowed {
+            verdict.decisions().first().map_or(0, |d| d.remaining())
+        } else {
+            0
+        };
+        let code = if allowed || rule.shadow { Code::Ok } else { Code::OverLimit };
+        Ok(DescriptorStatus {
+            code: code as i32,
+            current_limit: Some(RateLimit {
+                name: rule.name.clone().unwrap_or_default(),
+                requests_per_unit: rule.requests_per_unit,
+                unit: rule.unit as i32,
+            }),
+            limit_remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
+            duration_until_reset: Some(prost_types::Duration {
+                seconds: until_reset(rule, limit, &verdict),
+                nanos: 0,
+            }),
+            quota: None,
+        })
+    }
+}
+
+/// Seconds until the counter resets: for a window, to the end of the current window in whole
+/// seconds (1 to the window's length, never 0), as envoyproxy/ratelimit computes it; for the
+/// other algorithms, until the limit is fully restored.
+fn until_reset(rule: &Rule, limit: &Limit, verdict: &Verdict) -> i64 {
+    if rule.classic {
+        let window = (limit.period() / 1_000_000).max(1);
+        let now = verdict.at() / 1_000_000;
+        return i64::try_from(window - now % window).unwrap_or(i64::MAX);
+    }
+    let micros = verdict.decisions().first().map_or(0, |d| d.reset_after_micros());
+    i64::try_from(micros.div_ceil(1_000_000)).unwrap_or(i64::MAX)
+}
+
+/// `RateLimit-Limit`, `-Remaining`, `-Reset` of the descriptor with the least room; a descriptor
+/// over its limit wins, the last one if several are.
+fn headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
+    let mut chosen: Option<&DescriptorStatus> = None;
+    for status in statuses.iter().filter(|s| s.current_limit.is_some()) {
+        let over = status.code == Code::OverLimit as i32;
+        let better = chosen.is_none_or(|c| over || (c.code != Code::OverLimit as i32 && status.limit_remaining < c.limit_remaining));
+        if better {
+            chosen = Some(status);
+        }
+    }
+    let Some(status) = chosen else { return Vec::new() };
+    let limit = status.current_limit.as_ref().map_or(0, |l| l.requests_per_unit);
+    let reset = status.duration_until_reset.as_ref().map_or(0, |d| d.seconds);
+    [
+        ("RateLimit-Limit", limit.to_string()),
+        ("RateLimit-Remaining", status.limit_remaining.to_string()),
+        ("RateLimit-Reset", reset.to_string()),
+    ]
+    .into_iter()
+    .map(|(key, value)| HeaderValue {
+        key: key.to_owned(),
+        value,
+        raw_value: Vec::new(),
+    })
+    .collect()
+}
+

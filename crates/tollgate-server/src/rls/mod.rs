@@ -1,0 +1,16 @@
+//! Envoy's rate limit service (RLS v3): a drop-in for envoyproxy/ratelimit behind Envoy or
+//! Istio, answering `ShouldRateLimit` over gRPC and its `/json` HTTP form for the YAML
+//! configuration format its users already have.
+
+mod config;
+mod decide;
+mod grpc;
+pub mod json;
+mod parse;
+pub mod proto;
+mod tree;
+mod unit;
+
+pub use config::{MAX_DEPTH, MAX_FILES, RlsConfig};
+pub use decide::{MAX_ENTRIES, MAX_ENTRY_BYTES, Rls, RlsError};
+pub use grpc::{RlsGrpc, status};

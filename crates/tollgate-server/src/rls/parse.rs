@@ -1,0 +1,210 @@
+//! Reading one domain's YAML document into a descriptor tree, with every error located.
+
+use tollgate::config::{ConfigErrors, Node as Yaml, Reader};
+use tollgate::{Algorithm, parse_duration};
+
+use super::config::{MAX_DEPTH, RuleLimit};
+use super::proto::service::rate_limit_response::rate_limit::Unit;
+use super::tree::{Node, Wildcard};
+use super::unit;
+
+const ROOT_FIELDS: &[&str] = &["domain", "descriptors"];
+const DESCRIPTOR_FIELDS: &[&str] = &[
+    "key",
+    "value",
+    "rate_limit",
+    "descriptors",
+    "shadow_mode",
+    "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+];
+const LIMIT_FIELDS: &[&str] = &["unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "period"];
+
+/// Parses a document: its domain and tree.
+pub(crate) fn document(source: &str, text: &str) -> Result<(String, Node), ConfigErrors> {
+    let (reader, documents) = Reader::parse(source, text)?;
+    let mut domain = String::new();
+    let mut root = Node::default();
+    match documents.as_slice() {
+        [] => {}
+        [document] => {
+            let node = reader.node(document);
+            if let Some(map) = node.map("the configuration") {
+                match map.get("domain").and_then(|n| n.text("domain")) {
+                    Some(text) if !text.is_empty() => domain = text.into_owned(),
+                    _ => map.error("the configuration needs a non-empty \"domain\""),
+                }
+                if let Some(items) = map.get("descriptors").and_then(|n| n.strict_list("descriptors")) {
+                    root = children(&items, &domain, "", 1);
+                }
+                map.deny_unknown("the configuration", ROOT_FIELDS);
+            }
+        }
+        [_, second, ..] => reader.node(second).error("expected one YAML document (one domain) per file"),
+    }
+    if documents.is_empty() {
+        reader.error(Default::default(), "the file is empty: it needs a \"domain\"");
+    }
+    reader.finish()?;
+    Ok((domain, root))
+}
+
+/// Reads a list of descriptors into the children of a node. `path` names the parent for state
+/// names and messages (`key_value.key`...).
+fn children(items: &[Yaml<'_, '_>], domain: &str, path: &str, depth: usize) -> Node {
+    let mut node = Node::default();
+    if depth > MAX_DEPTH {
+        if let Some(first) = items.first() {
+            first.error(format!("descriptors nested deeper than {MAX_DEPTH} levels"));
+        }
+        return node;
+    }
+    for item in items {
+        let Some(map) = item.map("a descriptor") else { continue };
+        let key = match map.get("key").and_then(|n| n.text("key")) {
+            Some(key) if !key.is_empty() => key.into_owned(),
+            _ => {
+                map.error("a descriptor needs a non-empty \"key\"");
+                continue;
+            }
+        };
+        let value = map.get("value").and_then(|n| n.text("value")).map(|v| v.into_owned()).filter(|v| !v.is_empty());
+        let this = match &value {
+            Some(value) => format!("{key}_{value}"),
+            None => key.clone(),
+        };
+        let here = if path.is_empty() { this.clone() } else { format!("{path}.{this}") };
+        let what = format!("descriptor {here:?}");
+        let flag = |field: &str| map.get(field).and_then(|n| n.boolean(&format!("{what}: {field}"))).unwrap_or(false);
+        let shadow = flag("shadow_mode");
+        let share_threshold = flag("share_threshold");
+        let _ = (flag("detailed_metric"), flag("value_to_metric"));
+        let mut child = map
+            .get("descriptors")
+            .and_then(|n| n.strict_list(&format!("{what}: descriptors")))
+            .map(|items| children(&items, domain, &here, depth + 1))
+            .unwrap_or_default();
+        if let Some(limit_node) = map.get("rate_limit")
+            && let Some(limit) = rule_limit(limit_node, &what)
+        {
+            match limit.build(format!("rls:{domain}:{here}")) {
+                Ok(built) => child.rule = Some(limit.into_rule(built, shadow)),
+                Err(message) => limit_node.error(format!("{what}: rate_limit: {message}")),
+            }
+        }
+        map.deny_unknown(&what, DESCRIPTOR_FIELDS);
+        let wildcard = value.as_deref().filter(|v| v.contains('*'));
+        if share_threshold && wildcard.is_none() {
+            map.error(format!("{what}: share_threshold can only be used with a wildcard value (one containing '*')"));
+        }
+        let duplicate = match (&value, wildcard) {
+            (Some(pattern), Some(_)) => {
+                let seen = node.wildcards.iter().any(|w| w.key == key && w.pattern == *pattern);
+                node.wildcards.push(Wildcard::new(key, pattern, child, share_threshold));
+                seen
+            }
+            (Some(value), None) => node.exact.insert((key, value.clone()), child).is_some(),
+            (None, _) => node.defaults.insert(key, child).is_some(),
+        };
+        if duplicate {
+            map.error(format!("{what}: the same key and value appear twice under one parent"));
+        }
+    }
+    node
+}
+
+fn rule_limit(node: Yaml<'_, '_>, what: &str) -> Option<RuleLimit> {
+    let what = format!("{what}: rate_limit");
+    let map = node.map(&what)?;
+    let unlimited = map.get("unlimited").and_then(|n| n.boolean(&format!("{what}.unlimited"))).unwrap_or(false);
+    let unit_node = map.get("unit");
+    let period_node = map.get("period");
+    let mut unit = Unit::Unknown;
+    let mut period = None;
+    if let Some(n) = unit_node
+        && let Some(text) = n.text(&format!("{what}.unit"))
+    {
+        match unit::parse(&text) {
+            Some(parsed) => {
+                unit = parsed;
+                period = unit::seconds(parsed).map(std::time::Duration::from_secs);
+            }
+            None => n.error(format!(
+                "{what}.unit: unknown unit {text:?} (expected one of: second, minute, hour, day, week, month, year)"
+            )),
+        }
+    }
+    if let Some(n) = period_node
+        && let Some(text) = n.text(&format!("{what}.period"))
+    {
+        if unit_node.is_some() {
+            n.error(format!("{what}: give a unit or a period, not both"));
+        }
+        match parse_duration(&text) {
+            Ok(parsed) if !parsed.is_zero() => {
+                period = Some(parsed);
+                unit = unit::of_period(parsed);
+            }
+            Ok(_) => n.error(format!("{what}.period: must be longer than zero")),
+            Err(error) => n.error(format!("{what}.period: {error}")),
+        }
+    }
+    let requests_per_unit = map
+        .get("requests_per_unit")
+        .and_then(|n| n.number(&format!("{what}.requests_per_unit"), 0..=u64::from(u32::MAX)))
+        .unwrap_or(0) as u32;
+    let algorithm = map
+        .get("algorithm")
+        .and_then(|n| n.parse::<Algorithm>(&format!("{what}.algorithm")))
+        .unwrap_or(Algorithm::FixedWindow);
+    let burst = map
+        .get("burst")
+        .and_then(|n| n.number(&format!("{what}.burst"), 1..=tollgate::MAX_COUNT));
+    let name = map.get("name").and_then(|n| n.text(&format!("{what}.name"))).map(|t| t.into_owned());
+    let mut replaces = Vec::new();
+    if let Some(list) = map.get("replaces").and_then(|n| n.strict_list(&format!("{what}.replaces"))) {
+        for entry in list {
+            let name = entry
+                .map(&format!("{what}.replaces"))
+                .and_then(|m| {
+                    let name = m.get("name").and_then(|n| n.text("name")).map(|t| t.into_owned());
+                    m.deny_unknown(&format!("{what}.replaces"), &["name"]);
+                    name
+                })
+                .filter(|name| !name.is_empty());
+            match name {
+                Some(name) => replaces.push(name),
+                None => entry.error(format!("{what}.replaces: every entry needs a non-empty \"name\"")),
+            }
+        }
+    }
+    map.deny_unknown(&what, LIMIT_FIELDS);
+    if name.is_some() && replaces.iter().any(|r| Some(r) == name.as_ref()) {
+        map.error(format!("{what}: replaces may not name the limit itself"));
+    }
+    if unlimited {
+        if unit_node.is_some() || period_node.is_some() {
+            map.error(format!("{what}: an unlimited limit takes no unit or period"));
+        }
+    } else if period.is_none() {
+        if unit_node.is_none() && period_node.is_none() {
+            map.error(format!("{what}: needs a unit (second, minute, hour, day, week, month, year) or a period"));
+        }
+        return None;
+    }
+    if algorithm.is_rate() && requests_per_unit == 0 {
+        map.error(format!("{what}: {algorithm} needs requests_per_unit of at least 1"));
+        return None;
+    }
+    Some(RuleLimit {
+        unlimited,
+        requests_per_unit,
+        unit,
+        period: period.unwrap_or_default(),
+        algorithm,
+        burst,
+        name,
+        replaces,
+    })
+}

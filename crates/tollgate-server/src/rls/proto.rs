@@ -1,0 +1,44 @@
+//! Code generated from the trimmed Envoy protos (see `build.rs`), nested by package as the
+//! generated code expects, with short aliases.
+
+#![allow(missing_docs, unreachable_pub, clippy::all)]
+
+/// The `envoy` packages.
+pub mod envoy {
+    pub mod service {
+        pub mod ratelimit {
+            pub mod v3 {
+                tonic::include_proto!("envoy.service.ratelimit.v3");
+            }
+        }
+    }
+
+    pub mod extensions {
+        pub mod common {
+            pub mod ratelimit {
+                pub mod v3 {
+                    tonic::include_proto!("envoy.extensions.common.ratelimit.v3");
+                }
+            }
+        }
+    }
+
+    pub mod r#type {
+        pub mod v3 {
+            tonic::include_proto!("envoy.r#type.v3");
+        }
+    }
+
+    pub mod config {
+        pub mod core {
+            pub mod v3 {
+                tonic::include_proto!("envoy.config.core.v3");
+            }
+        }
+    }
+}
+
+pub use envoy::config::core::v3 as core;
+pub use envoy::extensions::common::ratelimit::v3 as common;
+pub use envoy::r#type::v3 as types;
+pub use envoy::service::ratelimit::v3 as service;

@@ -1,0 +1,146 @@
+//! The descriptor tree of a domain and envoyproxy/ratelimit's walk through it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tollgate::Limit;
+
+use super::proto::common::rate_limit_descriptor::Entry;
+use super::proto::service::rate_limit_response::rate_limit::Unit;
+
+/// What a matched rule says.
+#[derive(Debug)]
+pub(crate) struct Rule {
+    pub(crate) requests_per_unit: u32,
+    pub(crate) unit: Unit,
+    pub(crate) name: Option<String>,
+    pub(crate) replaces: Vec<String>,
+    pub(crate) shadow: bool,
+    /// The classic fixed window, which also counts requests over the limit (as
+    /// envoyproxy/ratelimit does); other algorithms count only what they admit.
+    pub(crate) classic: bool,
+    /// `None` for an unlimited rule.
+    pub(crate) limit: Option<Limit>,
+}
+
+/// A wildcard value, split at its `*`s: it matches a value that starts with the first part,
+/// ends with the last, and holds the middle parts in order.
+#[derive(Debug)]
+pub(crate) struct Wildcard {
+    pub(crate) key: String,
+    pub(crate) pattern: String,
+    parts: Vec<String>,
+    pub(crate) node: Node,
+    /// `share_threshold`: every matching value shares one counter, keyed by the pattern.
+    pub(crate) shared: Option<String>,
+}
+
+impl Wildcard {
+    pub(crate) fn new(key: String, pattern: &str, node: Node, share_threshold: bool) -> Self {
+        Self {
+            key,
+            pattern: pattern.to_owned(),
+            parts: pattern.split('*').map(str::to_owned).collect(),
+            node,
+            shared: share_threshold.then(|| pattern.to_owned()),
+        }
+    }
+
+    fn matches(&self, value: &str) -> bool {
+        let (first, rest) = match self.parts.split_first() {
+            Some(split) => split,
+            None => return false,
+        };
+        let Some(mut remaining) = value.strip_prefix(first.as_str()) else {
+            return false;
+        };
+        let Some((last, middle)) = rest.split_last() else {
+            return remaining.is_empty();
+        };
+        for part in middle {
+            match remaining.find(part.as_str()) {
+                Some(at) => remaining = &remaining[at + part.len()..],
+                None => return false,
+            }
+        }
+        remaining.len() >= last.len() && remaining.ends_with(last.as_str())
+    }
+}
+
+/// A node: its rule, if any, and its children.
+#[derive(Debug, Default)]
+pub(crate) struct Node {
+    pub(crate) rule: Option<Arc<Rule>>,
+    /// Children with a value, by (key, value).
+    pub(crate) exact: HashMap<(String, String), Node>,
+    /// Children with a wildcard value, in file order.
+    pub(crate) wildcards: Vec<Wildcard>,
+    /// Children with a key and no value: the default for any other value of that key.
+    pub(crate) defaults: HashMap<String, Node>,
+}
+
+impl Node {
+    pub(crate) fn has_children(&self) -> bool {
+        !self.exact.is_empty() || !self.wildcards.is_empty() || !self.defaults.is_empty()
+    }
+}
+
+/// A match: the rule, and for each entry the value its counter is keyed by (the wildcard
+/// pattern where the node shares one counter).
+pub(crate) struct Matched<'t> {
+    pub(crate) rule: &'t Arc<Rule>,
+    pub(crate) shared_values: Vec<Option<&'t str>>,
+}
+
+/// Walks `root` entry by entry: an exact key and value first, then the first wildcard (in file
+/// order) that matches, then the key-only default. The rule applies only if the walk reaches the
+/// node of the last entry and that node has one; an exact node without a rule does not fall back.
+pub(crate) fn find<'t>(root: &'t Node, entries: &[Entry]) -> Option<Matched<'t>> {
+    let mut node = root;
+    let mut shared_values = Vec::with_capacity(entries.len());
+    for (index, entry) in entries.iter().enumerate() {
+        let exact = (!entry.value.is_empty())
+            .then(|| node.exact.get(&(entry.key.clone(), entry.value.clone())))
+            .flatten();
+        let (next, shared) = match exact {
+            Some(next) => (Some(next), None),
+            None => match node
+                .wildcards
+                .iter()
+                .find(|wildcard| wildcard.key == entry.key && wildcard.matches(&entry.value))
+            {
+                Some(wildcard) => (Some(&wildcard.node), wildcard.shared.as_deref()),
+                None => (node.defaults.get(&entry.key), None),
+            },
+        };
+        let next = next?;
+        shared_values.push(shared);
+        if index + 1 == entries.len() {
+            return next.rule.as_ref().map(|rule| Matched { rule, shared_values });
+        }
+        if !next.has_children() {
+            return None;
+        }
+        node = next;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards_match_anywhere_in_the_value() {
+        let wildcard = |pattern: &str| Wildcard::new("k".into(), pattern, Node::default(), false);
+        assert!(wildcard("/api/*").matches("/api/v1/users"));
+        assert!(wildcard("/api/*").matches("/api/"));
+        assert!(!wildcard("/api/*").matches("/apx"));
+        assert!(wildcard("bar*b").matches("barab"));
+        assert!(!wildcard("bar*b").matches("bar"));
+        assert!(wildcard("*").matches(""));
+        assert!(wildcard("a*b*c").matches("a-b-c"));
+        assert!(!wildcard("a*b*c").matches("a-c-b"));
+        assert!(!wildcard("ab*ba").matches("aba"), "the parts may not overlap");
+    }
+}

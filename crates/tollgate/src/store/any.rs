@@ -1,0 +1,41 @@
+//! A store chosen at run time: the memory store or a Redis store (single node or cluster).
+
+use super::{MemoryStore, Store, StoreError};
+use crate::algorithm::Adjustment;
+use crate::check::{Check, Verdict};
+use crate::clock::Micros;
+
+/// Any of the stores, for programs that pick one from configuration.
+pub enum AnyStore {
+    /// In process.
+    Memory(MemoryStore),
+    /// A Redis or a Redis Cluster.
+    #[cfg(feature = "redis")]
+    Redis(super::RedisStore),
+}
+
+impl Store for AnyStore {
+    async fn check(&self, check: &Check<'_>, at: Option<Micros>) -> Result<Verdict, StoreError> {
+        match self {
+            AnyStore::Memory(store) => store.check(check, at).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(store) => store.check(check, at).await,
+        }
+    }
+
+    async fn adjust(&self, check: &Check<'_>, adjustments: &[Adjustment], at: Option<Micros>) -> Result<(), StoreError> {
+        match self {
+            AnyStore::Memory(store) => store.adjust(check, adjustments, at).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(store) => store.adjust(check, adjustments, at).await,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            AnyStore::Memory(store) => store.kind(),
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(store) => store.kind(),
+        }
+    }
+}
