@@ -1,5 +1,11 @@
 //! The `tollgate` server: an HTTP check API, Envoy's rate limit service, and a rate-limiting
-//! reverse proxy, on the Tollgate library. The binary (`main.rs`) only parses flags and calls
-//! in here.
+//! reverse proxy, on the Tollgate library. The binary (`main.rs`) only calls [`cli::main`].
 
+pub mod api;
+pub mod cli;
+pub mod policies;
+pub mod reload;
 pub mod rls;
+pub mod serve;
+pub mod shutdown;
+pub mod store;

@@ -1,3 +1,5 @@
 //! The `tollgate` binary.
 
-fn main() {}
+fn main() -> std::process::ExitCode {
+    tollgate_server::cli::main()
+}

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use tollgate::{AnyStore, ManualClock, MemoryStore};
+use tollgate::{AnyStore, Limiter, ManualClock, MemoryStore};
 use tollgate_server::rls::proto::common::RateLimitDescriptor;
 use tollgate_server::rls::proto::common::rate_limit_descriptor::{Entry, RateLimitOverride};
 use tollgate_server::rls::proto::service::RateLimitRequest;
@@ -16,9 +16,13 @@ const NOW_SECONDS: u64 = 1_700_000_000;
 
 fn rls(yaml: &str) -> (Rls, ManualClock) {
     let clock = ManualClock::new(NOW_SECONDS * 1_000_000);
-    let store = AnyStore::Memory(MemoryStore::builder().clock(Arc::new(clock.clone())).build());
+    let store = AnyStore::Memory(
+        MemoryStore::builder()
+            .clock(Arc::new(clock.clone()))
+            .build(),
+    );
     let config = RlsConfig::from_documents(&[("test.yaml", yaml)]).expect("a valid configuration");
-    (Rls::new(Arc::new(store), config, false), clock)
+    (Rls::new(Limiter::new(store), config, false), clock)
 }
 
 fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
@@ -44,7 +48,12 @@ fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequ
 }
 
 /// (code, remaining, limit as (requests per unit, unit name, limit name), reset seconds)
-type Expected = (Code, u32, Option<(u32, &'static str, &'static str)>, Option<i64>);
+type Expected = (
+    Code,
+    u32,
+    Option<(u32, &'static str, &'static str)>,
+    Option<i64>,
+);
 
 async fn statuses(rls: &Rls, request: &RateLimitRequest) -> (Code, Vec<Expected>) {
     let response = rls.should_rate_limit(request).await.expect("an answer");
@@ -53,11 +62,11 @@ async fn statuses(rls: &Rls, request: &RateLimitRequest) -> (Code, Vec<Expected>
         .iter()
         .map(|status| {
             (
-                Code::try_from(status.code).unwrap(),
+                Code::try_from(status.code).expect("a known status code"),
                 status.limit_remaining,
                 status.current_limit.as_ref().map(|limit| {
                     let unit = tollgate_server::rls::proto::service::rate_limit_response::rate_limit::Unit::try_from(limit.unit)
-                        .unwrap()
+                        .expect("a known unit")
                         .as_str_name();
                     (limit.requests_per_unit, unit, &*limit.name.clone().leak())
                 }),
@@ -65,7 +74,10 @@ async fn statuses(rls: &Rls, request: &RateLimitRequest) -> (Code, Vec<Expected>
             )
         })
         .collect();
-    (Code::try_from(response.overall_code).unwrap(), statuses)
+    (
+        Code::try_from(response.overall_code).expect("a known overall code"),
+        statuses,
+    )
 }
 
 const OK: Code = Code::Ok;
@@ -77,17 +89,26 @@ async fn exact_values_and_key_defaults() {
         "domain: mongo_cps\ndescriptors:\n  - key: database\n    value: users\n    rate_limit: { unit: second, requests_per_unit: 500 }\n  - key: database\n    rate_limit: { unit: Second, requests_per_unit: 50 }\n",
     );
     let users = request("mongo_cps", vec![descriptor(&[("database", "users")])]);
-    assert_eq!(statuses(&rls, &users).await, (OK, vec![(OK, 499, Some((500, "SECOND", "")), Some(1))]));
+    assert_eq!(
+        statuses(&rls, &users).await,
+        (OK, vec![(OK, 499, Some((500, "SECOND", "")), Some(1))])
+    );
     let other = request("mongo_cps", vec![descriptor(&[("database", "products")])]);
-    assert_eq!(statuses(&rls, &other).await, (OK, vec![(OK, 49, Some((50, "SECOND", "")), Some(1))]));
+    assert_eq!(
+        statuses(&rls, &other).await,
+        (OK, vec![(OK, 49, Some((50, "SECOND", "")), Some(1))])
+    );
     let empty = request("mongo_cps", vec![descriptor(&[("database", "")])]);
-    assert_eq!(statuses(&rls, &empty).await.1[0].1, 49, "an empty value falls to the default");
+    assert_eq!(
+        statuses(&rls, &empty).await.1[0].1,
+        49,
+        "an empty value falls to the default"
+    );
 }
 
 #[tokio::test]
 async fn nested_descriptors_apply_only_at_the_last_entry() {
-    let (rls, _) = rls(
-        r#"
+    let (rls, _) = rls(r#"
 domain: edge
 descriptors:
   - key: remote_address
@@ -99,30 +120,48 @@ descriptors:
     value: value3
   - key: key2
     rate_limit: { unit: hour, requests_per_unit: 5 }
-"#,
+"#);
+    let nested = request(
+        "edge",
+        vec![descriptor(&[
+            ("remote_address", "10.0.0.1"),
+            ("path", "/api/users"),
+        ])],
     );
-    let nested = request("edge", vec![descriptor(&[("remote_address", "10.0.0.1"), ("path", "/api/users")])]);
     assert_eq!(
         statuses(&rls, &nested).await,
-        (OK, vec![(OK, 9, Some((10, "MINUTE", "api_per_ip")), Some(40))])
+        (
+            OK,
+            vec![(OK, 9, Some((10, "MINUTE", "api_per_ip")), Some(40))]
+        )
     );
     for entries in [
         vec![("remote_address", "10.0.0.1")],
         vec![("remote_address", "10.0.0.1"), ("path", "/web")],
-        vec![("remote_address", "10.0.0.1"), ("path", "/api/x"), ("extra", "1")],
+        vec![
+            ("remote_address", "10.0.0.1"),
+            ("path", "/api/x"),
+            ("extra", "1"),
+        ],
         vec![("key2", "value3")],
     ] {
         let unmatched = request("edge", vec![descriptor(&entries)]);
-        assert_eq!(statuses(&rls, &unmatched).await, (OK, vec![(OK, 0, None, None)]), "{entries:?}");
+        assert_eq!(
+            statuses(&rls, &unmatched).await,
+            (OK, vec![(OK, 0, None, None)]),
+            "{entries:?}"
+        );
     }
     let default = request("edge", vec![descriptor(&[("key2", "value4")])]);
-    assert_eq!(statuses(&rls, &default).await.1, [(OK, 4, Some((5, "HOUR", "")), Some(2_800))]);
+    assert_eq!(
+        statuses(&rls, &default).await.1,
+        [(OK, 4, Some((5, "HOUR", "")), Some(2_800))]
+    );
 }
 
 #[tokio::test]
 async fn wildcards_match_in_file_order_and_anywhere_in_the_value() {
-    let (rls, _) = rls(
-        r#"
+    let (rls, _) = rls(r#"
 domain: w
 descriptors:
   - key: name
@@ -131,47 +170,70 @@ descriptors:
   - key: name
     value: "ba*"
     rate_limit: { unit: minute, requests_per_unit: 2, name: second }
-"#,
-    );
+"#);
     let first = request("w", vec![descriptor(&[("name", "barab")])]);
-    assert_eq!(statuses(&rls, &first).await.1[0].2, Some((1, "MINUTE", "first")));
+    assert_eq!(
+        statuses(&rls, &first).await.1[0].2,
+        Some((1, "MINUTE", "first"))
+    );
     let second = request("w", vec![descriptor(&[("name", "barc")])]);
-    assert_eq!(statuses(&rls, &second).await.1[0].2, Some((2, "MINUTE", "second")));
+    assert_eq!(
+        statuses(&rls, &second).await.1[0].2,
+        Some((2, "MINUTE", "second"))
+    );
 }
 
 #[tokio::test]
 async fn over_the_limit_counts_keep_counting_and_look_only_hits_see_it() {
-    let (rls, _) = rls("domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 2 }\n");
+    let (rls, _) = rls(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 2 }\n",
+    );
     let one = request("d", vec![descriptor(&[("k", "v")])]);
     assert_eq!(statuses(&rls, &one).await.1[0].1, 1);
     assert_eq!(statuses(&rls, &one).await.1[0].1, 0);
-    assert_eq!(statuses(&rls, &one).await, (OVER, vec![(OVER, 0, Some((2, "MINUTE", "")), Some(40))]));
+    assert_eq!(
+        statuses(&rls, &one).await,
+        (OVER, vec![(OVER, 0, Some((2, "MINUTE", "")), Some(40))])
+    );
     let mut look = descriptor(&[("k", "v")]);
     look.hits_addend = Some(0);
     let peek = request("d", vec![look]);
-    assert_eq!(statuses(&rls, &peek).await.0, OVER, "the over-limit hit was counted");
+    assert_eq!(
+        statuses(&rls, &peek).await.0,
+        OVER,
+        "the over-limit hit was counted"
+    );
 }
 
 #[tokio::test]
 async fn hits_addend_at_request_and_descriptor_level() {
-    let (rls, _) = rls("domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 10 }\n");
+    let (rls, _) = rls(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 10 }\n",
+    );
     let mut three = request("d", vec![descriptor(&[("k", "a")])]);
     three.hits_addend = 3;
     assert_eq!(statuses(&rls, &three).await.1[0].1, 7);
     let mut look = descriptor(&[("k", "a")]);
     look.hits_addend = Some(0);
-    assert_eq!(statuses(&rls, &request("d", vec![look])).await.1[0].1, 7, "0 looks without counting");
+    assert_eq!(
+        statuses(&rls, &request("d", vec![look])).await.1[0].1,
+        7,
+        "0 looks without counting"
+    );
     let mut five = descriptor(&[("k", "a")]);
     five.hits_addend = Some(5);
     let mut both = request("d", vec![five]);
     both.hits_addend = 100;
-    assert_eq!(statuses(&rls, &both).await.1[0].1, 2, "the descriptor's addend wins");
+    assert_eq!(
+        statuses(&rls, &both).await.1[0].1,
+        2,
+        "the descriptor's addend wins"
+    );
 }
 
 #[tokio::test]
 async fn unlimited_replaces_shadow_and_zero() {
-    let (rls, _) = rls(
-        r#"
+    let (rls, _) = rls(r#"
 domain: d
 descriptors:
   - key: free
@@ -185,15 +247,24 @@ descriptors:
     rate_limit: { unit: minute, requests_per_unit: 1 }
   - key: blocked
     rate_limit: { unit: minute, requests_per_unit: 0 }
-"#,
-    );
+"#);
     let free = request("d", vec![descriptor(&[("free", "x")])]);
     assert_eq!(statuses(&rls, &free).await.1, [(OK, u32::MAX, None, None)]);
-    let both = request("d", vec![descriptor(&[("specific", "x")]), descriptor(&[("generic", "x")])]);
+    let both = request(
+        "d",
+        vec![
+            descriptor(&[("specific", "x")]),
+            descriptor(&[("generic", "x")]),
+        ],
+    );
     for _ in 0..3 {
         let (overall, found) = statuses(&rls, &both).await;
         assert_eq!(overall, OK);
-        assert_eq!(found[1], (OK, 0, None, None), "generic is replaced by specific");
+        assert_eq!(
+            found[1],
+            (OK, 0, None, None),
+            "generic is replaced by specific"
+        );
     }
     let trial = request("d", vec![descriptor(&[("trial", "x")])]);
     assert_eq!(statuses(&rls, &trial).await.1[0].1, 0);
@@ -208,16 +279,27 @@ descriptors:
 
 #[tokio::test]
 async fn per_request_overrides_and_unknown_domains() {
-    let (rls, _) = rls("domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: hour, requests_per_unit: 1000 }\n");
+    let (rls, _) = rls(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: hour, requests_per_unit: 1000 }\n",
+    );
     let mut overridden = descriptor(&[("k", "v")]);
     overridden.limit = Some(RateLimitOverride {
         requests_per_unit: 2,
         unit: RateLimitUnit::Minute as i32,
     });
     let request_with = request("d", vec![overridden]);
-    assert_eq!(statuses(&rls, &request_with).await.1, [(OK, 1, Some((2, "MINUTE", "")), Some(40))]);
-    let unknown = request("nowhere", vec![descriptor(&[("k", "v")]), descriptor(&[("k", "w")])]);
-    assert_eq!(statuses(&rls, &unknown).await, (OK, vec![(OK, 0, None, None), (OK, 0, None, None)]));
+    assert_eq!(
+        statuses(&rls, &request_with).await.1,
+        [(OK, 1, Some((2, "MINUTE", "")), Some(40))]
+    );
+    let unknown = request(
+        "nowhere",
+        vec![descriptor(&[("k", "v")]), descriptor(&[("k", "w")])],
+    );
+    assert_eq!(
+        statuses(&rls, &unknown).await,
+        (OK, vec![(OK, 0, None, None), (OK, 0, None, None)])
+    );
 }
 
 #[tokio::test]
@@ -225,31 +307,40 @@ async fn descriptors_count_independently() {
     let (rls, _) = rls(
         "domain: d\ndescriptors:\n  - key: a\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n  - key: b\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n",
     );
-    let both = request("d", vec![descriptor(&[("a", "x")]), descriptor(&[("b", "x")])]);
+    let both = request(
+        "d",
+        vec![descriptor(&[("a", "x")]), descriptor(&[("b", "x")])],
+    );
     statuses(&rls, &both).await;
     let (overall, found) = statuses(&rls, &both).await;
     assert_eq!(overall, OVER);
-    assert_eq!((found[0].0, found[1].1), (OVER, 3), "b counted although a was over");
+    assert_eq!(
+        (found[0].0, found[1].1),
+        (OVER, 3),
+        "b counted although a was over"
+    );
 }
 
 #[tokio::test]
 async fn algorithms_and_periods_beyond_envoy() {
-    let (rls, clock) = rls(
-        r#"
+    let (rls, clock) = rls(r#"
 domain: d
 descriptors:
   - key: smooth
     rate_limit: { unit: second, requests_per_unit: 10, algorithm: gcra, burst: 2 }
   - key: half
     rate_limit: { period: 30s, requests_per_unit: 3 }
-"#,
-    );
+"#);
     let smooth = request("d", vec![descriptor(&[("smooth", "x")])]);
     assert_eq!(statuses(&rls, &smooth).await.1[0].1, 1);
     assert_eq!(statuses(&rls, &smooth).await.1[0].1, 0);
     assert_eq!(statuses(&rls, &smooth).await.0, OVER);
     clock.advance(std::time::Duration::from_millis(100));
-    assert_eq!(statuses(&rls, &smooth).await.0, OK, "one more after one interval, as GCRA allows");
+    assert_eq!(
+        statuses(&rls, &smooth).await.0,
+        OK,
+        "one more after one interval, as GCRA allows"
+    );
     let half = request("d", vec![descriptor(&[("half", "x")])]);
     assert_eq!(
         statuses(&rls, &half).await.1,
@@ -263,39 +354,77 @@ async fn response_headers_when_enabled() {
     let clock = ManualClock::new(NOW_SECONDS * 1_000_000);
     let store = AnyStore::Memory(MemoryStore::builder().clock(Arc::new(clock)).build());
     let yaml = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: { unit: minute, requests_per_unit: 10 }\n  - key: b\n    rate_limit: { unit: minute, requests_per_unit: 3 }\n";
-    let rls = Rls::new(Arc::new(store), RlsConfig::from_documents(&[("t.yaml", yaml)]).unwrap(), true);
+    let rls = Rls::new(
+        Limiter::new(store),
+        RlsConfig::from_documents(&[("t.yaml", yaml)]).unwrap(),
+        true,
+    );
     let response = rls
-        .should_rate_limit(&request("d", vec![descriptor(&[("a", "x")]), descriptor(&[("b", "x")])]))
+        .should_rate_limit(&request(
+            "d",
+            vec![descriptor(&[("a", "x")]), descriptor(&[("b", "x")])],
+        ))
         .await
         .unwrap();
-    let headers: Vec<(String, String)> = response.response_headers_to_add.iter().map(|h| (h.key.clone(), h.value.clone())).collect();
-    let expected = [("RateLimit-Limit", "3"), ("RateLimit-Remaining", "2"), ("RateLimit-Reset", "40")];
+    let headers: Vec<(String, String)> = response
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.clone(), h.value.clone()))
+        .collect();
+    let expected = [
+        ("RateLimit-Limit", "3"),
+        ("RateLimit-Remaining", "2"),
+        ("RateLimit-Reset", "40"),
+    ];
     assert_eq!(headers, expected.map(|(k, v)| (k.to_owned(), v.to_owned())));
 }
 
 #[tokio::test]
 async fn malformed_requests_are_invalid_arguments() {
-    let (rls, _) = rls("domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n");
+    let (rls, _) = rls(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n",
+    );
     let mut bad_override = descriptor(&[("k", "v")]);
     bad_override.limit = Some(RateLimitOverride {
         requests_per_unit: 1,
         unit: RateLimitUnit::Unknown as i32,
     });
     let cases = [
-        (request("", vec![descriptor(&[("k", "v")])]), "rate limit domain must not be empty"),
-        (request("d", vec![]), "rate limit descriptor list must not be empty"),
-        (request("d", vec![descriptor(&[])]), "descriptor 0 has no entries"),
-        (request("d", vec![descriptor(&[("k", "v"), ("", "v")])]), "descriptor 0, entry 1: the key is empty"),
-        (request("d", vec![bad_override]), "a limit override needs a known unit"),
+        (
+            request("", vec![descriptor(&[("k", "v")])]),
+            "rate limit domain must not be empty",
+        ),
+        (
+            request("d", vec![]),
+            "rate limit descriptor list must not be empty",
+        ),
+        (
+            request("d", vec![descriptor(&[])]),
+            "descriptor 0 has no entries",
+        ),
+        (
+            request("d", vec![descriptor(&[("k", "v"), ("", "v")])]),
+            "descriptor 0, entry 1: the key is empty",
+        ),
+        (
+            request("d", vec![bad_override]),
+            "a limit override needs a known unit",
+        ),
     ];
     for (request, message) in cases {
-        assert_eq!(rls.should_rate_limit(&request).await, Err(RlsError::InvalidArgument(message.to_owned())));
+        assert_eq!(
+            rls.should_rate_limit(&request).await,
+            Err(RlsError::InvalidArgument(message.to_owned()))
+        );
     }
 }
 
 /// Configurations that must be refused, with the error each must produce.
 const REFUSED: &[(&str, &str)] = &[
-    ("descriptors: []\n", "bad.yaml:1:1: the configuration needs a non-empty \"domain\""),
+    (
+        "descriptors: []\n",
+        "bad.yaml:1:1: the configuration needs a non-empty \"domain\"",
+    ),
     ("", "bad.yaml: the file is empty: it needs a \"domain\""),
     (
         "domain: d\ndescriptors:\n  - key: k\n    ratelimit: { unit: second, requests_per_unit: 1 }\n",
@@ -345,7 +474,10 @@ const REFUSED: &[(&str, &str)] = &[
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, period: 30s, requests_per_unit: 5 }\n",
         "bad.yaml:4:41: descriptor \"k\": rate_limit: give a unit or a period, not both",
     ),
-    ("domain: d\n---\ndomain: e\n", "bad.yaml:3:1: expected one YAML document (one domain) per file"),
+    (
+        "domain: d\n---\ndomain: e\n",
+        "bad.yaml:3:1: expected one YAML document (one domain) per file",
+    ),
     ("domain: [d\n", "bad.yaml:2:1: invalid YAML"),
 ];
 
@@ -356,7 +488,10 @@ fn bad_configurations_are_refused_with_the_file_and_the_problem() {
             Ok(_) => panic!("accepted:\n{yaml}"),
             Err(errors) => errors.to_string(),
         };
-        assert!(errors.lines().any(|line| line.starts_with(expected)), "for:\n{yaml}\nexpected {expected}\nfound:\n{errors}");
+        assert!(
+            errors.lines().any(|line| line.starts_with(expected)),
+            "for:\n{yaml}\nexpected {expected}\nfound:\n{errors}"
+        );
     }
 }
 
@@ -372,6 +507,11 @@ fn a_directory_is_read_recursively_and_a_domain_may_appear_once() {
     domains.sort();
     assert_eq!(domains, ["a", "b"]);
     std::fs::write(directory.path().join("more/c.yaml"), "domain: a\n").unwrap();
-    let error = RlsConfig::load_dir(directory.path()).unwrap_err().to_string();
-    assert!(error.contains("more/c.yaml: domain \"a\" is already configured by another file"), "{error}");
+    let error = RlsConfig::load_dir(directory.path())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("more/c.yaml: domain \"a\" is already configured by another file"),
+        "{error}"
+    );
 }

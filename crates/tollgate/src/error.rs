@@ -24,4 +24,7 @@ pub enum Error {
     /// The store could not decide.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A request named a policy that is not configured.
+    #[error("no policy is named {0:?}")]
+    UnknownPolicy(String),
 }

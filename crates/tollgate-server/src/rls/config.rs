@@ -49,13 +49,17 @@ impl RlsConfig {
     /// Any problem in any file refuses the whole configuration, with every error located.
     pub fn load_dir(directory: &Path) -> Result<RlsConfig, ConfigErrors> {
         let mut files = Vec::new();
-        collect(directory, &mut files, 0)
-            .map_err(|error| ConfigErrors::single(&directory.display().to_string(), error.to_string()))?;
+        collect(directory, &mut files, 0).map_err(|error| {
+            ConfigErrors::single(&directory.display().to_string(), error.to_string())
+        })?;
         files.sort();
         if files.len() > MAX_FILES {
             return Err(ConfigErrors::single(
                 &directory.display().to_string(),
-                format!("{} configuration files, the maximum is {MAX_FILES}", files.len()),
+                format!(
+                    "{} configuration files, the maximum is {MAX_FILES}",
+                    files.len()
+                ),
             ));
         }
         let mut config = RlsConfig::default();
@@ -70,20 +74,30 @@ impl RlsConfig {
                 }
             };
             match parse(&source, &text) {
-                Ok((domain, root)) => {
-                    if config.domains.contains_key(&domain) {
-                        errors.extend(
-                            ConfigErrors::single(&source, format!("domain {domain:?} is already configured by another file")).0,
-                        );
-                    } else {
-                        config.domains.insert(domain, root);
+                Ok((domain, root)) => match config.domains.entry(domain) {
+                    std::collections::hash_map::Entry::Occupied(taken) => errors.extend(
+                        ConfigErrors::single(
+                            &source,
+                            format!(
+                                "domain {:?} is already configured by another file",
+                                taken.key()
+                            ),
+                        )
+                        .0,
+                    ),
+                    std::collections::hash_map::Entry::Vacant(free) => {
+                        free.insert(root);
                     }
-                }
+                },
                 Err(found) => errors.extend(found.0),
             }
         }
         config.files = files;
-        if errors.is_empty() { Ok(config) } else { Err(ConfigErrors(errors)) }
+        if errors.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigErrors(errors))
+        }
     }
 
     /// Reads one domain's configuration from text (for tests and tools).
@@ -92,7 +106,10 @@ impl RlsConfig {
         for (source, text) in documents {
             let (domain, root) = parse(source, text)?;
             if config.domains.insert(domain.clone(), root).is_some() {
-                return Err(ConfigErrors::single(source, format!("domain {domain:?} is configured twice")));
+                return Err(ConfigErrors::single(
+                    source,
+                    format!("domain {domain:?} is configured twice"),
+                ));
             }
         }
         Ok(config)
@@ -105,13 +122,19 @@ fn collect(directory: &Path, files: &mut Vec<PathBuf>, depth: usize) -> std::io:
     }
     for entry in std::fs::read_dir(directory)? {
         let path = entry?.path();
-        let hidden = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.'));
+        let hidden = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with('.'));
         if hidden {
             continue;
         }
         if path.is_dir() {
             collect(&path, files, depth + 1)?;
-        } else if matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")) {
+        } else if matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml")
+        ) {
             files.push(path);
         }
     }
@@ -141,14 +164,17 @@ impl RuleLimit {
         if self.unlimited {
             return Ok(None);
         }
-        let quota = Quota::new(u64::from(self.requests_per_unit), self.period).map_err(|e| e.to_string())?;
+        let quota = Quota::new(u64::from(self.requests_per_unit), self.period)
+            .map_err(|e| e.to_string())?;
         let mut builder = Limit::builder(state_name, self.algorithm, quota);
         if let Some(burst) = self.burst {
             builder = builder.burst(burst);
         }
         let limit = builder.build().map_err(|error| {
             let message = error.to_string();
-            message.split_once(": ").map_or(message.clone(), |(_, rest)| rest.to_owned())
+            message
+                .split_once(": ")
+                .map_or(message.clone(), |(_, rest)| rest.to_owned())
         })?;
         Ok(Some(limit))
     }

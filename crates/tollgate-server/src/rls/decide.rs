@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use futures_util::future::join_all;
-use tollgate::{Adjustment, AnyStore, Check, Limit, MAX_ITEMS, Quota, Store, StoreError, Verdict};
+use tollgate::{
+    Adjustment, AnyStore, Check, Limit, Limiter, MAX_ITEMS, Quota, Store, StoreError, Verdict,
+};
 
 use super::config::RlsConfig;
 use super::proto::common::RateLimitDescriptor;
@@ -33,10 +35,13 @@ pub enum RlsError {
 
 /// The rate limit service: descriptor trees by domain, swapped whole on reload.
 pub struct Rls {
-    store: Arc<AnyStore>,
+    limiter: Limiter<AnyStore>,
     config: ArcSwap<RlsConfig>,
     response_headers: bool,
 }
+
+/// A descriptor's rule and, per entry, the value its counter key takes from a wildcard match.
+type RuleMatch = (Arc<Rule>, Vec<Option<String>>);
 
 /// A descriptor's rule for this request, with the key its counter uses.
 struct Pending {
@@ -60,9 +65,9 @@ impl Rls {
     /// A service over `store` with `config`; with `response_headers`, answers carry
     /// `RateLimit-Limit`, `-Remaining` and `-Reset` in `response_headers_to_add`, as
     /// envoyproxy/ratelimit's `LIMIT_RESPONSE_HEADERS_ENABLED` does.
-    pub fn new(store: Arc<AnyStore>, config: RlsConfig, response_headers: bool) -> Self {
+    pub fn new(limiter: Limiter<AnyStore>, config: RlsConfig, response_headers: bool) -> Self {
         Self {
-            store,
+            limiter,
             config: ArcSwap::from_pointee(config),
             response_headers,
         }
@@ -87,21 +92,31 @@ impl Rls {
             return invalid("rate limit descriptor list must not be empty".to_owned());
         }
         if request.descriptors.len() > MAX_ITEMS {
-            return invalid(format!("{} descriptors, the maximum is {MAX_ITEMS}", request.descriptors.len()));
+            return invalid(format!(
+                "{} descriptors, the maximum is {MAX_ITEMS}",
+                request.descriptors.len()
+            ));
         }
         for (index, descriptor) in request.descriptors.iter().enumerate() {
             if descriptor.entries.is_empty() {
                 return invalid(format!("descriptor {index} has no entries"));
             }
             if descriptor.entries.len() > MAX_ENTRIES {
-                return invalid(format!("descriptor {index} has {} entries, the maximum is {MAX_ENTRIES}", descriptor.entries.len()));
+                return invalid(format!(
+                    "descriptor {index} has {} entries, the maximum is {MAX_ENTRIES}",
+                    descriptor.entries.len()
+                ));
             }
             for (position, entry) in descriptor.entries.iter().enumerate() {
                 if entry.key.is_empty() {
-                    return invalid(format!("descriptor {index}, entry {position}: the key is empty"));
+                    return invalid(format!(
+                        "descriptor {index}, entry {position}: the key is empty"
+                    ));
                 }
                 if entry.key.len() > MAX_ENTRY_BYTES || entry.value.len() > MAX_ENTRY_BYTES {
-                    return invalid(format!("descriptor {index}, entry {position}: longer than {MAX_ENTRY_BYTES} bytes"));
+                    return invalid(format!(
+                        "descriptor {index}, entry {position}: longer than {MAX_ENTRY_BYTES} bytes"
+                    ));
                 }
             }
         }
@@ -113,14 +128,22 @@ impl Rls {
         domain: &str,
         root: &tree::Node,
         descriptor: &RateLimitDescriptor,
-    ) -> Result<Option<(Arc<Rule>, Vec<Option<String>>)>, RlsError> {
+    ) -> Result<Option<RuleMatch>, RlsError> {
         if let Some(limit) = &descriptor.limit {
-            let unit = unit::from_override(limit.unit)
-                .ok_or_else(|| RlsError::InvalidArgument("a limit override needs a known unit".to_owned()))?;
+            let unit = unit::from_override(limit.unit).ok_or_else(|| {
+                RlsError::InvalidArgument("a limit override needs a known unit".to_owned())
+            })?;
             let seconds = unit::seconds(unit).unwrap_or(1);
-            let quota = Quota::new(u64::from(limit.requests_per_unit), std::time::Duration::from_secs(seconds))
-                .map_err(|e| RlsError::InvalidArgument(e.to_string()))?;
-            let name = format!("rls:{domain}:override:{}/{}", limit.requests_per_unit, unit.as_str_name());
+            let quota = Quota::new(
+                u64::from(limit.requests_per_unit),
+                std::time::Duration::from_secs(seconds),
+            )
+            .map_err(|e| RlsError::InvalidArgument(e.to_string()))?;
+            let name = format!(
+                "rls:{domain}:override:{}/{}",
+                limit.requests_per_unit,
+                unit.as_str_name()
+            );
             let built = Limit::new(name, tollgate::Algorithm::FixedWindow, quota)
                 .map_err(|e| RlsError::InvalidArgument(e.to_string()))?;
             let rule = Rule {
@@ -135,13 +158,20 @@ impl Rls {
             return Ok(Some((Arc::new(rule), vec![None; descriptor.entries.len()])));
         }
         Ok(tree::find(root, &descriptor.entries).map(|matched| {
-            let shared = matched.shared_values.iter().map(|v| v.map(str::to_owned)).collect();
+            let shared = matched
+                .shared_values
+                .iter()
+                .map(|v| v.map(str::to_owned))
+                .collect();
             (Arc::clone(matched.rule), shared)
         }))
     }
 
     /// Decides a request: one status per descriptor, in order.
-    pub async fn should_rate_limit(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, RlsError> {
+    pub async fn should_rate_limit(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, RlsError> {
         Self::validate(request)?;
         let config = self.config.load();
         let Some(root) = config.domains.get(&request.domain) else {
@@ -162,7 +192,11 @@ impl Rls {
             .zip(&request.descriptors)
             .map(|(rule, descriptor)| {
                 let (rule, shared) = rule.as_ref()?;
-                if rule.name.as_deref().is_some_and(|name| replaced.contains(name)) {
+                if rule
+                    .name
+                    .as_deref()
+                    .is_some_and(|name| replaced.contains(name))
+                {
                     return None;
                 }
                 let mut key = request.domain.clone();
@@ -189,7 +223,11 @@ impl Rls {
             statuses.push(status.map_err(RlsError::Unavailable)?);
         }
         let over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
-        let response_headers_to_add = if self.response_headers { headers(&statuses) } else { Vec::new() };
+        let response_headers_to_add = if self.response_headers {
+            headers(&statuses)
+        } else {
+            Vec::new()
+        };
         Ok(RateLimitResponse {
             overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
             statuses,
@@ -217,7 +255,9 @@ impl Rls {
             code: Code::Ok as i32,
             ..DescriptorStatus::default()
         };
-        let Some(pending) = pending else { return Ok(ok) };
+        let Some(pending) = pending else {
+            return Ok(ok);
+        };
         let rule = &pending.rule;
         let Some(limit) = &rule.limit else {
             return Ok(DescriptorStatus {
@@ -226,18 +266,25 @@ impl Rls {
             });
         };
         let check = Check::new(pending.addend).limit(pending.key.as_str(), limit);
-        let verdict = self.store.check(&check, None).await?;
+        let store = self.limiter.store();
+        let verdict = store.check(&check, None).await?;
         let allowed = verdict.is_admitted();
         if !allowed && rule.classic && pending.addend > 0 {
             // envoyproxy/ratelimit counts every hit, over the limit too.
-            self.store.adjust(&check, &[Adjustment::Charge], Some(verdict.at())).await?;
+            store
+                .adjust(&check, &[Adjustment::Charge], Some(verdict.at()))
+                .await?;
         }
         let remaining = if allowed {
             verdict.decisions().first().map_or(0, |d| d.remaining())
         } else {
             0
         };
-        let code = if allowed || rule.shadow { Code::Ok } else { Code::OverLimit };
+        let code = if allowed || rule.shadow {
+            Code::Ok
+        } else {
+            Code::OverLimit
+        };
         Ok(DescriptorStatus {
             code: code as i32,
             current_limit: Some(RateLimit {
@@ -264,7 +311,10 @@ fn until_reset(rule: &Rule, limit: &Limit, verdict: &Verdict) -> i64 {
         let now = verdict.at() / 1_000_000;
         return i64::try_from(window - now % window).unwrap_or(i64::MAX);
     }
-    let micros = verdict.decisions().first().map_or(0, |d| d.reset_after_micros());
+    let micros = verdict
+        .decisions()
+        .first()
+        .map_or(0, |d| d.reset_after_micros());
     i64::try_from(micros.div_ceil(1_000_000)).unwrap_or(i64::MAX)
 }
 
@@ -274,14 +324,24 @@ fn headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
     let mut chosen: Option<&DescriptorStatus> = None;
     for status in statuses.iter().filter(|s| s.current_limit.is_some()) {
         let over = status.code == Code::OverLimit as i32;
-        let better = chosen.is_none_or(|c| over || (c.code != Code::OverLimit as i32 && status.limit_remaining < c.limit_remaining));
+        let better = chosen.is_none_or(|c| {
+            over || (c.code != Code::OverLimit as i32 && status.limit_remaining < c.limit_remaining)
+        });
         if better {
             chosen = Some(status);
         }
     }
-    let Some(status) = chosen else { return Vec::new() };
-    let limit = status.current_limit.as_ref().map_or(0, |l| l.requests_per_unit);
-    let reset = status.duration_until_reset.as_ref().map_or(0, |d| d.seconds);
+    let Some(status) = chosen else {
+        return Vec::new();
+    };
+    let limit = status
+        .current_limit
+        .as_ref()
+        .map_or(0, |l| l.requests_per_unit);
+    let reset = status
+        .duration_until_reset
+        .as_ref()
+        .map_or(0, |d| d.seconds);
     [
         ("RateLimit-Limit", limit.to_string()),
         ("RateLimit-Remaining", status.limit_remaining.to_string()),
@@ -295,4 +355,3 @@ fn headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
     })
     .collect()
 }
-

@@ -18,8 +18,14 @@ fn field<'v>(object: &'v Map<String, Value>, names: [&str; 2]) -> Option<&'v Val
     names.iter().find_map(|name| object.get(*name))
 }
 
-fn object<'v>(value: &'v Value, what: &str, known: &[&str]) -> Result<&'v Map<String, Value>, String> {
-    let object = value.as_object().ok_or_else(|| format!("{what}: expected an object"))?;
+fn object<'v>(
+    value: &'v Value,
+    what: &str,
+    known: &[&str],
+) -> Result<&'v Map<String, Value>, String> {
+    let object = value
+        .as_object()
+        .ok_or_else(|| format!("{what}: expected an object"))?;
     if let Some(unknown) = object.keys().find(|key| !known.contains(&key.as_str())) {
         return Err(format!("{what}: unknown field {unknown:?}"));
     }
@@ -63,17 +69,28 @@ fn override_unit(value: Option<&Value>, what: &str) -> Result<i32, String> {
 /// Reads a `RateLimitRequest` from proto3 JSON (either field-name style); unknown fields are
 /// errors.
 pub fn parse_request(body: &[u8]) -> Result<RateLimitRequest, String> {
-    let value: Value = serde_json::from_slice(body).map_err(|error| format!("invalid JSON: {error}"))?;
-    let request = object(&value, "the request", &["domain", "descriptors", "hitsAddend", "hits_addend"])?;
+    let value: Value =
+        serde_json::from_slice(body).map_err(|error| format!("invalid JSON: {error}"))?;
+    let request = object(
+        &value,
+        "the request",
+        &["domain", "descriptors", "hitsAddend", "hits_addend"],
+    )?;
     let mut descriptors = Vec::new();
     if let Some(list) = request.get("descriptors") {
         let list = list.as_array().ok_or("descriptors: expected a list")?;
         for (index, item) in list.iter().enumerate() {
             let what = format!("descriptors[{index}]");
-            let descriptor = object(item, &what, &["entries", "limit", "hitsAddend", "hits_addend"])?;
+            let descriptor = object(
+                item,
+                &what,
+                &["entries", "limit", "hitsAddend", "hits_addend"],
+            )?;
             let mut entries = Vec::new();
             if let Some(list) = descriptor.get("entries") {
-                let list = list.as_array().ok_or_else(|| format!("{what}.entries: expected a list"))?;
+                let list = list
+                    .as_array()
+                    .ok_or_else(|| format!("{what}.entries: expected a list"))?;
                 for (position, entry) in list.iter().enumerate() {
                     let what = format!("{what}.entries[{position}]");
                     let entry = object(entry, &what, &["key", "value"])?;
@@ -87,7 +104,11 @@ pub fn parse_request(body: &[u8]) -> Result<RateLimitRequest, String> {
                 None | Some(Value::Null) => None,
                 Some(limit) => {
                     let what = format!("{what}.limit");
-                    let limit = object(limit, &what, &["requestsPerUnit", "requests_per_unit", "unit"])?;
+                    let limit = object(
+                        limit,
+                        &what,
+                        &["requestsPerUnit", "requests_per_unit", "unit"],
+                    )?;
                     Some(RateLimitOverride {
                         requests_per_unit: unsigned(
                             field(limit, ["requestsPerUnit", "requests_per_unit"]),
@@ -100,7 +121,11 @@ pub fn parse_request(body: &[u8]) -> Result<RateLimitRequest, String> {
             };
             let hits_addend = match field(descriptor, ["hitsAddend", "hits_addend"]) {
                 None | Some(Value::Null) => None,
-                Some(value) => Some(unsigned(Some(value), &format!("{what}.hitsAddend"), u64::MAX)?),
+                Some(value) => Some(unsigned(
+                    Some(value),
+                    &format!("{what}.hitsAddend"),
+                    u64::MAX,
+                )?),
             };
             descriptors.push(RateLimitDescriptor {
                 entries,
@@ -112,7 +137,11 @@ pub fn parse_request(body: &[u8]) -> Result<RateLimitRequest, String> {
     Ok(RateLimitRequest {
         domain: string(request.get("domain"), "domain")?,
         descriptors,
-        hits_addend: unsigned(field(request, ["hitsAddend", "hits_addend"]), "hitsAddend", u64::from(u32::MAX))? as u32,
+        hits_addend: unsigned(
+            field(request, ["hitsAddend", "hits_addend"]),
+            "hitsAddend",
+            u64::from(u32::MAX),
+        )? as u32,
     })
 }
 
@@ -141,7 +170,10 @@ fn status_json(status: &DescriptorStatus) -> Value {
         object.insert("limitRemaining".into(), json!(status.limit_remaining));
     }
     if let Some(duration) = &status.duration_until_reset {
-        object.insert("durationUntilReset".into(), json!(format!("{}s", duration.seconds)));
+        object.insert(
+            "durationUntilReset".into(),
+            json!(format!("{}s", duration.seconds)),
+        );
     }
     Value::Object(object)
 }
@@ -149,8 +181,14 @@ fn status_json(status: &DescriptorStatus) -> Value {
 /// Writes a `RateLimitResponse` as proto3 JSON.
 pub fn render_response(response: &RateLimitResponse) -> Value {
     let mut object = Map::new();
-    object.insert("overallCode".into(), json!(code_name(response.overall_code)));
-    object.insert("statuses".into(), Value::Array(response.statuses.iter().map(status_json).collect()));
+    object.insert(
+        "overallCode".into(),
+        json!(code_name(response.overall_code)),
+    );
+    object.insert(
+        "statuses".into(),
+        Value::Array(response.statuses.iter().map(status_json).collect()),
+    );
     if !response.response_headers_to_add.is_empty() {
         let headers: Vec<Value> = response
             .response_headers_to_add
@@ -175,9 +213,16 @@ mod tests {
         assert_eq!(request.domain, "d");
         assert_eq!(request.hits_addend, 2);
         assert_eq!(request.descriptors[0].hits_addend, Some(0));
-        assert_eq!(request.descriptors[0].limit.as_ref().unwrap().unit, RateLimitUnit::Minute as i32);
+        assert_eq!(
+            request.descriptors[0].limit.as_ref().unwrap().unit,
+            RateLimitUnit::Minute as i32
+        );
         let error = parse_request(br#"{"domain":"d","descriptor":[]}"#).unwrap_err();
         assert_eq!(error, "the request: unknown field \"descriptor\"");
-        assert!(parse_request(b"{nope").unwrap_err().starts_with("invalid JSON"));
+        assert!(
+            parse_request(b"{nope")
+                .unwrap_err()
+                .starts_with("invalid JSON")
+        );
     }
 }

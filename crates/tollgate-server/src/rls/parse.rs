@@ -19,7 +19,16 @@ const DESCRIPTOR_FIELDS: &[&str] = &[
     "value_to_metric",
     "share_threshold",
 ];
-const LIMIT_FIELDS: &[&str] = &["unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "period"];
+const LIMIT_FIELDS: &[&str] = &[
+    "unit",
+    "requests_per_unit",
+    "unlimited",
+    "name",
+    "replaces",
+    "algorithm",
+    "burst",
+    "period",
+];
 
 /// Parses a document: its domain and tree.
 pub(crate) fn document(source: &str, text: &str) -> Result<(String, Node), ConfigErrors> {
@@ -35,16 +44,24 @@ pub(crate) fn document(source: &str, text: &str) -> Result<(String, Node), Confi
                     Some(text) if !text.is_empty() => domain = text.into_owned(),
                     _ => map.error("the configuration needs a non-empty \"domain\""),
                 }
-                if let Some(items) = map.get("descriptors").and_then(|n| n.strict_list("descriptors")) {
+                if let Some(items) = map
+                    .get("descriptors")
+                    .and_then(|n| n.strict_list("descriptors"))
+                {
                     root = children(&items, &domain, "", 1);
                 }
                 map.deny_unknown("the configuration", ROOT_FIELDS);
             }
         }
-        [_, second, ..] => reader.node(second).error("expected one YAML document (one domain) per file"),
+        [_, second, ..] => reader
+            .node(second)
+            .error("expected one YAML document (one domain) per file"),
     }
     if documents.is_empty() {
-        reader.error(Default::default(), "the file is empty: it needs a \"domain\"");
+        reader.error(
+            Default::default(),
+            "the file is empty: it needs a \"domain\"",
+        );
     }
     reader.finish()?;
     Ok((domain, root))
@@ -61,7 +78,9 @@ fn children(items: &[Yaml<'_, '_>], domain: &str, path: &str, depth: usize) -> N
         return node;
     }
     for item in items {
-        let Some(map) = item.map("a descriptor") else { continue };
+        let Some(map) = item.map("a descriptor") else {
+            continue;
+        };
         let key = match map.get("key").and_then(|n| n.text("key")) {
             Some(key) if !key.is_empty() => key.into_owned(),
             _ => {
@@ -69,14 +88,26 @@ fn children(items: &[Yaml<'_, '_>], domain: &str, path: &str, depth: usize) -> N
                 continue;
             }
         };
-        let value = map.get("value").and_then(|n| n.text("value")).map(|v| v.into_owned()).filter(|v| !v.is_empty());
+        let value = map
+            .get("value")
+            .and_then(|n| n.text("value"))
+            .map(|v| v.into_owned())
+            .filter(|v| !v.is_empty());
         let this = match &value {
             Some(value) => format!("{key}_{value}"),
             None => key.clone(),
         };
-        let here = if path.is_empty() { this.clone() } else { format!("{path}.{this}") };
+        let here = if path.is_empty() {
+            this.clone()
+        } else {
+            format!("{path}.{this}")
+        };
         let what = format!("descriptor {here:?}");
-        let flag = |field: &str| map.get(field).and_then(|n| n.boolean(&format!("{what}: {field}"))).unwrap_or(false);
+        let flag = |field: &str| {
+            map.get(field)
+                .and_then(|n| n.boolean(&format!("{what}: {field}")))
+                .unwrap_or(false)
+        };
         let shadow = flag("shadow_mode");
         let share_threshold = flag("share_threshold");
         let _ = (flag("detailed_metric"), flag("value_to_metric"));
@@ -100,15 +131,21 @@ fn children(items: &[Yaml<'_, '_>], domain: &str, path: &str, depth: usize) -> N
         }
         let duplicate = match (&value, wildcard) {
             (Some(pattern), Some(_)) => {
-                let seen = node.wildcards.iter().any(|w| w.key == key && w.pattern == *pattern);
-                node.wildcards.push(Wildcard::new(key, pattern, child, share_threshold));
+                let seen = node
+                    .wildcards
+                    .iter()
+                    .any(|w| w.key == key && w.pattern == *pattern);
+                node.wildcards
+                    .push(Wildcard::new(key, pattern, child, share_threshold));
                 seen
             }
             (Some(value), None) => node.exact.insert((key, value.clone()), child).is_some(),
             (None, _) => node.defaults.insert(key, child).is_some(),
         };
         if duplicate {
-            map.error(format!("{what}: the same key and value appear twice under one parent"));
+            map.error(format!(
+                "{what}: the same key and value appear twice under one parent"
+            ));
         }
     }
     node
@@ -117,7 +154,10 @@ fn children(items: &[Yaml<'_, '_>], domain: &str, path: &str, depth: usize) -> N
 fn rule_limit(node: Yaml<'_, '_>, what: &str) -> Option<RuleLimit> {
     let what = format!("{what}: rate_limit");
     let map = node.map(&what)?;
-    let unlimited = map.get("unlimited").and_then(|n| n.boolean(&format!("{what}.unlimited"))).unwrap_or(false);
+    let unlimited = map
+        .get("unlimited")
+        .and_then(|n| n.boolean(&format!("{what}.unlimited")))
+        .unwrap_or(false);
     let unit_node = map.get("unit");
     let period_node = map.get("period");
     let mut unit = Unit::Unknown;
@@ -152,7 +192,12 @@ fn rule_limit(node: Yaml<'_, '_>, what: &str) -> Option<RuleLimit> {
     }
     let requests_per_unit = map
         .get("requests_per_unit")
-        .and_then(|n| n.number(&format!("{what}.requests_per_unit"), 0..=u64::from(u32::MAX)))
+        .and_then(|n| {
+            n.number(
+                &format!("{what}.requests_per_unit"),
+                0..=u64::from(u32::MAX),
+            )
+        })
         .unwrap_or(0) as u32;
     let algorithm = map
         .get("algorithm")
@@ -161,21 +206,32 @@ fn rule_limit(node: Yaml<'_, '_>, what: &str) -> Option<RuleLimit> {
     let burst = map
         .get("burst")
         .and_then(|n| n.number(&format!("{what}.burst"), 1..=tollgate::MAX_COUNT));
-    let name = map.get("name").and_then(|n| n.text(&format!("{what}.name"))).map(|t| t.into_owned());
+    let name = map
+        .get("name")
+        .and_then(|n| n.text(&format!("{what}.name")))
+        .map(|t| t.into_owned());
     let mut replaces = Vec::new();
-    if let Some(list) = map.get("replaces").and_then(|n| n.strict_list(&format!("{what}.replaces"))) {
+    if let Some(list) = map
+        .get("replaces")
+        .and_then(|n| n.strict_list(&format!("{what}.replaces")))
+    {
         for entry in list {
             let name = entry
                 .map(&format!("{what}.replaces"))
                 .and_then(|m| {
-                    let name = m.get("name").and_then(|n| n.text("name")).map(|t| t.into_owned());
+                    let name = m
+                        .get("name")
+                        .and_then(|n| n.text("name"))
+                        .map(|t| t.into_owned());
                     m.deny_unknown(&format!("{what}.replaces"), &["name"]);
                     name
                 })
                 .filter(|name| !name.is_empty());
             match name {
                 Some(name) => replaces.push(name),
-                None => entry.error(format!("{what}.replaces: every entry needs a non-empty \"name\"")),
+                None => entry.error(format!(
+                    "{what}.replaces: every entry needs a non-empty \"name\""
+                )),
             }
         }
     }
@@ -185,16 +241,22 @@ fn rule_limit(node: Yaml<'_, '_>, what: &str) -> Option<RuleLimit> {
     }
     if unlimited {
         if unit_node.is_some() || period_node.is_some() {
-            map.error(format!("{what}: an unlimited limit takes no unit or period"));
+            map.error(format!(
+                "{what}: an unlimited limit takes no unit or period"
+            ));
         }
     } else if period.is_none() {
         if unit_node.is_none() && period_node.is_none() {
-            map.error(format!("{what}: needs a unit (second, minute, hour, day, week, month, year) or a period"));
+            map.error(format!(
+                "{what}: needs a unit (second, minute, hour, day, week, month, year) or a period"
+            ));
         }
         return None;
     }
     if algorithm.is_rate() && requests_per_unit == 0 {
-        map.error(format!("{what}: {algorithm} needs requests_per_unit of at least 1"));
+        map.error(format!(
+            "{what}: {algorithm} needs requests_per_unit of at least 1"
+        ));
         return None;
     }
     Some(RuleLimit {

@@ -40,5 +40,5 @@ pub mod envoy {
 
 pub use envoy::config::core::v3 as core;
 pub use envoy::extensions::common::ratelimit::v3 as common;
-pub use envoy::r#type::v3 as types;
 pub use envoy::service::ratelimit::v3 as service;
+pub use envoy::r#type::v3 as types;

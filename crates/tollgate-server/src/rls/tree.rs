@@ -116,7 +116,10 @@ pub(crate) fn find<'t>(root: &'t Node, entries: &[Entry]) -> Option<Matched<'t>>
         let next = next?;
         shared_values.push(shared);
         if index + 1 == entries.len() {
-            return next.rule.as_ref().map(|rule| Matched { rule, shared_values });
+            return next.rule.as_ref().map(|rule| Matched {
+                rule,
+                shared_values,
+            });
         }
         if !next.has_children() {
             return None;
@@ -141,6 +144,9 @@ mod tests {
         assert!(wildcard("*").matches(""));
         assert!(wildcard("a*b*c").matches("a-b-c"));
         assert!(!wildcard("a*b*c").matches("a-c-b"));
-        assert!(!wildcard("ab*ba").matches("aba"), "the parts may not overlap");
+        assert!(
+            !wildcard("ab*ba").matches("aba"),
+            "the parts may not overlap"
+        );
     }
 }

@@ -42,8 +42,16 @@ pub(crate) fn from_override(unit: i32) -> Option<Unit> {
 
 /// The unit whose length is `period`, if any (for reporting arbitrary periods).
 pub(crate) fn of_period(period: Duration) -> Unit {
-    [Unit::Second, Unit::Minute, Unit::Hour, Unit::Day, Unit::Week, Unit::Month, Unit::Year]
-        .into_iter()
-        .find(|unit| seconds(*unit).is_some_and(|s| Duration::from_secs(s) == period))
-        .unwrap_or(Unit::Unknown)
+    [
+        Unit::Second,
+        Unit::Minute,
+        Unit::Hour,
+        Unit::Day,
+        Unit::Week,
+        Unit::Month,
+        Unit::Year,
+    ]
+    .into_iter()
+    .find(|unit| seconds(*unit).is_some_and(|s| Duration::from_secs(s) == period))
+    .unwrap_or(Unit::Unknown)
 }

@@ -13,7 +13,7 @@ use crate::check::{Check, Verdict};
 use crate::error::Error;
 use crate::headers::{ProblemKind, retry_after_seconds};
 use crate::policy::{
-    Action, Applied, Charge, Evaluation, Gate, Planned, Policies, Refusal, Request, Role,
+    Action, Applied, Charge, Evaluation, Gate, Planned, Policies, Refusal, Request, Role, Scope,
 };
 use crate::store::Store;
 
@@ -45,10 +45,26 @@ impl<S: Store> Limiter<S> {
     /// An error means the store could not decide; what then happens is the caller's failure
     /// policy.
     pub async fn evaluate(&self, request: &Request<'_>) -> Result<Evaluation, Error> {
+        self.evaluate_in(Scope::Matching, request, None).await
+    }
+
+    /// Like [`evaluate`](Self::evaluate), within `scope` (every matching policy, or one named
+    /// policy), with `cost` replacing the policies' costs when given.
+    pub async fn evaluate_in(
+        &self,
+        scope: Scope<'_>,
+        request: &Request<'_>,
+        cost: Option<u64>,
+    ) -> Result<Evaluation, Error> {
         let Some(policies) = self.policies() else {
             return Ok(Evaluation::plain(Action::Allow, Vec::new()));
         };
-        let plan = policies.plan(request);
+        let Some(mut plan) = policies.plan_in(scope, request) else {
+            return Err(Error::UnknownPolicy(scope_name(scope)));
+        };
+        if let Some(cost) = cost {
+            plan.override_cost(cost);
+        }
         match plan.gate {
             Gate::Bypass => return Ok(Evaluation::plain(Action::Allow, plan.matched)),
             Gate::Refuse(status) => {
@@ -207,6 +223,44 @@ impl<S: Store> Limiter<S> {
         .await
     }
 
+    /// Gives back what a request took when it was admitted at `charged_at`, recomputing its
+    /// items from the request (for callers that keep no state between the two, like the check
+    /// API): its limits and idempotency records, within `scope`, at `cost` when given.
+    pub async fn refund_request(
+        &self,
+        scope: Scope<'_>,
+        request: &Request<'_>,
+        cost: Option<u64>,
+        charged_at: crate::clock::Micros,
+    ) -> Result<(), Error> {
+        let Some(policies) = self.policies() else {
+            return Ok(());
+        };
+        let Some(mut plan) = policies.plan_in(scope, request) else {
+            return Err(Error::UnknownPolicy(scope_name(scope)));
+        };
+        if let Some(cost) = cost {
+            plan.override_cost(cost);
+        }
+        let mut check = Check::new(0);
+        for item in plan
+            .enforced
+            .iter()
+            .filter(|i| matches!(i.role, Role::Limit | Role::Idempotency) && i.cost > 0)
+        {
+            check.push(item.key.as_str(), &item.limit, item.cost);
+        }
+        if check.is_empty() {
+            return Ok(());
+        }
+        let refunds: SmallVec<[Adjustment; 4]> = check
+            .items()
+            .iter()
+            .map(|_| Adjustment::Refund { charged_at })
+            .collect();
+        Ok(self.inner.store.adjust(&check, &refunds, None).await?)
+    }
+
     /// Gives back everything an admitted request took, for a request that never went ahead
     /// (cancelled while delayed, or refused after all).
     pub async fn cancel(&self, evaluation: &Evaluation) -> Result<(), Error> {
@@ -237,6 +291,13 @@ impl<S: Store> Limiter<S> {
         };
         let refunds: SmallVec<[Adjustment; 4]> = check.items().iter().map(|_| refund).collect();
         Ok(self.inner.store.adjust(&check, &refunds, None).await?)
+    }
+}
+
+fn scope_name(scope: Scope<'_>) -> String {
+    match scope {
+        Scope::Matching => String::new(),
+        Scope::Policy(name) => name.to_owned(),
     }
 }
 

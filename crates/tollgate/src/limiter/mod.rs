@@ -95,9 +95,17 @@ impl<S: Store> Limiter<S> {
         if verdict.is_denied() {
             return Ok(());
         }
-        let refund = Adjustment::Refund {
-            charged_at: verdict.at(),
-        };
+        self.refund_at(check, verdict.at()).await
+    }
+
+    /// Gives back what `check` took when it was admitted at `charged_at` (a verdict's
+    /// [`at`](Verdict::at)), for callers that kept the time but not the verdict.
+    pub async fn refund_at(
+        &self,
+        check: &Check<'_>,
+        charged_at: crate::clock::Micros,
+    ) -> Result<(), Error> {
+        let refund = Adjustment::Refund { charged_at };
         let refunds: SmallVec<[Adjustment; 4]> = check.items().iter().map(|_| refund).collect();
         self.adjust(check, &refunds).await
     }

@@ -26,7 +26,7 @@ pub use model::{
     RedisOptions, SoftLimit, StatusRange, StoreConfig, TierSource,
 };
 pub use parse::{MAX_LIMITS_PER_POLICY, MAX_LIST_ENTRIES, MAX_POLICIES};
-pub use plan::{Gate, Plan, Planned, Role};
+pub use plan::{Gate, Plan, Planned, Role, Scope};
 pub use request::{HeaderSource, Identity, NoHeaders, Request};
 
 pub(crate) use compile::Penalty;

@@ -46,6 +46,15 @@ pub struct Planned {
     pub unit: QuotaUnit,
 }
 
+/// Which policies a request is decided by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope<'n> {
+    /// Every policy whose match fits the request.
+    Matching,
+    /// Only the named policy, whatever its match says.
+    Policy(&'n str),
+}
+
 /// What happens before any limit is looked at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gate {
@@ -70,6 +79,17 @@ pub struct Plan {
     pub shadow: Vec<Planned>,
     /// Names of the policies that matched.
     pub matched: Vec<Arc<str>>,
+}
+
+impl Plan {
+    /// Replaces the cost of every configured limit's item (not the guards').
+    pub fn override_cost(&mut self, cost: u64) {
+        for item in self.enforced.iter_mut().chain(self.shadow.iter_mut()) {
+            if item.role == Role::Limit {
+                item.cost = cost;
+            }
+        }
+    }
 }
 
 /// The identity of a request, from the request itself or the trusted identity headers.
@@ -99,8 +119,23 @@ impl Policies {
         }
     }
 
-    /// Turns a request into the items of its checks.
+    /// Turns a request into the items of its checks, by every policy it matches.
     pub fn plan(&self, request: &Request<'_>) -> Plan {
+        self.plan_in(Scope::Matching, request)
+            .unwrap_or_else(|| unreachable!("every request has a matching-policies plan"))
+    }
+
+    /// Turns a request into the items of its checks within `scope`; `None` when the scope names
+    /// a policy that does not exist.
+    pub fn plan_in(&self, scope: Scope<'_>, request: &Request<'_>) -> Option<Plan> {
+        let named = match scope {
+            Scope::Matching => None,
+            Scope::Policy(name) => Some(self.policies.iter().position(|p| &*p.name == name)?),
+        };
+        Some(self.plan_selected(named, request))
+    }
+
+    fn plan_selected(&self, named: Option<usize>, request: &Request<'_>) -> Plan {
         let client = request.peer.map(|peer| {
             client_ip(
                 peer,
@@ -135,11 +170,21 @@ impl Policies {
             |address| group_key(address, self.config.ipv4_prefix, self.config.ipv6_prefix),
         );
         for (index, policy) in self.policies.iter().enumerate() {
-            let Some(params) = policy
-                .matcher
-                .matches(request.method, request.host, request.path)
-            else {
-                continue;
+            // A named policy applies whatever the request's method and path; its template
+            // parameters still come from the path when it fits.
+            let params = match named {
+                Some(chosen) if chosen != index => continue,
+                Some(_) => policy
+                    .matcher
+                    .matches(request.method, request.host, request.path)
+                    .unwrap_or_default(),
+                None => match policy
+                    .matcher
+                    .matches(request.method, request.host, request.path)
+                {
+                    Some(params) => params,
+                    None => continue,
+                },
             };
             if policy.allow.contains(client, &identity) {
                 continue;

@@ -23,7 +23,12 @@ impl Store for AnyStore {
         }
     }
 
-    async fn adjust(&self, check: &Check<'_>, adjustments: &[Adjustment], at: Option<Micros>) -> Result<(), StoreError> {
+    async fn adjust(
+        &self,
+        check: &Check<'_>,
+        adjustments: &[Adjustment],
+        at: Option<Micros>,
+    ) -> Result<(), StoreError> {
         match self {
             AnyStore::Memory(store) => store.adjust(check, adjustments, at).await,
             #[cfg(feature = "redis")]

@@ -1,0 +1,376 @@
+//! `POST /v1/check` and `POST /v1/refund`: decide (or give back) a check for a named policy,
+//! for every policy matching some attributes, or for limits given inline.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use axum::extract::State;
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tollgate::headers::LimitView;
+use tollgate::policy::{Action, HeaderFamily, QuotaUnit, Scope};
+use tollgate::{
+    Algorithm, Check, Decision, Evaluation, LeakyMode, Limit, MAX_ITEMS, Micros, Quota, Request,
+    Verdict,
+};
+
+use super::AppState;
+use super::problem::{ApiError, parse_json, read_body};
+
+/// The largest check request read, in bytes.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// The most request headers an attributes object may carry.
+pub const MAX_HEADERS: usize = 64;
+
+/// What the caller knows about the request being limited.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Attributes {
+    ip: Option<String>,
+    user: Option<String>,
+    tenant: Option<String>,
+    plan: Option<String>,
+    api_key: Option<String>,
+    route: Option<String>,
+    method: Option<String>,
+    host: Option<String>,
+    path: Option<String>,
+    content_length: Option<u64>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+}
+
+/// A limit given in the request itself.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct InlineLimit {
+    key: String,
+    algorithm: Algorithm,
+    quota: Quota,
+    burst: Option<u64>,
+    mode: Option<String>,
+    delay_after: Option<u64>,
+    name: Option<String>,
+    cost: Option<u64>,
+}
+
+/// The body of `/v1/check` (and, with `at`, of `/v1/refund`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckRequest {
+    policy: Option<String>,
+    #[serde(default)]
+    attributes: Attributes,
+    limits: Option<Vec<InlineLimit>>,
+    cost: Option<u64>,
+    at: Option<Micros>,
+}
+
+impl InlineLimit {
+    fn build(&self, index: usize) -> Result<Limit, ApiError> {
+        let what = format!("limits[{index}]");
+        let mode = match (self.mode.as_deref(), self.delay_after) {
+            (None, None) => None,
+            (None | Some("queue"), delay_after) => Some(LeakyMode::Queue {
+                delay_after: delay_after.unwrap_or(1),
+            }),
+            (Some("meter"), None) => Some(LeakyMode::Meter),
+            (Some(other), _) => {
+                return Err(ApiError::invalid(format!(
+                    "{what}.mode: unknown mode {other:?} (expected meter or queue, delay_after only with queue)"
+                )));
+            }
+        };
+        // Unnamed limits are named by what they are, so the same limit keeps its state.
+        let name = self.name.clone().unwrap_or_else(|| {
+            format!(
+                "inline:{}:{}:{}",
+                self.algorithm,
+                self.quota,
+                self.burst.unwrap_or(0)
+            )
+        });
+        let mut builder = Limit::builder(name, self.algorithm, self.quota);
+        if let Some(burst) = self.burst {
+            builder = builder.burst(burst);
+        }
+        if let Some(mode) = mode {
+            builder = builder.mode(mode);
+        }
+        builder
+            .build()
+            .map_err(|error| ApiError::invalid(format!("{what}: {error}")))
+    }
+}
+
+fn header_list(attributes: &Attributes) -> Result<Vec<(String, String)>, ApiError> {
+    if attributes.headers.len() > MAX_HEADERS {
+        return Err(ApiError::invalid(format!(
+            "attributes.headers: at most {MAX_HEADERS} headers"
+        )));
+    }
+    Ok(attributes
+        .headers
+        .iter()
+        .map(|(name, value)| (name.to_ascii_lowercase(), value.clone()))
+        .collect())
+}
+
+fn request_of<'a>(
+    attributes: &'a Attributes,
+    headers: &'a Vec<(String, String)>,
+) -> Result<Request<'a>, ApiError> {
+    let mut request = Request::new(
+        attributes.method.as_deref().unwrap_or("GET"),
+        attributes.path.as_deref().unwrap_or("/"),
+    );
+    request.host = attributes.host.as_deref();
+    request.route = attributes.route.as_deref();
+    request.peer = match &attributes.ip {
+        Some(ip) => Some(ip.parse::<IpAddr>().map_err(|_| {
+            ApiError::invalid(format!("attributes.ip: {ip:?} is not an IP address"))
+        })?),
+        None => None,
+    };
+    request.headers = headers;
+    request.user = attributes.user.as_deref();
+    request.tenant = attributes.tenant.as_deref();
+    request.plan = attributes.plan.as_deref();
+    request.api_key = attributes.api_key.as_deref();
+    request.content_length = attributes.content_length;
+    Ok(request)
+}
+
+fn millis(micros: Micros) -> u64 {
+    micros.div_ceil(1_000)
+}
+
+fn decision_json(decision: &Decision, limit: &Limit) -> Value {
+    json!({
+        "algorithm": limit.algorithm().as_str(),
+        "quota": limit.quota().to_string(),
+        "capacity": limit.capacity(),
+        "allowed": decision.allowed(),
+        "remaining": decision.remaining(),
+        "reset_after_ms": millis(decision.reset_after_micros()),
+        "retry_after_ms": decision.retry_after_micros().map(millis),
+        "delay_ms": millis(decision.delay_micros()),
+    })
+}
+
+fn with_fields(status: StatusCode, body: Value, fields: Vec<(&'static str, String)>) -> Response {
+    let mut response = (status, axum::Json(body)).into_response();
+    for (name, value) in fields {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            response
+                .headers_mut()
+                .append(HeaderName::from_static(name), value);
+        }
+    }
+    response
+}
+
+fn families(state: &AppState) -> Vec<HeaderFamily> {
+    state.limiter.policies().map_or_else(
+        || vec![HeaderFamily::Ietf],
+        |p| p.header_families().to_vec(),
+    )
+}
+
+fn inline_check<'a>(limits: &'a [Limit], specs: &'a [InlineLimit], cost: u64) -> Check<'a> {
+    let mut check = Check::new(cost);
+    for (limit, spec) in limits.iter().zip(specs) {
+        check.push(spec.key.as_str(), limit, spec.cost.unwrap_or(cost));
+    }
+    check
+}
+
+fn build_limits(specs: &[InlineLimit]) -> Result<Vec<Limit>, ApiError> {
+    if specs.is_empty() || specs.len() > MAX_ITEMS {
+        return Err(ApiError::invalid(format!(
+            "limits: give 1 to {MAX_ITEMS} limits"
+        )));
+    }
+    specs
+        .iter()
+        .enumerate()
+        .map(|(index, spec)| spec.build(index))
+        .collect()
+}
+
+fn verdict_json(verdict: &Verdict, limits: &[Limit], specs: &[InlineLimit]) -> Value {
+    let (name, retry, delay) = match verdict.outcome() {
+        tollgate::Outcome::Allow => ("allow", Some(0), 0),
+        tollgate::Outcome::Delay(delay) => ("delay", Some(0), delay.as_micros() as Micros),
+        tollgate::Outcome::Deny { retry_after } => {
+            ("deny", retry_after.map(|r| r.as_micros() as Micros), 0)
+        }
+    };
+    let decisions: Vec<Value> = verdict
+        .decisions()
+        .iter()
+        .zip(limits.iter().zip(specs))
+        .map(|(decision, (limit, spec))| {
+            let mut value = decision_json(decision, limit);
+            value["key"] = json!(spec.key);
+            value["limit"] = json!(limit.name());
+            value
+        })
+        .collect();
+    json!({
+        "allowed": verdict.is_admitted(),
+        "verdict": name,
+        "status": if verdict.is_denied() { 429 } else { 200 },
+        "retry_after_ms": retry.map(millis),
+        "delay_ms": millis(delay),
+        "at": verdict.at(),
+        "binding": verdict.binding_index(),
+        "decisions": decisions,
+    })
+}
+
+fn evaluation_json(evaluation: &Evaluation) -> Value {
+    let (name, status, retry, delay, detail) = match &evaluation.action {
+        Action::Allow => ("allow", 200, Some(0), 0, None),
+        Action::Delay(delay) => ("delay", 200, Some(0), delay.as_micros() as Micros, None),
+        Action::Refuse(refusal) => (
+            "deny",
+            refusal.status,
+            refusal.retry_after.map(|r| r.as_micros() as Micros),
+            0,
+            Some(refusal.detail.clone()),
+        ),
+    };
+    let names =
+        |list: &[std::sync::Arc<str>]| list.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+    let decisions: Vec<Value> = evaluation
+        .applied
+        .iter()
+        .map(|applied| {
+            let mut value = decision_json(&applied.decision, &applied.limit);
+            value["policy"] = json!(&*applied.policy);
+            value["limit"] = json!(&*applied.label);
+            if applied.unit != QuotaUnit::Requests {
+                value["unit"] = json!(applied.unit.as_str());
+            }
+            value
+        })
+        .collect();
+    json!({
+        "allowed": evaluation.is_admitted(),
+        "verdict": name,
+        "status": status,
+        "retry_after_ms": retry.map(millis),
+        "delay_ms": millis(delay),
+        "at": evaluation.at,
+        "detail": detail,
+        "matched_policies": names(&evaluation.matched),
+        "violated_policies": names(&evaluation.violated),
+        "shadow_denied": names(&evaluation.shadow_denied),
+        "near_limit": evaluation.near_limit,
+        "binding": evaluation.binding,
+        "decisions": decisions,
+    })
+}
+
+/// `POST /v1/check`.
+pub(crate) async fn check(
+    State(state): State<AppState>,
+    body: axum::body::Body,
+) -> Result<Response, ApiError> {
+    let bytes = read_body(body, MAX_BODY_BYTES).await?;
+    let request: CheckRequest = parse_json(&bytes)?;
+    if request.at.is_some() {
+        return Err(ApiError::invalid(
+            "at: only /v1/refund takes the time of the check to refund",
+        ));
+    }
+    let cost = request.cost.unwrap_or(1);
+    if let Some(specs) = &request.limits {
+        if request.policy.is_some() {
+            return Err(ApiError::invalid(
+                "give either a policy (with attributes) or inline limits, not both",
+            ));
+        }
+        let limits = build_limits(specs)?;
+        let check = inline_check(&limits, specs, cost);
+        let verdict = state.limiter.check(&check).await?;
+        let views: Vec<LimitView<'_>> = limits
+            .iter()
+            .zip(verdict.decisions())
+            .map(|(limit, decision)| LimitView {
+                label: limit.name(),
+                limit,
+                unit: QuotaUnit::Requests,
+                decision: *decision,
+            })
+            .collect();
+        let mut fields = tollgate::headers::rate_limit_fields(
+            &families(&state),
+            &views,
+            verdict.binding_index(),
+            verdict.at(),
+        );
+        if let Some(retry) = verdict.retry_after() {
+            fields.push((
+                "retry-after",
+                tollgate::headers::retry_after_seconds(retry).to_string(),
+            ));
+        }
+        return Ok(with_fields(
+            StatusCode::OK,
+            verdict_json(&verdict, &limits, specs),
+            fields,
+        ));
+    }
+    let headers = header_list(&request.attributes)?;
+    let attributes = request_of(&request.attributes, &headers)?;
+    let scope = request
+        .policy
+        .as_deref()
+        .map_or(Scope::Matching, Scope::Policy);
+    let evaluation = state
+        .limiter
+        .evaluate_in(scope, &attributes, request.cost)
+        .await?;
+    let fields = evaluation.header_fields(&families(&state));
+    Ok(with_fields(
+        StatusCode::OK,
+        evaluation_json(&evaluation),
+        fields,
+    ))
+}
+
+/// `POST /v1/refund`: gives back what a check admitted at `at` (its response's `at`) took.
+pub(crate) async fn refund(
+    State(state): State<AppState>,
+    body: axum::body::Body,
+) -> Result<Response, ApiError> {
+    let bytes = read_body(body, MAX_BODY_BYTES).await?;
+    let request: CheckRequest = parse_json(&bytes)?;
+    let at = request.at.ok_or_else(|| {
+        ApiError::invalid("at: required: the `at` of the check response to refund")
+    })?;
+    let cost = request.cost.unwrap_or(1);
+    if let Some(specs) = &request.limits {
+        let limits = build_limits(specs)?;
+        state
+            .limiter
+            .refund_at(&inline_check(&limits, specs, cost), at)
+            .await?;
+    } else {
+        let headers = header_list(&request.attributes)?;
+        let attributes = request_of(&request.attributes, &headers)?;
+        let scope = request
+            .policy
+            .as_deref()
+            .map_or(Scope::Matching, Scope::Policy);
+        state
+            .limiter
+            .refund_request(scope, &attributes, request.cost, at)
+            .await?;
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}

@@ -1,0 +1,35 @@
+//! `POST /json`: envoyproxy/ratelimit's HTTP form of `ShouldRateLimit`.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use super::AppState;
+use super::problem::{ApiError, read_body};
+use crate::rls::RlsError;
+use crate::rls::json::{MAX_BODY_BYTES, parse_request, render_response};
+use crate::rls::proto::service::rate_limit_response::Code;
+
+/// `POST /json`: 200 when under the limits, 429 when over, 400 for a bad request.
+pub(crate) async fn should_rate_limit(
+    State(state): State<AppState>,
+    body: axum::body::Body,
+) -> Result<Response, ApiError> {
+    let bytes = read_body(body, MAX_BODY_BYTES).await?;
+    let request = parse_request(&bytes).map_err(ApiError::bad_request)?;
+    let response = state
+        .rls
+        .should_rate_limit(&request)
+        .await
+        .map_err(|error| match error {
+            RlsError::InvalidArgument(message) => ApiError::bad_request(message),
+            RlsError::Unavailable(store) => ApiError::from(tollgate::Error::Store(store)),
+        })?;
+    let status = if response.overall_code == Code::OverLimit as i32 {
+        StatusCode::TOO_MANY_REQUESTS
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(render_response(&response))).into_response())
+}

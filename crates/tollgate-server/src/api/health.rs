@@ -1,0 +1,40 @@
+//! `GET /healthz` (the process is up) and `GET /readyz` (the store answers, a configuration
+//! is loaded).
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde_json::json;
+use tollgate::{Algorithm, Check, Limit, Quota, Store};
+
+use super::AppState;
+use super::problem::ApiError;
+
+/// `GET /healthz`.
+pub(crate) async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// `GET /readyz`: a look-only check against the store proves it answers.
+pub(crate) async fn readyz(
+    State(state): State<AppState>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let quota = Quota::per_second(1).map_err(|e| ApiError::invalid(e.to_string()))?;
+    let probe = Limit::new("tollgate:readyz", Algorithm::FixedWindow, quota)
+        .map_err(|e| ApiError::invalid(e.to_string()))?;
+    let store = state.limiter.store();
+    store
+        .check(&Check::new(0).limit("readyz", &probe), None)
+        .await
+        .map_err(|error| ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            detail: format!("the store does not answer: {error}"),
+        })?;
+    let policies = state.limiter.policies().map(|p| p.version());
+    Ok(Json(json!({
+        "status": "ready",
+        "store": store.kind(),
+        "config_version": policies.map(|v| format!("{v:016x}")),
+        "rls_domains": state.rls.config().domains().count(),
+    })))
+}

@@ -1,0 +1,45 @@
+//! The HTTP API: the check API, Envoy's `/json`, health, and the OpenAPI document.
+
+mod check;
+mod envoy_json;
+mod health;
+mod problem;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::header;
+use axum::routing::{get, post};
+use tollgate::{AnyStore, Limiter};
+
+pub use check::{CheckRequest, MAX_BODY_BYTES, MAX_HEADERS};
+pub use problem::ApiError;
+
+use crate::rls::Rls;
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    /// The limiter with its policies and store.
+    pub limiter: Limiter<AnyStore>,
+    /// Envoy's rate limit service, on the same store.
+    pub rls: Arc<Rls>,
+}
+
+const OPENAPI: &str = include_str!("openapi.json");
+
+/// The API's routes.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/check", post(check::check))
+        .route("/v1/refund", post(check::refund))
+        .route("/json", post(envoy_json::should_rate_limit))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route(
+            "/openapi.json",
+            get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
+        )
+        .fallback(|| async { ApiError::not_found("no such endpoint; see /openapi.json") })
+        .with_state(state)
+}

@@ -1,0 +1,129 @@
+//! The command line: `serve`, `proxy`, `config check`, `bench`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::serve::ServeArgs;
+
+/// Tollgate: a distributed rate limiter.
+#[derive(Debug, Parser)]
+#[command(name = "tollgate", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// Log format: human or json.
+    #[arg(long, global = true, env = "TOLLGATE_LOG_FORMAT", default_value = "human", value_parser = ["human", "json"])]
+    log_format: String,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the HTTP check API and Envoy's rate limit service (gRPC).
+    Serve(ServeArgs),
+    /// Check configuration files and list every problem.
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigAction {
+    /// Check policy files (and with --rls, a directory of envoyproxy/ratelimit files).
+    Check {
+        /// Policy files.
+        files: Vec<PathBuf>,
+        /// A directory of envoyproxy/ratelimit configuration files.
+        #[arg(long, value_name = "DIR")]
+        rls: Option<PathBuf>,
+    },
+}
+
+fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TOLLGATE_LOG")
+        .unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn config_check(files: &[PathBuf], rls: Option<&PathBuf>) -> ExitCode {
+    let mut failed = false;
+    for file in files {
+        match crate::policies::load(Some(file)) {
+            Ok(policies) => println!(
+                "{}: ok ({} policies)",
+                file.display(),
+                policies.names().count()
+            ),
+            Err(errors) => {
+                eprintln!("{errors}");
+                failed = true;
+            }
+        }
+    }
+    if let Some(directory) = rls {
+        match crate::rls::RlsConfig::load_dir(directory) {
+            Ok(config) => println!(
+                "{}: ok ({} domains)",
+                directory.display(),
+                config.domains().count()
+            ),
+            Err(errors) => {
+                eprintln!("{errors}");
+                failed = true;
+            }
+        }
+    }
+    if files.is_empty() && rls.is_none() {
+        eprintln!("tollgate config check: give policy files, --rls DIR, or both");
+        return ExitCode::from(2);
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Parses the command line and runs the command.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Command::Config {
+        action: ConfigAction::Check { files, rls },
+    } = &cli.command
+    {
+        return config_check(files, rls.as_ref());
+    }
+    init_logging(&cli.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("tollgate: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve(args) => crate::serve::run(args).await,
+            Command::Config { .. } => Ok(()),
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("tollgate: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

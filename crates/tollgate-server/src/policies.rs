@@ -1,0 +1,30 @@
+//! Loading the policy file, or the built-in example when none is given.
+
+use std::path::Path;
+
+use tollgate::Policies;
+
+/// The configuration `tollgate serve` runs with no `--config`: `examples/policies.yaml`.
+pub const BUILT_IN: &str = include_str!("../../../examples/policies.yaml");
+
+/// Reads and compiles `path`, or the built-in example; errors list every problem.
+pub fn load(path: Option<&Path>) -> Result<Policies, String> {
+    match path {
+        None => Policies::from_yaml("built-in example (examples/policies.yaml)", BUILT_IN)
+            .map_err(|e| e.to_string()),
+        Some(path) => {
+            let source = path.display().to_string();
+            let metadata = std::fs::metadata(path)
+                .map_err(|error| format!("{source}: cannot read: {error}"))?;
+            if metadata.len() > tollgate::config::MAX_CONFIG_BYTES as u64 {
+                return Err(format!(
+                    "{source}: larger than {} bytes",
+                    tollgate::config::MAX_CONFIG_BYTES
+                ));
+            }
+            let text = std::fs::read_to_string(path)
+                .map_err(|error| format!("{source}: cannot read: {error}"))?;
+            Policies::from_yaml(&source, &text).map_err(|e| e.to_string())
+        }
+    }
+}

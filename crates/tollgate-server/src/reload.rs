@@ -1,0 +1,151 @@
+//! Live reload: the policy file and the RLS directory are watched, and SIGHUP reloads both. A
+//! configuration that fails validation is refused with a logged error and the previous one
+//! stays in force; requests under way finish with the configuration they started with.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use notify::{RecursiveMode, Watcher};
+use tokio::sync::mpsc;
+use tollgate::{AnyStore, Limiter};
+
+use crate::rls::{Rls, RlsConfig};
+
+/// What is reloaded, and the counts of reloads (for metrics and logs).
+pub struct Reloader {
+    pub(crate) limiter: Limiter<AnyStore>,
+    pub(crate) rls: Arc<Rls>,
+    pub(crate) config: Option<PathBuf>,
+    pub(crate) rls_config: Option<PathBuf>,
+    /// Reloads that took effect.
+    pub succeeded: AtomicU64,
+    /// Reloads refused.
+    pub failed: AtomicU64,
+}
+
+impl Reloader {
+    /// A reloader for these files.
+    pub fn new(
+        limiter: Limiter<AnyStore>,
+        rls: Arc<Rls>,
+        config: Option<PathBuf>,
+        rls_config: Option<PathBuf>,
+    ) -> Self {
+        Self {
+            limiter,
+            rls,
+            config,
+            rls_config,
+            succeeded: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        }
+    }
+
+    /// Reloads everything once.
+    pub fn reload(&self) {
+        if let Some(path) = &self.config {
+            match crate::policies::load(Some(path)) {
+                Ok(policies) => {
+                    let changed = self
+                        .limiter
+                        .policies()
+                        .is_none_or(|old| old.version() != policies.version());
+                    if changed {
+                        tracing::info!(file = %path.display(), version = format!("{:016x}", policies.version()), "policies reloaded");
+                        self.limiter.set_policies(policies);
+                    }
+                    self.succeeded.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(errors) => {
+                    self.failed.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(file = %path.display(), "policies refused, the previous ones stay in force:\n{errors}");
+                }
+            }
+        }
+        if let Some(directory) = &self.rls_config {
+            match RlsConfig::load_dir(directory) {
+                Ok(config) => {
+                    tracing::info!(directory = %directory.display(), domains = config.domains().count(), "rate limit service configuration reloaded");
+                    self.rls.set_config(config);
+                    self.succeeded.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(errors) => {
+                    self.failed.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(directory = %directory.display(), "rate limit service configuration refused, the previous one stays in force:\n{errors}");
+                }
+            }
+        }
+    }
+
+    /// Watches the files and SIGHUP until the process ends; changes settle for a moment before a
+    /// reload, so an editor's several writes make one reload.
+    pub async fn run(self: Arc<Self>) {
+        let (changes, mut changed) = mpsc::unbounded_channel::<()>();
+        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            if event.is_ok_and(|e| !e.kind.is_access()) {
+                let _ = changes.send(());
+            }
+        });
+        let mut watcher = match watcher {
+            Ok(watcher) => Some(watcher),
+            Err(error) => {
+                tracing::warn!("cannot watch configuration files ({error}); SIGHUP still reloads");
+                None
+            }
+        };
+        if let Some(watcher) = watcher.as_mut() {
+            // Editors replace files, so watch the directory that holds the policy file.
+            let targets = self
+                .config
+                .iter()
+                .filter_map(|file| {
+                    file.parent().map(|dir| {
+                        (
+                            if dir.as_os_str().is_empty() {
+                                PathBuf::from(".")
+                            } else {
+                                dir.to_path_buf()
+                            },
+                            RecursiveMode::NonRecursive,
+                        )
+                    })
+                })
+                .chain(
+                    self.rls_config
+                        .iter()
+                        .map(|dir| (dir.clone(), RecursiveMode::Recursive)),
+                );
+            for (target, mode) in targets {
+                if let Err(error) = watcher.watch(&target, mode) {
+                    tracing::warn!(path = %target.display(), "cannot watch ({error}); SIGHUP still reloads");
+                }
+            }
+        }
+        let mut hangup = hangup_signal();
+        loop {
+            tokio::select! {
+                Some(()) = changed.recv() => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    while changed.try_recv().is_ok() {}
+                }
+                Some(()) = async { match hangup.as_mut() { Some(signal) => signal.recv().await, None => std::future::pending().await } } => {
+                    tracing::info!("SIGHUP: reloading");
+                }
+                else => return,
+            }
+            self.reload();
+        }
+    }
+}
+
+#[cfg(unix)]
+fn hangup_signal() -> Option<tokio::signal::unix::Signal> {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok()
+}
+
+#[cfg(not(unix))]
+fn hangup_signal() -> Option<std::convert::Infallible> {
+    None
+}

@@ -1,0 +1,114 @@
+//! `tollgate serve`: the check API and Envoy's `/json` over HTTP, Envoy's rate limit service
+//! over gRPC, on one store and one set of policies.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tollgate::Limiter;
+
+use crate::api::{AppState, router};
+use crate::reload::Reloader;
+use crate::rls::{Rls, RlsConfig, RlsGrpc};
+use crate::store::{self, StoreFlags};
+
+/// `tollgate serve` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// The policy file (YAML); without it, the built-in example (examples/policies.yaml).
+    #[arg(long, env = "TOLLGATE_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// A directory of envoyproxy/ratelimit configuration files for the rate limit service.
+    #[arg(long, env = "TOLLGATE_RLS_CONFIG", value_name = "DIR")]
+    pub rls_config: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) store: StoreFlags,
+    /// Where the HTTP API listens.
+    #[arg(
+        long,
+        env = "TOLLGATE_HTTP",
+        default_value = "127.0.0.1:8080",
+        value_name = "ADDR"
+    )]
+    pub http: SocketAddr,
+    /// Where the gRPC rate limit service listens.
+    #[arg(
+        long,
+        env = "TOLLGATE_GRPC",
+        default_value = "127.0.0.1:8081",
+        value_name = "ADDR"
+    )]
+    pub grpc: SocketAddr,
+    /// Add RateLimit-Limit, -Remaining and -Reset to rate limit service answers, as
+    /// envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED does.
+    #[arg(long, env = "TOLLGATE_RLS_RESPONSE_HEADERS")]
+    pub rls_response_headers: bool,
+}
+
+/// Runs the server until SIGTERM or SIGINT.
+pub async fn run(args: ServeArgs) -> Result<(), String> {
+    let policies = crate::policies::load(args.config.as_deref())?;
+    let rls_config = match &args.rls_config {
+        Some(directory) => RlsConfig::load_dir(directory).map_err(|errors| errors.to_string())?,
+        None => RlsConfig::default(),
+    };
+    let chosen = args.store.choose(&policies.config().store);
+    let store = store::connect(&chosen, &policies.config().redis).await?;
+    let limiter = Limiter::with_policies(store, policies);
+    let rls = Arc::new(Rls::new(
+        limiter.clone(),
+        rls_config,
+        args.rls_response_headers,
+    ));
+    let http = tokio::net::TcpListener::bind(args.http)
+        .await
+        .map_err(|error| format!("cannot listen on {} for HTTP: {error}", args.http))?;
+    let grpc = tokio::net::TcpListener::bind(args.grpc)
+        .await
+        .map_err(|error| format!("cannot listen on {} for gRPC: {error}", args.grpc))?;
+    let http_address = http.local_addr().map_err(|e| e.to_string())?;
+    let grpc_address = grpc.local_addr().map_err(|e| e.to_string())?;
+    let config = args.config.as_ref().map_or_else(
+        || "built-in example (examples/policies.yaml)".to_owned(),
+        |p| p.display().to_string(),
+    );
+    println!("tollgate serving");
+    println!(
+        "  http: http://{http_address} (POST /v1/check, /v1/refund, /json; GET /healthz, /readyz, /openapi.json)"
+    );
+    println!("  grpc: {grpc_address} (envoy.service.ratelimit.v3.RateLimitService)");
+    println!("  store: {}", store::describe(&chosen));
+    println!("  policies: {config}");
+    if let Some(directory) = &args.rls_config {
+        println!(
+            "  rate limit service configuration: {}",
+            directory.display()
+        );
+    }
+    let reloader = Arc::new(Reloader::new(
+        limiter.clone(),
+        Arc::clone(&rls),
+        args.config.clone(),
+        args.rls_config.clone(),
+    ));
+    tokio::spawn(Arc::clone(&reloader).run());
+    let app = router(AppState {
+        limiter,
+        rls: Arc::clone(&rls),
+    });
+    let http_server = axum::serve(
+        http,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(crate::shutdown::signal());
+    let grpc_server = tonic::transport::Server::builder()
+        .add_service(RlsGrpc::server(rls))
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(grpc),
+            crate::shutdown::signal(),
+        );
+    let (http_result, grpc_result) = tokio::join!(http_server, grpc_server);
+    http_result.map_err(|error| format!("the HTTP server failed: {error}"))?;
+    grpc_result.map_err(|error| format!("the gRPC server failed: {error}"))?;
+    Ok(())
+}

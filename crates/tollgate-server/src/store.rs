@@ -1,0 +1,66 @@
+//! The store, from flags or the configuration file.
+
+use tollgate::policy::{RedisOptions, StoreConfig};
+use tollgate::{AnyStore, MemoryStore, RedisConfig, RedisStore};
+
+/// `--redis` / `--redis-cluster`, which override the configuration's `store`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct StoreFlags {
+    /// Use the Redis at this URL (overrides the configuration's `store`).
+    #[arg(
+        long,
+        env = "TOLLGATE_REDIS",
+        conflicts_with = "redis_cluster",
+        value_name = "URL"
+    )]
+    pub redis: Option<String>,
+    /// Use the Redis Cluster reached through these node URLs, comma-separated.
+    #[arg(
+        long,
+        env = "TOLLGATE_REDIS_CLUSTER",
+        value_delimiter = ',',
+        value_name = "URL,..."
+    )]
+    pub redis_cluster: Vec<String>,
+}
+
+impl StoreFlags {
+    /// The store the flags ask for, else the configuration's.
+    pub fn choose(&self, configured: &StoreConfig) -> StoreConfig {
+        match (&self.redis, self.redis_cluster.is_empty()) {
+            (Some(url), _) => StoreConfig::Redis(url.clone()),
+            (None, false) => StoreConfig::RedisCluster(self.redis_cluster.clone()),
+            (None, true) => configured.clone(),
+        }
+    }
+}
+
+/// A short description for the start-up line.
+pub fn describe(store: &StoreConfig) -> String {
+    match store {
+        StoreConfig::Memory => "memory (in process)".to_owned(),
+        StoreConfig::Redis(url) => format!("redis at {url}"),
+        StoreConfig::RedisCluster(urls) => format!("redis cluster via {}", urls.join(", ")),
+    }
+}
+
+/// Connects to the store.
+pub async fn connect(store: &StoreConfig, options: &RedisOptions) -> Result<AnyStore, String> {
+    let config = RedisConfig {
+        prefix: options.prefix.clone(),
+        timeout: options.timeout,
+        connect_timeout: options.connect_timeout,
+        max_batch: options.max_batch,
+    };
+    match store {
+        StoreConfig::Memory => Ok(AnyStore::Memory(MemoryStore::new())),
+        StoreConfig::Redis(url) => RedisStore::connect(url, config)
+            .await
+            .map(AnyStore::Redis)
+            .map_err(|error| format!("cannot connect to redis at {url}: {error}")),
+        StoreConfig::RedisCluster(urls) => RedisStore::connect_cluster(urls, config)
+            .await
+            .map(AnyStore::Redis)
+            .map_err(|error| format!("cannot connect to the redis cluster: {error}")),
+    }
+}
