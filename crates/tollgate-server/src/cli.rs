@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::proxy::ProxyArgs;
 use crate::serve::ServeArgs;
 
 /// Tollgate: a distributed rate limiter.
@@ -22,6 +23,8 @@ pub struct Cli {
 enum Command {
     /// Serve the HTTP check API and Envoy's rate limit service (gRPC).
     Serve(ServeArgs),
+    /// Proxy to an upstream, applying the policies to every request.
+    Proxy(ProxyArgs),
     /// Check configuration files and list every problem.
     Config {
         #[command(subcommand)]
@@ -116,6 +119,7 @@ pub fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Serve(args) => crate::serve::run(args).await,
+            Command::Proxy(args) => crate::proxy::run(args).await,
             Command::Config { .. } => Ok(()),
         }
     });

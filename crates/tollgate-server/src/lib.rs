@@ -3,7 +3,9 @@
 
 pub mod api;
 pub mod cli;
+pub mod forward;
 pub mod policies;
+pub mod proxy;
 pub mod reload;
 pub mod rls;
 pub mod serve;

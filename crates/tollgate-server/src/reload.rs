@@ -16,7 +16,7 @@ use crate::rls::{Rls, RlsConfig};
 /// What is reloaded, and the counts of reloads (for metrics and logs).
 pub struct Reloader {
     pub(crate) limiter: Limiter<AnyStore>,
-    pub(crate) rls: Arc<Rls>,
+    pub(crate) rls: Option<Arc<Rls>>,
     pub(crate) config: Option<PathBuf>,
     pub(crate) rls_config: Option<PathBuf>,
     /// Reloads that took effect.
@@ -26,10 +26,10 @@ pub struct Reloader {
 }
 
 impl Reloader {
-    /// A reloader for these files.
+    /// A reloader for these files; the RLS directory only with a rate limit service.
     pub fn new(
         limiter: Limiter<AnyStore>,
-        rls: Arc<Rls>,
+        rls: Option<Arc<Rls>>,
         config: Option<PathBuf>,
         rls_config: Option<PathBuf>,
     ) -> Self {
@@ -64,11 +64,11 @@ impl Reloader {
                 }
             }
         }
-        if let Some(directory) = &self.rls_config {
+        if let (Some(directory), Some(rls)) = (&self.rls_config, &self.rls) {
             match RlsConfig::load_dir(directory) {
                 Ok(config) => {
                     tracing::info!(directory = %directory.display(), domains = config.domains().count(), "rate limit service configuration reloaded");
-                    self.rls.set_config(config);
+                    rls.set_config(config);
                     self.succeeded.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(errors) => {
@@ -79,16 +79,35 @@ impl Reloader {
         }
     }
 
-    /// Watches the files and SIGHUP until the process ends; changes settle for a moment before a
-    /// reload, so an editor's several writes make one reload.
-    pub async fn run(self: Arc<Self>) {
+    /// Reloads on SIGHUP and, when `watch`, on changes to the files, until the process ends;
+    /// changes settle for a moment before a reload, so an editor's several writes make one.
+    pub async fn run(self: Arc<Self>, watch: bool) {
         let (changes, mut changed) = mpsc::unbounded_channel::<()>();
+        let config_name = self
+            .config
+            .as_ref()
+            .and_then(|file| file.file_name().map(ToOwned::to_owned));
+        let rls_directory = self.rls_config.clone();
+        // Other files in the policy file's directory come and go without a reload, but for
+        // the `..data` links through which Kubernetes swaps a mounted ConfigMap.
+        let relevant = move |path: &std::path::Path| {
+            let name = path.file_name();
+            config_name
+                .as_deref()
+                .is_some_and(|config| name == Some(config))
+                || name.is_some_and(|name| name.as_encoded_bytes().starts_with(b".."))
+                || rls_directory
+                    .as_ref()
+                    .is_some_and(|directory| path.starts_with(directory))
+        };
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            if event.is_ok_and(|e| !e.kind.is_access()) {
+            if event.is_ok_and(|e| !e.kind.is_access() && e.paths.iter().any(|path| relevant(path)))
+            {
                 let _ = changes.send(());
             }
         });
         let mut watcher = match watcher {
+            Ok(_) if !watch => None,
             Ok(watcher) => Some(watcher),
             Err(error) => {
                 tracing::warn!("cannot watch configuration files ({error}); SIGHUP still reloads");

@@ -5,8 +5,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tollgate::Limiter;
-
 use crate::api::{AppState, router};
 use crate::reload::Reloader;
 use crate::rls::{Rls, RlsConfig, RlsGrpc};
@@ -43,31 +41,40 @@ pub struct ServeArgs {
     /// envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED does.
     #[arg(long, env = "TOLLGATE_RLS_RESPONSE_HEADERS")]
     pub rls_response_headers: bool,
+    /// Reload only on SIGHUP, not when the configuration files change.
+    #[arg(long, env = "TOLLGATE_NO_WATCH")]
+    pub no_watch: bool,
+}
+
+/// Binds a listener, saying what for when it cannot.
+pub(crate) async fn listen(
+    address: SocketAddr,
+    what: &str,
+) -> Result<(tokio::net::TcpListener, SocketAddr), String> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|error| format!("cannot listen on {address} for {what}: {error}"))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|error| format!("cannot read the {what} address: {error}"))?;
+    Ok((listener, bound))
 }
 
 /// Runs the server until SIGTERM or SIGINT.
 pub async fn run(args: ServeArgs) -> Result<(), String> {
-    let policies = crate::policies::load(args.config.as_deref())?;
     let rls_config = match &args.rls_config {
         Some(directory) => RlsConfig::load_dir(directory).map_err(|errors| errors.to_string())?,
         None => RlsConfig::default(),
     };
-    let chosen = args.store.choose(&policies.config().store);
-    let store = store::connect(&chosen, &policies.config().redis).await?;
-    let limiter = Limiter::with_policies(store, policies);
+    let (limiter, store_description) =
+        store::open_limiter(args.config.as_deref(), &args.store).await?;
     let rls = Arc::new(Rls::new(
         limiter.clone(),
         rls_config,
         args.rls_response_headers,
     ));
-    let http = tokio::net::TcpListener::bind(args.http)
-        .await
-        .map_err(|error| format!("cannot listen on {} for HTTP: {error}", args.http))?;
-    let grpc = tokio::net::TcpListener::bind(args.grpc)
-        .await
-        .map_err(|error| format!("cannot listen on {} for gRPC: {error}", args.grpc))?;
-    let http_address = http.local_addr().map_err(|e| e.to_string())?;
-    let grpc_address = grpc.local_addr().map_err(|e| e.to_string())?;
+    let (http, http_address) = listen(args.http, "HTTP").await?;
+    let (grpc, grpc_address) = listen(args.grpc, "gRPC").await?;
     let config = args.config.as_ref().map_or_else(
         || "built-in example (examples/policies.yaml)".to_owned(),
         |p| p.display().to_string(),
@@ -77,7 +84,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         "  http: http://{http_address} (POST /v1/check, /v1/refund, /json; GET /healthz, /readyz, /openapi.json)"
     );
     println!("  grpc: {grpc_address} (envoy.service.ratelimit.v3.RateLimitService)");
-    println!("  store: {}", store::describe(&chosen));
+    println!("  store: {store_description}");
     println!("  policies: {config}");
     if let Some(directory) = &args.rls_config {
         println!(
@@ -87,11 +94,11 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     }
     let reloader = Arc::new(Reloader::new(
         limiter.clone(),
-        Arc::clone(&rls),
+        Some(Arc::clone(&rls)),
         args.config.clone(),
         args.rls_config.clone(),
     ));
-    tokio::spawn(Arc::clone(&reloader).run());
+    tokio::spawn(Arc::clone(&reloader).run(!args.no_watch));
     let app = router(AppState {
         limiter,
         rls: Arc::clone(&rls),

@@ -1,7 +1,9 @@
 //! The store, from flags or the configuration file.
 
+use std::path::Path;
+
 use tollgate::policy::{RedisOptions, StoreConfig};
-use tollgate::{AnyStore, MemoryStore, RedisConfig, RedisStore};
+use tollgate::{AnyStore, Limiter, MemoryStore, RedisConfig, RedisStore};
 
 /// `--redis` / `--redis-cluster`, which override the configuration's `store`.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -63,4 +65,16 @@ pub async fn connect(store: &StoreConfig, options: &RedisOptions) -> Result<AnyS
             .map(AnyStore::Redis)
             .map_err(|error| format!("cannot connect to the redis cluster: {error}")),
     }
+}
+
+/// Loads the policies (or the built-in example), connects to the store the flags or the
+/// policies name, and returns the limiter with a description of its store.
+pub async fn open_limiter(
+    config: Option<&Path>,
+    flags: &StoreFlags,
+) -> Result<(Limiter<AnyStore>, String), String> {
+    let policies = crate::policies::load(config)?;
+    let chosen = flags.choose(&policies.config().store);
+    let store = connect(&chosen, &policies.config().redis).await?;
+    Ok((Limiter::with_policies(store, policies), describe(&chosen)))
 }

@@ -1,0 +1,287 @@
+//! Forwarding to the upstream: the request and the response stream through untouched but for
+//! the hop-by-hop fields (RFC 9110 §7.6.1), which belong to each connection, and the
+//! `X-Forwarded-*` fields, which tell the upstream who asked.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::uri::{Authority, PathAndQuery, Scheme};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Uri, header};
+use axum::response::IntoResponse;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use crate::api::ApiError;
+
+/// Where requests go: `http://host:port/base`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    authority: Authority,
+    base_path: String,
+}
+
+impl Upstream {
+    /// Parses an upstream URL; only `http` is spoken to upstreams.
+    pub fn parse(url: &str) -> Result<Self, String> {
+        let uri: Uri = url
+            .parse()
+            .map_err(|error| format!("--upstream {url:?}: not a URL: {error}"))?;
+        match uri.scheme() {
+            Some(scheme) if *scheme == Scheme::HTTP => {}
+            Some(other) => {
+                return Err(format!(
+                    "--upstream {url:?}: the scheme {other} is not supported; give an http:// URL"
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "--upstream {url:?}: give a URL such as http://127.0.0.1:3000"
+                ));
+            }
+        }
+        let authority = uri
+            .authority()
+            .cloned()
+            .ok_or_else(|| format!("--upstream {url:?}: the URL has no host"))?;
+        if uri.query().is_some() {
+            return Err(format!(
+                "--upstream {url:?}: a query belongs to requests, not to the upstream"
+            ));
+        }
+        Ok(Self {
+            authority,
+            base_path: uri.path().trim_end_matches('/').to_owned(),
+        })
+    }
+
+    /// The upstream's URI for a request's path and query.
+    fn uri_for(&self, path_and_query: Option<&PathAndQuery>) -> Result<Uri, axum::http::Error> {
+        let tail = path_and_query.map_or("/", PathAndQuery::as_str);
+        Uri::builder()
+            .scheme(Scheme::HTTP)
+            .authority(self.authority.clone())
+            .path_and_query(format!("{}{tail}", self.base_path))
+            .build()
+    }
+}
+
+impl std::fmt::Display for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "http://{}{}", self.authority, self.base_path)
+    }
+}
+
+/// The fields that describe one connection and are never forwarded (RFC 9110 §7.6.1).
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+/// Removes the hop-by-hop fields, and those the `Connection` field names. `TE: trailers` is
+/// kept when `keep_te_trailers`, as gRPC needs it to reach the upstream.
+fn strip_hop_by_hop(headers: &mut HeaderMap, keep_te_trailers: bool) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+    let te_trailers = headers
+        .get(header::TE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| {
+            value
+                .split(',')
+                .any(|part| part.trim().eq_ignore_ascii_case("trailers"))
+        });
+    headers.remove(header::TE);
+    if keep_te_trailers && te_trailers {
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+}
+
+/// Appends the client to `X-Forwarded-For` and records the original host and scheme.
+fn add_forwarded(
+    headers: &mut HeaderMap,
+    peer: Option<SocketAddr>,
+    original_host: Option<HeaderValue>,
+) {
+    if let Some(peer) = peer {
+        let ip = peer.ip().to_canonical().to_string();
+        let chain = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+            Some(earlier) if !earlier.trim().is_empty() => format!("{earlier}, {ip}"),
+            _ => ip,
+        };
+        if let Ok(value) = HeaderValue::from_str(&chain) {
+            headers.insert("x-forwarded-for", value);
+        }
+    }
+    if let Some(host) = original_host {
+        headers.insert("x-forwarded-host", host);
+    }
+    headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+}
+
+/// The upstream client and where it sends requests.
+pub struct Forwarder {
+    client: Client<HttpConnector, Body>,
+    upstream: Upstream,
+    timeout: Duration,
+    http2: bool,
+}
+
+impl Forwarder {
+    /// A forwarder to `upstream`; `http2` speaks HTTP/2 without upgrade (for gRPC upstreams).
+    pub fn new(upstream: Upstream, timeout: Duration, http2: bool) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(timeout));
+        let client = Client::builder(TokioExecutor::new())
+            .http2_only(http2)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(connector);
+        Self {
+            client,
+            upstream,
+            timeout,
+            http2,
+        }
+    }
+
+    /// Sends `request` upstream and streams the answer back; a failure to reach the upstream
+    /// is a `502`, no answer within the timeout a `504`, both as problem details.
+    pub async fn forward(self: Arc<Self>, request: Request<Body>) -> Response<Body> {
+        let (mut parts, body) = request.into_parts();
+        let uri = match self.upstream.uri_for(parts.uri.path_and_query()) {
+            Ok(uri) => uri,
+            Err(error) => {
+                return ApiError::bad_request(format!("cannot address the upstream: {error}"))
+                    .into_response();
+            }
+        };
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(address)| *address);
+        let original_host = parts.headers.remove(header::HOST).or_else(|| {
+            parts
+                .uri
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        });
+        strip_hop_by_hop(&mut parts.headers, true);
+        add_forwarded(&mut parts.headers, peer, original_host);
+        parts.uri = uri;
+        // The client's version is its connection's business; the upstream's is chosen here.
+        parts.version = if self.http2 {
+            axum::http::Version::HTTP_2
+        } else {
+            axum::http::Version::HTTP_11
+        };
+        let outgoing = Request::from_parts(parts, body);
+        match tokio::time::timeout(self.timeout, self.client.request(outgoing)).await {
+            Ok(Ok(response)) => {
+                let (mut parts, incoming) = response.into_parts();
+                strip_hop_by_hop(&mut parts.headers, false);
+                // The client's connection has its own version.
+                parts.version = axum::http::Version::HTTP_11;
+                Response::from_parts(parts, Body::new(incoming))
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(upstream = %self.upstream, "upstream request failed: {error}");
+                ApiError {
+                    status: StatusCode::BAD_GATEWAY,
+                    detail: format!(
+                        "the upstream at {} could not be reached: {error}",
+                        self.upstream
+                    ),
+                }
+                .into_response()
+            }
+            Err(_) => ApiError {
+                status: StatusCode::GATEWAY_TIMEOUT,
+                detail: format!(
+                    "the upstream at {} did not answer within {:?}",
+                    self.upstream, self.timeout
+                ),
+            }
+            .into_response(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_urls_are_checked_and_joined_with_the_request_path() {
+        let upstream = Upstream::parse("http://127.0.0.1:3000/base/").expect("valid");
+        let path: PathAndQuery = "/a/b?c=d".parse().expect("valid");
+        assert_eq!(
+            upstream.uri_for(Some(&path)).expect("builds").to_string(),
+            "http://127.0.0.1:3000/base/a/b?c=d"
+        );
+        assert!(
+            Upstream::parse("https://example.com")
+                .unwrap_err()
+                .contains("not supported")
+        );
+        assert!(
+            Upstream::parse("127.0.0.1:3000")
+                .unwrap_err()
+                .contains("give a URL")
+        );
+        assert!(
+            Upstream::parse("http://h/?q=1")
+                .unwrap_err()
+                .contains("query")
+        );
+    }
+
+    #[test]
+    fn hop_by_hop_fields_and_those_connection_names_are_removed() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("close, x-secret"),
+        );
+        headers.insert("x-secret", HeaderValue::from_static("1"));
+        headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        headers.insert(header::TE, HeaderValue::from_static("trailers, deflate"));
+        headers.insert("x-kept", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut headers, true);
+        let names: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["x-kept", "te"]);
+        assert_eq!(headers[header::TE], "trailers");
+    }
+
+    #[test]
+    fn the_client_is_appended_to_x_forwarded_for() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-forwarded-for", HeaderValue::from_static("198.51.100.1"));
+        let peer: SocketAddr = "[::ffff:203.0.113.7]:5000".parse().expect("valid");
+        add_forwarded(
+            &mut headers,
+            Some(peer),
+            Some(HeaderValue::from_static("shop.example")),
+        );
+        assert_eq!(headers["x-forwarded-for"], "198.51.100.1, 203.0.113.7");
+        assert_eq!(headers["x-forwarded-host"], "shop.example");
+        assert_eq!(headers["x-forwarded-proto"], "http");
+    }
+}

@@ -1,0 +1,89 @@
+//! `tollgate proxy`: a reverse proxy that applies the policies to every request and forwards
+//! what they admit, so an upstream is protected without a change to its code.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use tollgate_tower::RateLimitLayer;
+
+use crate::forward::{Forwarder, Upstream};
+use crate::reload::Reloader;
+use crate::serve::listen;
+use crate::store::{self, StoreFlags};
+
+/// `tollgate proxy` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ProxyArgs {
+    /// The policy file (YAML).
+    #[arg(long, env = "TOLLGATE_CONFIG", value_name = "FILE")]
+    pub config: PathBuf,
+    /// Where admitted requests go, e.g. http://127.0.0.1:3000 (a path is prefixed to requests).
+    #[arg(long, env = "TOLLGATE_UPSTREAM", value_name = "URL")]
+    pub upstream: String,
+    /// Where the proxy listens.
+    #[arg(
+        long,
+        env = "TOLLGATE_LISTEN",
+        default_value = "127.0.0.1:8000",
+        value_name = "ADDR"
+    )]
+    pub listen: SocketAddr,
+    /// How long the upstream has to connect and send its response head.
+    #[arg(long, env = "TOLLGATE_UPSTREAM_TIMEOUT", default_value = "60s", value_parser = parse_timeout, value_name = "DURATION")]
+    pub upstream_timeout: Duration,
+    /// Speak HTTP/2 to the upstream without upgrade (gRPC upstreams).
+    #[arg(long, env = "TOLLGATE_UPSTREAM_HTTP2")]
+    pub upstream_http2: bool,
+    /// Reload only on SIGHUP, not when the configuration files change.
+    #[arg(long, env = "TOLLGATE_NO_WATCH")]
+    pub no_watch: bool,
+    #[command(flatten)]
+    pub(crate) store: StoreFlags,
+}
+
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    tollgate::parse_duration(text).map_err(|error| error.to_string())
+}
+
+/// Runs the proxy until SIGTERM or SIGINT.
+pub async fn run(args: ProxyArgs) -> Result<(), String> {
+    let upstream = Upstream::parse(&args.upstream)?;
+    let (limiter, store_description) = store::open_limiter(Some(&args.config), &args.store).await?;
+    let (listener, address) = listen(args.listen, "the proxy").await?;
+    println!("tollgate proxying");
+    println!("  listen: http://{address}");
+    println!("  upstream: {upstream}");
+    println!("  store: {store_description}");
+    println!("  policies: {}", args.config.display());
+    let reloader = Arc::new(Reloader::new(
+        limiter.clone(),
+        None,
+        Some(args.config.clone()),
+        None,
+    ));
+    tokio::spawn(reloader.run(!args.no_watch));
+    let forwarder = Arc::new(Forwarder::new(
+        upstream,
+        args.upstream_timeout,
+        args.upstream_http2,
+    ));
+    let forward = tower::service_fn(move |request| {
+        let forwarder = Arc::clone(&forwarder);
+        async move { Ok::<_, std::convert::Infallible>(forwarder.forward(request).await) }
+    });
+    let app = Router::new().fallback_service(
+        tower::ServiceBuilder::new()
+            .layer(RateLimitLayer::new(limiter))
+            .service(forward),
+    );
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(crate::shutdown::signal())
+    .await
+    .map_err(|error| format!("the proxy failed: {error}"))
+}

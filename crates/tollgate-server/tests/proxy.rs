@@ -1,0 +1,319 @@
+//! `tollgate proxy` in front of a real upstream: admitted requests are forwarded with their
+//! bodies streamed both ways, refused ones never reach it, and it shuts down gracefully.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::routing::{any, get, post};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use support::Tollgate;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{Notify, mpsc};
+
+const POLICIES: &str = "
+headers: [ietf, legacy]
+policies:
+  - name: echo
+    match: { path_prefix: /echo }
+    key: [ip]
+    limits: [{ name: echo-per-minute, algorithm: fixed_window, quota: 3/m }]
+  - name: fail
+    match: { path: /fail }
+    key: [ip]
+    limits: [{ name: fail-per-hour, algorithm: fixed_window, quota: 2/h }]
+    refund_on: [5xx]
+";
+
+/// What the upstream saw and the hooks a test holds it with.
+#[derive(Clone, Default)]
+struct Upstream {
+    requests: Arc<AtomicU64>,
+    /// Signalled when a held request has arrived (or a streamed body's first chunk has).
+    arrived: Arc<Notify>,
+    /// Signalled by the test to let a held request go on.
+    release: Arc<Notify>,
+    /// The chunks of a streamed request body, as they come.
+    chunks: Option<mpsc::UnboundedSender<Vec<u8>>>,
+}
+
+async fn echo(State(upstream): State<Upstream>, request: Request) -> axum::Json<Value> {
+    upstream.requests.fetch_add(1, Ordering::SeqCst);
+    let headers: serde_json::Map<String, Value> = request
+        .headers()
+        .iter()
+        .map(|(name, value)| (name.to_string(), json!(value.to_str().unwrap_or("?"))))
+        .collect();
+    axum::Json(json!({"uri": request.uri().to_string(), "headers": headers}))
+}
+
+async fn fail(State(upstream): State<Upstream>) -> StatusCode {
+    upstream.requests.fetch_add(1, Ordering::SeqCst);
+    StatusCode::INTERNAL_SERVER_ERROR
+}
+
+async fn held(State(upstream): State<Upstream>) -> &'static str {
+    upstream.arrived.notify_one();
+    upstream.release.notified().await;
+    "finally\n"
+}
+
+/// Sends `first`, waits for the test, then sends `second`.
+async fn trickle(State(upstream): State<Upstream>) -> Body {
+    let stream = futures_util::stream::once(async { Ok::<_, std::io::Error>("first\n") }).chain(
+        futures_util::stream::once(async move {
+            upstream.release.notified().await;
+            Ok("second\n")
+        }),
+    );
+    Body::from_stream(stream)
+}
+
+/// Reports each chunk of the request body as it arrives, then the total.
+async fn upload(State(upstream): State<Upstream>, body: Body) -> String {
+    let mut stream = body.into_data_stream();
+    let mut total = 0;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.expect("the body streams");
+        total += chunk.len();
+        if let Some(chunks) = &upstream.chunks {
+            let _ = chunks.send(chunk.to_vec());
+        }
+    }
+    format!("{total}")
+}
+
+async fn start_upstream(upstream: Upstream) -> SocketAddr {
+    let app = Router::new()
+        .route("/base/echo", any(echo))
+        .route("/base/fail", get(fail))
+        .route("/base/held", get(held))
+        .route("/base/trickle", get(trickle))
+        .route("/base/upload", post(upload))
+        .with_state(upstream);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a free port");
+    let address = listener.local_addr().expect("an address");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    address
+}
+
+fn policy_file() -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().expect("a temporary file");
+    std::fs::write(file.path(), POLICIES).expect("written");
+    file
+}
+
+fn proxy_to(upstream: SocketAddr, policies: &tempfile::NamedTempFile, extra: &[&str]) -> Tollgate {
+    let upstream = format!("http://{upstream}/base");
+    let mut args = vec![
+        "--config",
+        policies.path().to_str().expect("UTF-8"),
+        "--upstream",
+        &upstream,
+    ];
+    args.extend_from_slice(extra);
+    Tollgate::proxy(&args)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admitted_requests_are_forwarded_with_the_rate_limit_fields_and_the_rest_refused() {
+    let upstream = Upstream::default();
+    let address = start_upstream(upstream.clone()).await;
+    let policies = policy_file();
+    let proxy = proxy_to(address, &policies, &[]);
+    assert_eq!(proxy.printed["upstream"], format!("http://{address}/base"));
+    let base = proxy.http_url();
+    let client = reqwest::Client::new();
+    for remaining in ["2", "1", "0"] {
+        let response = client
+            .get(format!("{base}/echo?x=1"))
+            .header("connection", "x-secret")
+            .header("x-secret", "for this hop only")
+            .header("x-forwarded-for", "198.51.100.1")
+            .header("x-kept", "yes")
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers()["x-ratelimit-limit"], "3");
+        assert_eq!(response.headers()["x-ratelimit-remaining"], remaining);
+        assert!(response.headers().contains_key("ratelimit"));
+        let seen: Value = response.json().await.expect("JSON");
+        assert_eq!(seen["uri"], "/base/echo?x=1");
+        let headers = &seen["headers"];
+        assert_eq!(headers["x-kept"], "yes");
+        assert!(
+            headers.get("x-secret").is_none(),
+            "hop-by-hop fields stay: {headers}"
+        );
+        assert_eq!(headers["x-forwarded-for"], "198.51.100.1, 127.0.0.1");
+        assert_eq!(
+            headers["x-forwarded-host"],
+            base.trim_start_matches("http://")
+        );
+        assert_eq!(headers["host"], address.to_string());
+    }
+    let refused = client
+        .get(format!("{base}/echo"))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        refused.headers()["content-type"],
+        "application/problem+json"
+    );
+    assert!(refused.headers().contains_key("retry-after"));
+    assert_eq!(
+        upstream.requests.load(Ordering::SeqCst),
+        3,
+        "the refused request never arrived"
+    );
+
+    // Failures the policy refunds on do not use up the limit.
+    for _ in 0..4 {
+        let response = client
+            .get(format!("{base}/fail"))
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    assert_eq!(upstream.requests.load(Ordering::SeqCst), 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_stream_both_ways() {
+    let (chunks, mut received) = mpsc::unbounded_channel();
+    let upstream = Upstream {
+        chunks: Some(chunks),
+        ..Upstream::default()
+    };
+    let address = start_upstream(upstream.clone()).await;
+    let policies = policy_file();
+    let proxy = proxy_to(address, &policies, &[]);
+
+    // The response's first part arrives while the upstream is still holding the rest.
+    let mut response = reqwest::get(format!("{}/trickle", proxy.http_url()))
+        .await
+        .expect("an answer");
+    let first = response
+        .chunk()
+        .await
+        .expect("a chunk")
+        .expect("not the end");
+    assert_eq!(&first[..], b"first\n");
+    upstream.release.notify_one();
+    let second = response
+        .chunk()
+        .await
+        .expect("a chunk")
+        .expect("not the end");
+    assert_eq!(&second[..], b"second\n");
+
+    // The request's first chunk reaches the upstream before the client has sent the rest.
+    let mut socket = tokio::net::TcpStream::connect(proxy.address("listen"))
+        .await
+        .expect("connects");
+    socket
+        .write_all(b"POST /upload HTTP/1.1\r\nhost: proxy\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        .await
+        .expect("writes");
+    assert_eq!(received.recv().await.expect("a chunk"), b"hello");
+    let big = vec![b'x'; 1 << 20];
+    socket
+        .write_all(format!("{:x}\r\n", big.len()).as_bytes())
+        .await
+        .expect("writes");
+    socket.write_all(&big).await.expect("writes");
+    socket.write_all(b"\r\n0\r\n\r\n").await.expect("writes");
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !String::from_utf8_lossy(&answer).ends_with(&format!("{}", 5 + big.len())) {
+        let read = socket.read(&mut buffer).await.expect("reads");
+        assert!(
+            read > 0,
+            "the proxy closed early: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        answer.extend_from_slice(&buffer[..read]);
+    }
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200 OK"));
+
+    // A large body both ways through the ordinary client.
+    let body = vec![7u8; 8 << 20];
+    let response = reqwest::Client::new()
+        .post(format!("{}/upload", proxy.http_url()))
+        .body(body)
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(response.text().await.expect("text"), (8 << 20).to_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_or_silent_upstream_is_a_gateway_problem() {
+    let policies = policy_file();
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        listener.local_addr().expect("an address")
+    };
+    let proxy = proxy_to(closed, &policies, &[]);
+    let response = reqwest::get(format!("{}/echo", proxy.http_url()))
+        .await
+        .expect("an answer");
+    assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    let problem: Value = response.json().await.expect("JSON");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .expect("a detail")
+            .contains("could not be reached"),
+        "{problem}"
+    );
+
+    let upstream = Upstream::default();
+    let address = start_upstream(upstream.clone()).await;
+    let proxy = proxy_to(address, &policies, &["--upstream-timeout", "300ms"]);
+    let response = reqwest::get(format!("{}/held", proxy.http_url()))
+        .await
+        .expect("an answer");
+    assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+    upstream.release.notify_one();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_requests_under_way_finish() {
+    let upstream = Upstream::default();
+    let address = start_upstream(upstream.clone()).await;
+    let policies = policy_file();
+    let mut proxy = proxy_to(address, &policies, &[]);
+    let url = format!("{}/held", proxy.http_url());
+    let in_flight = tokio::spawn(async move { reqwest::get(url).await?.text().await });
+    upstream.arrived.notified().await;
+    proxy.signal("TERM");
+    proxy.wait_for_log("shutting down");
+    upstream.release.notify_one();
+    let answer = in_flight
+        .await
+        .expect("the task ends")
+        .expect("the request finishes");
+    assert_eq!(answer, "finally\n");
+    let status = tokio::task::spawn_blocking(move || proxy.wait())
+        .await
+        .expect("waited");
+    assert!(status.success(), "{status:?}");
+}

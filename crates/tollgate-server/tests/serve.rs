@@ -1,0 +1,526 @@
+//! `tollgate serve` on the memory store, over real sockets: the check API, Envoy's rate limit
+//! service over gRPC and `/json`, reloads, start-up errors and shutdown.
+
+mod support;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use support::{Tollgate, eventually, run};
+use tollgate_server::rls::proto::common::RateLimitDescriptor;
+use tollgate_server::rls::proto::common::rate_limit_descriptor::Entry;
+use tollgate_server::rls::proto::service::RateLimitRequest;
+use tollgate_server::rls::proto::service::rate_limit_response::Code;
+use tollgate_server::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
+
+/// Posts `body` and returns the status, the headers and the JSON answer.
+async fn post(url: &str, body: &Value) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+    let response = reqwest::Client::new()
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .expect("the server answers");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let text = response.text().await.expect("a body");
+    let value = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"))
+    };
+    (status, headers, value)
+}
+
+fn write(path: &std::path::Path, text: &str) {
+    std::fs::write(path, text).expect("the file is written");
+}
+
+#[tokio::test]
+async fn inline_limits_are_decided_with_every_decision_and_the_rate_limit_fields() {
+    let server = Tollgate::serve(&[]);
+    assert_eq!(server.printed["store"], "memory (in process)");
+    let url = format!("{}/v1/check", server.http_url());
+    let body = json!({"limits": [{"key": "user:42", "algorithm": "gcra", "quota": "2/m"}]});
+    for remaining in [1, 0] {
+        let (status, headers, answer) = post(&url, &body).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(answer["allowed"], true);
+        assert_eq!(answer["verdict"], "allow");
+        assert_eq!(answer["decisions"][0]["remaining"], remaining);
+        assert_eq!(answer["decisions"][0]["key"], "user:42");
+        assert!(headers.contains_key("ratelimit-policy"), "{headers:?}");
+    }
+    let (status, headers, answer) = post(&url, &body).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "a decision, even a refusal, is a successful answer"
+    );
+    assert_eq!(answer["allowed"], false);
+    assert_eq!(answer["verdict"], "deny");
+    assert_eq!(answer["status"], 429);
+    let retry = answer["retry_after_ms"].as_u64().expect("a retry time");
+    assert!((20_000..=30_000).contains(&retry), "{answer}");
+    let seconds = retry.div_ceil(1_000);
+    assert_eq!(headers["retry-after"], seconds.to_string().as_str());
+    assert_eq!(
+        headers["ratelimit"],
+        format!("\"inline:gcra:2/m:0\";r=0;t={seconds}").as_str()
+    );
+
+    // Every algorithm by its name, a leaky bucket in both modes, several limits at once.
+    for algorithm in [
+        "fixed_window",
+        "sliding_log",
+        "sliding_window",
+        "token_bucket",
+        "gcra",
+    ] {
+        let body = json!({"limits": [{"key": "k", "algorithm": algorithm, "quota": "1/h"}]});
+        let (_, _, answer) = post(&url, &body).await;
+        assert_eq!(answer["decisions"][0]["algorithm"], algorithm);
+        assert_eq!(answer["allowed"], true, "{algorithm}: {answer}");
+    }
+    let body = json!({"limits": [
+        {"key": "k", "algorithm": "leaky_bucket", "quota": "1/s", "mode": "meter"},
+        {"key": "k", "algorithm": "leaky_bucket", "quota": "1/s", "mode": "queue", "burst": 5, "name": "queued"},
+    ]});
+    let (_, _, first) = post(&url, &body).await;
+    assert_eq!(first["verdict"], "allow", "{first}");
+    let (_, _, second) = post(&url, &body).await;
+    assert_eq!(
+        second["verdict"], "deny",
+        "the meter refuses the second: {second}"
+    );
+    assert_eq!(second["binding"], 0);
+
+    let body = json!({"limits": [
+        {"key": "q", "algorithm": "leaky_bucket", "quota": "1/s", "mode": "queue", "burst": 5, "name": "queue-only"},
+    ]});
+    post(&url, &body).await;
+    let (_, _, delayed) = post(&url, &body).await;
+    assert_eq!(delayed["verdict"], "delay", "{delayed}");
+    let delay = delayed["delay_ms"].as_u64().expect("a delay");
+    assert!((500..=1_000).contains(&delay), "{delayed}");
+}
+
+#[tokio::test]
+async fn policies_are_decided_by_name_or_by_matching_attributes() {
+    let server = Tollgate::serve(&[]);
+    let url = format!("{}/v1/check", server.http_url());
+    let login = json!({"policy": "login", "attributes": {"ip": "203.0.113.7", "method": "POST", "path": "/login"}});
+    for remaining in (0..5).rev() {
+        let (_, _, answer) = post(&url, &login).await;
+        assert_eq!(answer["allowed"], true, "{answer}");
+        assert_eq!(answer["decisions"][0]["remaining"], remaining);
+    }
+    let (_, headers, refused) = post(&url, &login).await;
+    assert_eq!(refused["verdict"], "deny");
+    assert_eq!(refused["violated_policies"], json!(["login"]));
+    assert!(
+        refused["detail"]
+            .as_str()
+            .expect("a detail")
+            .contains("login-per-minute")
+    );
+    assert!(headers.contains_key("retry-after"));
+    // Another address has its own count.
+    let other = json!({"policy": "login", "attributes": {"ip": "203.0.113.8"}});
+    assert_eq!(post(&url, &other).await.2["allowed"], true);
+
+    // Without a policy name, the policies that match the attributes apply; the tier comes from
+    // the plan header.
+    let api =
+        json!({"attributes": {"user": "42", "path": "/api/things", "headers": {"X-Plan": "pro"}}});
+    let (_, headers, answer) = post(&url, &api).await;
+    assert_eq!(answer["matched_policies"], json!(["api"]));
+    assert_eq!(answer["decisions"][0]["limit"], "pro-rate");
+    assert_eq!(headers["x-ratelimit-limit"], "200");
+
+    // Costs come from the request.
+    let costly = json!({"policy": "api", "attributes": {"user": "7"}, "cost": 15});
+    let (_, _, answer) = post(&url, &costly).await;
+    assert_eq!(answer["decisions"][0]["remaining"], 5, "{answer}");
+}
+
+#[tokio::test]
+async fn refunds_give_back_what_a_check_took() {
+    let server = Tollgate::serve(&[]);
+    let check = format!("{}/v1/check", server.http_url());
+    let refund = format!("{}/v1/refund", server.http_url());
+    let body = json!({"limits": [{"key": "job:1", "algorithm": "fixed_window", "quota": "1/h"}]});
+    let (_, _, first) = post(&check, &body).await;
+    assert_eq!(first["allowed"], true);
+    assert_eq!(post(&check, &body).await.2["allowed"], false);
+
+    let mut give_back = body.clone();
+    give_back["at"] = first["at"].clone();
+    let (status, _, _) = post(&refund, &give_back).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        post(&check, &body).await.2["allowed"],
+        true,
+        "the refund freed the slot"
+    );
+
+    let policy = json!({"policy": "login", "attributes": {"ip": "198.51.100.1"}});
+    let mut taken = Vec::new();
+    for _ in 0..5 {
+        taken.push(post(&check, &policy).await.2["at"].clone());
+    }
+    assert_eq!(post(&check, &policy).await.2["allowed"], false);
+    let mut give_back = policy.clone();
+    give_back["at"] = taken[4].clone();
+    assert_eq!(post(&refund, &give_back).await.0, StatusCode::NO_CONTENT);
+    assert_eq!(post(&check, &policy).await.2["allowed"], true);
+
+    let (status, _, problem) = post(&refund, &body).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        problem["detail"]
+            .as_str()
+            .expect("a detail")
+            .starts_with("at: required")
+    );
+}
+
+#[tokio::test]
+async fn every_error_is_a_problem_detail_with_a_4xx_status() {
+    let server = Tollgate::serve(&[]);
+    let base = server.http_url();
+    let client = reqwest::Client::new();
+    let cases: Vec<(&str, String, StatusCode, &str)> = vec![
+        (
+            "/v1/check",
+            "{bad".into(),
+            StatusCode::BAD_REQUEST,
+            "invalid JSON: key must be a string at line 1 column 2",
+        ),
+        (
+            "/v1/check",
+            r#"{"polcy": "api"}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown field `polcy`",
+        ),
+        (
+            "/v1/check",
+            r#"{"policy": "nope"}"#.into(),
+            StatusCode::NOT_FOUND,
+            "no policy is named \"nope\"",
+        ),
+        (
+            "/v1/check",
+            r#"{"limits": []}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "limits: give 1 to 64 limits",
+        ),
+        (
+            "/v1/check",
+            r#"{"limits": [{"key": "a", "algorithm": "gcra", "quota": "0/s"}]}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "quota",
+        ),
+        (
+            "/v1/check",
+            r#"{"limits": [{"key": "a", "algorithm": "bucket", "quota": "1/s"}]}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "bucket",
+        ),
+        (
+            "/v1/check",
+            r#"{"limits": [{"key": "a", "algorithm": "gcra", "quota": "1/s", "mode": "queue"}]}"#
+                .into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "limits[0]",
+        ),
+        (
+            "/v1/check",
+            r#"{"policy": "api", "limits": [{"key": "a", "algorithm": "gcra", "quota": "1/s"}]}"#
+                .into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "not both",
+        ),
+        (
+            "/v1/check",
+            r#"{"policy": "api", "attributes": {"ip": "nine"}}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "attributes.ip: \"nine\" is not an IP address",
+        ),
+        (
+            "/v1/check",
+            format!(r#"{{"policy": "{}"}}"#, "x".repeat(70_000)),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "larger than 65536 bytes",
+        ),
+        (
+            "/json",
+            r#"{"domain": 5}"#.into(),
+            StatusCode::BAD_REQUEST,
+            "domain: expected a string",
+        ),
+        (
+            "/nowhere",
+            "{}".into(),
+            StatusCode::NOT_FOUND,
+            "no such endpoint",
+        ),
+    ];
+    for (path, body, status, detail) in cases {
+        let response = client
+            .post(format!("{base}{path}"))
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(response.status(), status, "{path} {body:.80}");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/problem+json"
+        );
+        let problem: Value = response.json().await.expect("JSON");
+        assert_eq!(problem["status"], status.as_u16());
+        let said = problem["detail"].as_str().expect("a detail");
+        assert!(said.contains(detail), "{path} {body:.80}: {said}");
+    }
+}
+
+#[tokio::test]
+async fn health_readiness_and_the_openapi_document() {
+    let server = Tollgate::serve(&[]);
+    let base = server.http_url();
+    let healthz = reqwest::get(format!("{base}/healthz"))
+        .await
+        .expect("an answer");
+    assert_eq!(healthz.status(), StatusCode::OK);
+    let ready: Value = reqwest::get(format!("{base}/readyz"))
+        .await
+        .expect("an answer")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(ready["status"], "ready");
+    assert_eq!(ready["store"], "memory");
+    let openapi: Value = reqwest::get(format!("{base}/openapi.json"))
+        .await
+        .expect("an answer")
+        .json()
+        .await
+        .expect("JSON");
+    assert!(
+        openapi["openapi"]
+            .as_str()
+            .expect("a version")
+            .starts_with("3.1")
+    );
+    for path in ["/v1/check", "/v1/refund", "/json", "/healthz", "/readyz"] {
+        assert!(openapi["paths"].get(path).is_some(), "{path} is documented");
+    }
+}
+
+const RLS_CONFIG: &str = "
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: { unit: minute, requests_per_unit: 2 }
+";
+
+fn descriptor(key: &str, value: &str) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: vec![Entry {
+            key: key.to_owned(),
+            value: value.to_owned(),
+        }],
+        limit: None,
+        hits_addend: None,
+    }
+}
+
+#[tokio::test]
+async fn envoy_rate_limit_service_over_grpc_and_json_shares_the_counters() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    write(&directory.path().join("edge.yaml"), RLS_CONFIG);
+    let dir = directory.path().to_str().expect("UTF-8");
+    let server = Tollgate::serve(&["--rls-config", dir]);
+    let mut client = RateLimitServiceClient::connect(format!("http://{}", server.address("grpc")))
+        .await
+        .expect("gRPC connects");
+    let request = RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors: vec![descriptor("remote_address", "10.0.0.1")],
+        hits_addend: 0,
+    };
+    let mut codes = Vec::new();
+    let mut remaining = Vec::new();
+    for _ in 0..3 {
+        let response = client
+            .should_rate_limit(request.clone())
+            .await
+            .expect("an answer")
+            .into_inner();
+        codes.push(Code::try_from(response.overall_code).expect("a known code"));
+        remaining.push(response.statuses[0].limit_remaining);
+    }
+    assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+    assert_eq!(remaining, [1, 0, 0]);
+
+    let json_url = format!("{}/json", server.http_url());
+    let body = json!({"domain": "edge", "descriptors": [{"entries": [{"key": "remote_address", "value": "10.0.0.1"}]}]});
+    let (status, _, answer) = post(&json_url, &body).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(answer["overallCode"], "OVER_LIMIT");
+    let body = json!({"domain": "edge", "descriptors": [{"entries": [{"key": "remote_address", "value": "10.0.0.2"}]}]});
+    let (status, _, answer) = post(&json_url, &body).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(answer["statuses"][0]["limitRemaining"], 1);
+
+    let invalid = RateLimitRequest {
+        domain: String::new(),
+        descriptors: vec![descriptor("remote_address", "10.0.0.1")],
+        hits_addend: 0,
+    };
+    let error = client
+        .should_rate_limit(invalid)
+        .await
+        .expect_err("refused");
+    assert_eq!(error.code(), tonic::Code::InvalidArgument);
+}
+
+const POLICY_ONE: &str = "
+policies:
+  - name: first
+    key: [ip]
+    limits: [{ algorithm: gcra, quota: 10/s }]
+";
+
+const POLICY_TWO: &str = "
+policies:
+  - name: second
+    key: [ip]
+    limits: [{ algorithm: gcra, quota: 10/s }]
+";
+
+async fn policy_exists(base: &str, name: &str) -> bool {
+    let body = json!({"policy": name, "attributes": {"ip": "192.0.2.1"}});
+    let (status, _, _) = post(&format!("{base}/v1/check"), &body).await;
+    status == StatusCode::OK
+}
+
+#[tokio::test]
+async fn changed_files_are_reloaded_and_bad_ones_refused_keeping_the_last_good() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let policies = directory.path().join("policies.yaml");
+    write(&policies, POLICY_ONE);
+    let rls = directory.path().join("rls");
+    std::fs::create_dir(&rls).expect("a directory");
+    write(&rls.join("edge.yaml"), RLS_CONFIG);
+    let server = Tollgate::serve(&[
+        "--config",
+        policies.to_str().expect("UTF-8"),
+        "--rls-config",
+        rls.to_str().expect("UTF-8"),
+    ]);
+    let base = server.http_url();
+    assert!(policy_exists(&base, "first").await);
+
+    write(&policies, POLICY_TWO);
+    eventually("the second policy file takes effect", || {
+        policy_exists(&base, "second")
+    })
+    .await;
+    assert!(!policy_exists(&base, "first").await);
+
+    write(
+        &policies,
+        "policies:\n  - name: broken\n    limits: [{ algorithm: gcra, quota: often }]\n",
+    );
+    server.wait_for_log("policies refused, the previous ones stay in force");
+    assert!(
+        server.stderr().contains("policies.yaml:3:"),
+        "{}",
+        server.stderr()
+    );
+    assert!(
+        policy_exists(&base, "second").await,
+        "the last good policies stay"
+    );
+
+    write(
+        &rls.join("edge.yaml"),
+        "domain: edge\ndescriptors:\n  - key: a\n    rate_limit: { unit: fortnight, requests_per_unit: 1 }\n",
+    );
+    server.wait_for_log("rate limit service configuration refused");
+    let body = json!({"domain": "edge", "descriptors": [{"entries": [{"key": "remote_address", "value": "1.1.1.1"}]}]});
+    let (_, _, answer) = post(&format!("{base}/json"), &body).await;
+    assert_eq!(
+        answer["statuses"][0]["currentLimit"]["requestsPerUnit"], 2,
+        "the last good RLS configuration stays: {answer}"
+    );
+}
+
+#[tokio::test]
+async fn sighup_reloads_when_files_are_not_watched() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let policies = directory.path().join("policies.yaml");
+    write(&policies, POLICY_ONE);
+    let mut server =
+        Tollgate::serve(&["--config", policies.to_str().expect("UTF-8"), "--no-watch"]);
+    let base = server.http_url();
+    write(&policies, POLICY_TWO);
+    assert!(
+        policy_exists(&base, "first").await,
+        "nothing reloads before the signal"
+    );
+    server.signal("HUP");
+    eventually("SIGHUP loads the second policy file", || {
+        policy_exists(&base, "second")
+    })
+    .await;
+    assert!(server.stderr().contains("SIGHUP: reloading"));
+
+    let status = server.terminate();
+    assert!(status.success(), "SIGTERM is a clean exit: {status:?}");
+    assert!(server.stderr().contains("shutting down"));
+}
+
+#[test]
+fn bad_configuration_stops_start_up_naming_the_file_and_the_problem() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let policies = directory.path().join("bad.yaml");
+    write(
+        &policies,
+        "policies:\n  - name: a\n    limits: [{ algorithm: gcra, quota: 5/fortnight }]\n",
+    );
+    let (status, _, stderr) = run(&["serve", "--config", policies.to_str().expect("UTF-8")]);
+    assert!(!status.success());
+    assert!(stderr.contains("bad.yaml:3:"), "{stderr}");
+
+    let rls = directory.path().join("rls");
+    std::fs::create_dir(&rls).expect("a directory");
+    write(
+        &rls.join("edge.yaml"),
+        "domain: edge\ndescriptors:\n  - key: a\n    rate_limt: {}\n",
+    );
+    let (status, _, stderr) = run(&["serve", "--rls-config", rls.to_str().expect("UTF-8")]);
+    assert!(!status.success());
+    assert!(
+        stderr.contains("edge.yaml") && stderr.contains("rate_limt"),
+        "{stderr}"
+    );
+
+    let (status, stdout, _) = run(&["config", "check", "--rls", rls.to_str().expect("UTF-8")]);
+    assert!(!status.success(), "{stdout}");
+    write(&rls.join("edge.yaml"), RLS_CONFIG);
+    let good = directory.path().join("good.yaml");
+    write(&good, POLICY_ONE);
+    let (status, stdout, stderr) = run(&[
+        "config",
+        "check",
+        good.to_str().expect("UTF-8"),
+        "--rls",
+        rls.to_str().expect("UTF-8"),
+    ]);
+    assert!(status.success(), "{stderr}");
+    assert!(stdout.contains("good.yaml: ok (1 policies)"), "{stdout}");
+    assert!(stdout.contains("ok (1 domains)"), "{stdout}");
+}
