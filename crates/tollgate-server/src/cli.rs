@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::bench::BenchArgs;
 use crate::proxy::ProxyArgs;
 use crate::serve::ServeArgs;
 
@@ -25,6 +26,8 @@ enum Command {
     Serve(ServeArgs),
     /// Proxy to an upstream, applying the policies to every request.
     Proxy(ProxyArgs),
+    /// Drive the HTTP API, the gRPC service or the proxy with load and report latencies.
+    Bench(BenchArgs),
     /// Check configuration files and list every problem.
     Config {
         #[command(subcommand)]
@@ -42,6 +45,11 @@ enum ConfigAction {
         #[arg(long, value_name = "DIR")]
         rls: Option<PathBuf>,
     },
+}
+
+/// Parses a duration flag such as `300ms`, `10s` or `5m`.
+pub(crate) fn duration_arg(text: &str) -> Result<std::time::Duration, String> {
+    tollgate::parse_duration(text).map_err(|error| error.to_string())
 }
 
 fn init_logging(format: &str) {
@@ -120,6 +128,7 @@ pub fn main() -> ExitCode {
         match cli.command {
             Command::Serve(args) => crate::serve::run(args).await,
             Command::Proxy(args) => crate::proxy::run(args).await,
+            Command::Bench(args) => crate::bench::run(args).await,
             Command::Config { .. } => Ok(()),
         }
     });

@@ -2,6 +2,7 @@
 //! reverse proxy, on the Tollgate library. The binary (`main.rs`) only calls [`cli::main`].
 
 pub mod api;
+pub mod bench;
 pub mod cli;
 pub mod forward;
 pub mod policies;

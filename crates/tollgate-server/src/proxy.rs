@@ -32,7 +32,7 @@ pub struct ProxyArgs {
     )]
     pub listen: SocketAddr,
     /// How long the upstream has to connect and send its response head.
-    #[arg(long, env = "TOLLGATE_UPSTREAM_TIMEOUT", default_value = "60s", value_parser = parse_timeout, value_name = "DURATION")]
+    #[arg(long, env = "TOLLGATE_UPSTREAM_TIMEOUT", default_value = "60s", value_parser = crate::cli::duration_arg, value_name = "DURATION")]
     pub upstream_timeout: Duration,
     /// Speak HTTP/2 to the upstream without upgrade (gRPC upstreams).
     #[arg(long, env = "TOLLGATE_UPSTREAM_HTTP2")]
@@ -42,10 +42,6 @@ pub struct ProxyArgs {
     pub no_watch: bool,
     #[command(flatten)]
     pub(crate) store: StoreFlags,
-}
-
-fn parse_timeout(text: &str) -> Result<Duration, String> {
-    tollgate::parse_duration(text).map_err(|error| error.to_string())
 }
 
 /// Runs the proxy until SIGTERM or SIGINT.

@@ -7,8 +7,7 @@ use std::net::IpAddr;
 use axum::extract::State;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 use tollgate::headers::LimitView;
 use tollgate::policy::{Action, HeaderFamily, QuotaUnit, Scope};
 use tollgate::{
@@ -147,21 +146,84 @@ fn millis(micros: Micros) -> u64 {
     micros.div_ceil(1_000)
 }
 
-fn decision_json(decision: &Decision, limit: &Limit) -> Value {
-    json!({
-        "algorithm": limit.algorithm().as_str(),
-        "quota": limit.quota().to_string(),
-        "capacity": limit.capacity(),
-        "allowed": decision.allowed(),
-        "remaining": decision.remaining(),
-        "reset_after_ms": millis(decision.reset_after_micros()),
-        "retry_after_ms": decision.retry_after_micros().map(millis),
-        "delay_ms": millis(decision.delay_micros()),
-    })
+fn as_micros(duration: std::time::Duration) -> Micros {
+    Micros::try_from(duration.as_micros()).unwrap_or(Micros::MAX)
 }
 
-fn with_fields(status: StatusCode, body: Value, fields: Vec<(&'static str, String)>) -> Response {
-    let mut response = (status, axum::Json(body)).into_response();
+/// One limit's decision in an answer.
+#[derive(Serialize)]
+struct DecisionView<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    policy: Option<&'a str>,
+    limit: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unit: Option<&'static str>,
+    algorithm: &'static str,
+    #[serde(serialize_with = "serialize_display")]
+    quota: Quota,
+    capacity: u64,
+    allowed: bool,
+    remaining: u64,
+    reset_after_ms: u64,
+    retry_after_ms: Option<u64>,
+    delay_ms: u64,
+}
+
+fn serialize_display<S: serde::Serializer>(
+    value: &Quota,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(value)
+}
+
+impl<'a> DecisionView<'a> {
+    fn new(decision: &Decision, limit: &'a Limit) -> Self {
+        Self {
+            policy: None,
+            limit: limit.name(),
+            key: None,
+            unit: None,
+            algorithm: limit.algorithm().as_str(),
+            quota: limit.quota(),
+            capacity: limit.capacity(),
+            allowed: decision.allowed(),
+            remaining: decision.remaining(),
+            reset_after_ms: millis(decision.reset_after_micros()),
+            retry_after_ms: decision.retry_after_micros().map(millis),
+            delay_ms: millis(decision.delay_micros()),
+        }
+    }
+}
+
+/// What the policies said beyond the decisions (checks by policy only).
+#[derive(Serialize)]
+struct PolicyView<'a> {
+    detail: Option<&'a str>,
+    matched_policies: &'a [std::sync::Arc<str>],
+    violated_policies: &'a [std::sync::Arc<str>],
+    shadow_denied: &'a [std::sync::Arc<str>],
+    near_limit: bool,
+}
+
+/// The answer to a check. `allowed` comes first, so a client may read it without parsing.
+#[derive(Serialize)]
+struct CheckAnswer<'a> {
+    allowed: bool,
+    verdict: &'static str,
+    status: u16,
+    retry_after_ms: Option<u64>,
+    delay_ms: u64,
+    at: Micros,
+    binding: Option<usize>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    policies: Option<PolicyView<'a>>,
+    decisions: Vec<DecisionView<'a>>,
+}
+
+fn with_fields(answer: &CheckAnswer<'_>, fields: Vec<(&'static str, String)>) -> Response {
+    let mut response = axum::Json(answer).into_response();
     for (name, value) in fields {
         if let Ok(value) = HeaderValue::from_str(&value) {
             response
@@ -200,79 +262,77 @@ fn build_limits(specs: &[InlineLimit]) -> Result<Vec<Limit>, ApiError> {
         .collect()
 }
 
-fn verdict_json(verdict: &Verdict, limits: &[Limit], specs: &[InlineLimit]) -> Value {
+fn verdict_answer<'a>(
+    verdict: &Verdict,
+    limits: &'a [Limit],
+    specs: &'a [InlineLimit],
+) -> CheckAnswer<'a> {
     let (name, retry, delay) = match verdict.outcome() {
         tollgate::Outcome::Allow => ("allow", Some(0), 0),
-        tollgate::Outcome::Delay(delay) => ("delay", Some(0), delay.as_micros() as Micros),
-        tollgate::Outcome::Deny { retry_after } => {
-            ("deny", retry_after.map(|r| r.as_micros() as Micros), 0)
-        }
+        tollgate::Outcome::Delay(delay) => ("delay", Some(0), as_micros(delay)),
+        tollgate::Outcome::Deny { retry_after } => ("deny", retry_after.map(as_micros), 0),
     };
-    let decisions: Vec<Value> = verdict
+    let decisions = verdict
         .decisions()
         .iter()
         .zip(limits.iter().zip(specs))
-        .map(|(decision, (limit, spec))| {
-            let mut value = decision_json(decision, limit);
-            value["key"] = json!(spec.key);
-            value["limit"] = json!(limit.name());
-            value
+        .map(|(decision, (limit, spec))| DecisionView {
+            key: Some(spec.key.as_str()),
+            ..DecisionView::new(decision, limit)
         })
         .collect();
-    json!({
-        "allowed": verdict.is_admitted(),
-        "verdict": name,
-        "status": if verdict.is_denied() { 429 } else { 200 },
-        "retry_after_ms": retry.map(millis),
-        "delay_ms": millis(delay),
-        "at": verdict.at(),
-        "binding": verdict.binding_index(),
-        "decisions": decisions,
-    })
+    CheckAnswer {
+        allowed: verdict.is_admitted(),
+        verdict: name,
+        status: if verdict.is_denied() { 429 } else { 200 },
+        retry_after_ms: retry.map(millis),
+        delay_ms: millis(delay),
+        at: verdict.at(),
+        binding: verdict.binding_index(),
+        policies: None,
+        decisions,
+    }
 }
 
-fn evaluation_json(evaluation: &Evaluation) -> Value {
+fn evaluation_answer(evaluation: &Evaluation) -> CheckAnswer<'_> {
     let (name, status, retry, delay, detail) = match &evaluation.action {
         Action::Allow => ("allow", 200, Some(0), 0, None),
-        Action::Delay(delay) => ("delay", 200, Some(0), delay.as_micros() as Micros, None),
+        Action::Delay(delay) => ("delay", 200, Some(0), as_micros(*delay), None),
         Action::Refuse(refusal) => (
             "deny",
             refusal.status,
-            refusal.retry_after.map(|r| r.as_micros() as Micros),
+            refusal.retry_after.map(as_micros),
             0,
-            Some(refusal.detail.clone()),
+            Some(refusal.detail.as_str()),
         ),
     };
-    let names =
-        |list: &[std::sync::Arc<str>]| list.iter().map(|n| n.to_string()).collect::<Vec<_>>();
-    let decisions: Vec<Value> = evaluation
+    let decisions = evaluation
         .applied
         .iter()
-        .map(|applied| {
-            let mut value = decision_json(&applied.decision, &applied.limit);
-            value["policy"] = json!(&*applied.policy);
-            value["limit"] = json!(&*applied.label);
-            if applied.unit != QuotaUnit::Requests {
-                value["unit"] = json!(applied.unit.as_str());
-            }
-            value
+        .map(|applied| DecisionView {
+            policy: Some(&applied.policy),
+            limit: &applied.label,
+            unit: (applied.unit != QuotaUnit::Requests).then(|| applied.unit.as_str()),
+            ..DecisionView::new(&applied.decision, &applied.limit)
         })
         .collect();
-    json!({
-        "allowed": evaluation.is_admitted(),
-        "verdict": name,
-        "status": status,
-        "retry_after_ms": retry.map(millis),
-        "delay_ms": millis(delay),
-        "at": evaluation.at,
-        "detail": detail,
-        "matched_policies": names(&evaluation.matched),
-        "violated_policies": names(&evaluation.violated),
-        "shadow_denied": names(&evaluation.shadow_denied),
-        "near_limit": evaluation.near_limit,
-        "binding": evaluation.binding,
-        "decisions": decisions,
-    })
+    CheckAnswer {
+        allowed: evaluation.is_admitted(),
+        verdict: name,
+        status,
+        retry_after_ms: retry.map(millis),
+        delay_ms: millis(delay),
+        at: evaluation.at,
+        binding: evaluation.binding,
+        policies: Some(PolicyView {
+            detail,
+            matched_policies: &evaluation.matched,
+            violated_policies: &evaluation.violated,
+            shadow_denied: &evaluation.shadow_denied,
+            near_limit: evaluation.near_limit,
+        }),
+        decisions,
+    }
 }
 
 /// `POST /v1/check`.
@@ -320,8 +380,7 @@ pub(crate) async fn check(
             ));
         }
         return Ok(with_fields(
-            StatusCode::OK,
-            verdict_json(&verdict, &limits, specs),
+            &verdict_answer(&verdict, &limits, specs),
             fields,
         ));
     }
@@ -336,11 +395,7 @@ pub(crate) async fn check(
         .evaluate_in(scope, &attributes, request.cost)
         .await?;
     let fields = evaluation.header_fields(&families(&state));
-    Ok(with_fields(
-        StatusCode::OK,
-        evaluation_json(&evaluation),
-        fields,
-    ))
+    Ok(with_fields(&evaluation_answer(&evaluation), fields))
 }
 
 /// `POST /v1/refund`: gives back what a check admitted at `at` (its response's `at`) took.

@@ -1,0 +1,269 @@
+//! What `tollgate bench` drives: the check API, the rate limit service, or plain GETs (through
+//! the proxy, or anything else), and how each answer counts.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{HeaderName, HeaderValue};
+use hyper::{Method, Request, StatusCode, Uri};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::rls::proto::common::RateLimitDescriptor;
+use crate::rls::proto::common::rate_limit_descriptor::Entry;
+use crate::rls::proto::service::rate_limit_response::Code;
+use crate::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
+use crate::rls::proto::service::{RateLimitRequest, RateLimitResponse};
+
+/// Where `{key}` in a body or descriptor becomes a key number.
+pub const KEY_PLACEHOLDER: &str = "{key}";
+
+/// The default check: one GCRA limit of 100/s per key.
+pub const DEFAULT_CHECK_BODY: &str =
+    r#"{"limits":[{"key":"bench:{key}","algorithm":"gcra","quota":"100/s"}]}"#;
+
+/// How one answer counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// Admitted (or delayed).
+    Allowed,
+    /// Refused by a limit.
+    Denied,
+    /// Not an answer: the connection failed, or an unexpected status.
+    Failed(String),
+}
+
+/// A prepared target: clients and the requests they cycle through.
+pub enum Target {
+    /// `POST /v1/check` with a body per key.
+    Check {
+        /// The HTTP client (a pool of keep-alive connections).
+        client: Client<HttpConnector, Full<Bytes>>,
+        /// The check URL.
+        uri: Uri,
+        /// One body per key.
+        bodies: Vec<Bytes>,
+    },
+    /// `GET` a URL; 2xx and 3xx count as allowed, 429 as denied.
+    Get {
+        /// The HTTP client.
+        client: Client<HttpConnector, Full<Bytes>>,
+        /// The URL.
+        uri: Uri,
+        /// Header fields to send, their values with `{key}`.
+        headers: Vec<(HeaderName, String)>,
+        /// How many keys the header values cycle through.
+        keys: u64,
+    },
+    /// `ShouldRateLimit` with a descriptor per key.
+    Grpc {
+        /// Channels, each one HTTP/2 connection.
+        channels: Vec<RateLimitServiceClient<Channel>>,
+        /// One request per key.
+        requests: Vec<RateLimitRequest>,
+    },
+}
+
+fn http_client() -> Client<HttpConnector, Full<Bytes>> {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new()).build(connector)
+}
+
+fn parse_uri(text: &str) -> Result<Uri, String> {
+    text.parse()
+        .map_err(|error| format!("--url {text:?}: not a URL: {error}"))
+}
+
+impl Target {
+    /// The check API at `base` (`http://host:port`), with `template` per key.
+    pub fn check(base: &str, template: &str, keys: u64) -> Result<Self, String> {
+        serde_json::from_str::<serde_json::Value>(&template.replace(KEY_PLACEHOLDER, "0"))
+            .map_err(|error| format!("--body: not JSON: {error}"))?;
+        let uri = parse_uri(&format!("{}/v1/check", base.trim_end_matches('/')))?;
+        let bodies = (0..keys)
+            .map(|key| Bytes::from(template.replace(KEY_PLACEHOLDER, &key.to_string())))
+            .collect();
+        Ok(Self::Check {
+            client: http_client(),
+            uri,
+            bodies,
+        })
+    }
+
+    /// Plain `GET`s of `url` with `headers` (`name: value`, `{key}` in the value).
+    pub fn get(url: &str, headers: &[String], keys: u64) -> Result<Self, String> {
+        let headers = headers
+            .iter()
+            .map(|field| {
+                let (name, value) = field
+                    .split_once(':')
+                    .ok_or_else(|| format!("--header {field:?}: expected name: value"))?;
+                let name = HeaderName::from_bytes(name.trim().as_bytes())
+                    .map_err(|_| format!("--header {field:?}: {name:?} is not a field name"))?;
+                HeaderValue::from_str(&value.trim().replace(KEY_PLACEHOLDER, "0"))
+                    .map_err(|_| format!("--header {field:?}: not a valid field value"))?;
+                Ok((name, value.trim().to_owned()))
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(Self::Get {
+            client: http_client(),
+            uri: parse_uri(url)?,
+            headers,
+            keys,
+        })
+    }
+
+    /// The rate limit service at `address`, `domain` and `descriptor` (`key=value,...`) per key.
+    pub async fn grpc(
+        address: &str,
+        domain: &str,
+        descriptor: &str,
+        keys: u64,
+        connections: usize,
+    ) -> Result<Self, String> {
+        let url = if address.contains("://") {
+            address.to_owned()
+        } else {
+            format!("http://{address}")
+        };
+        let endpoint = Endpoint::from_shared(url.clone())
+            .map_err(|error| format!("--url {url:?}: {error}"))?
+            .tcp_nodelay(true);
+        let mut channels = Vec::with_capacity(connections);
+        for _ in 0..connections.max(1) {
+            let channel = endpoint
+                .connect()
+                .await
+                .map_err(|error| format!("cannot connect to {url}: {error}"))?;
+            channels.push(RateLimitServiceClient::new(channel));
+        }
+        let pairs: Vec<(&str, &str)> = descriptor
+            .split(',')
+            .map(|pair| {
+                pair.split_once('=')
+                    .ok_or_else(|| format!("--descriptor: {pair:?} is not key=value"))
+            })
+            .collect::<Result<_, _>>()?;
+        let requests = (0..keys)
+            .map(|key| {
+                let key = key.to_string();
+                RateLimitRequest {
+                    domain: domain.to_owned(),
+                    descriptors: vec![RateLimitDescriptor {
+                        entries: pairs
+                            .iter()
+                            .map(|(name, value)| Entry {
+                                key: (*name).to_owned(),
+                                value: value.replace(KEY_PLACEHOLDER, &key),
+                            })
+                            .collect(),
+                        limit: None,
+                        hits_addend: None,
+                    }],
+                    hits_addend: 0,
+                }
+            })
+            .collect();
+        Ok(Self::Grpc { channels, requests })
+    }
+
+    /// What the target is, for the report.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Check { uri, .. } => format!("POST {uri}"),
+            Self::Get { uri, .. } => format!("GET {uri}"),
+            Self::Grpc { channels, requests } => format!(
+                "ShouldRateLimit, domain {:?}, {} connections",
+                requests.first().map_or("", |r| r.domain.as_str()),
+                channels.len()
+            ),
+        }
+    }
+
+    /// Sends request number `n` from worker `worker`.
+    pub async fn send(&self, worker: usize, n: u64) -> Answer {
+        match self {
+            Self::Check {
+                client,
+                uri,
+                bodies,
+            } => {
+                let body = bodies[(n % bodies.len() as u64) as usize].clone();
+                let request = Request::builder()
+                    .method(Method::POST)
+                    .uri(uri.clone())
+                    .header(hyper::header::CONTENT_TYPE, "application/json")
+                    .body(Full::new(body));
+                match request {
+                    Ok(request) => http_answer(client, request, true).await,
+                    Err(error) => Answer::Failed(error.to_string()),
+                }
+            }
+            Self::Get {
+                client,
+                uri,
+                headers,
+                keys,
+            } => {
+                let mut request = Request::get(uri.clone());
+                let key = (n % keys).to_string();
+                for (name, value) in headers {
+                    request = request.header(name, value.replace(KEY_PLACEHOLDER, &key));
+                }
+                match request.body(Full::new(Bytes::new())) {
+                    Ok(request) => http_answer(client, request, false).await,
+                    Err(error) => Answer::Failed(error.to_string()),
+                }
+            }
+            Self::Grpc { channels, requests } => {
+                let mut client = channels[worker % channels.len()].clone();
+                let request = requests[(n % requests.len() as u64) as usize].clone();
+                match client.should_rate_limit(request).await {
+                    Ok(response) => grpc_answer(&response.into_inner()),
+                    Err(status) => Answer::Failed(format!("gRPC {}", status.code())),
+                }
+            }
+        }
+    }
+}
+
+async fn http_answer(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    request: Request<Full<Bytes>>,
+    check_api: bool,
+) -> Answer {
+    let response = match client.request(request).await {
+        Ok(response) => response,
+        Err(error) => return Answer::Failed(format!("request failed: {error}")),
+    };
+    let status = response.status();
+    let body = match response.into_body().collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(error) => return Answer::Failed(format!("body failed: {error}")),
+    };
+    match status {
+        StatusCode::TOO_MANY_REQUESTS => Answer::Denied,
+        StatusCode::OK if check_api => {
+            // The answer's keys are sorted, so `allowed` leads it.
+            if body.starts_with(br#"{"allowed":true"#) {
+                Answer::Allowed
+            } else if body.starts_with(br#"{"allowed":false"#) {
+                Answer::Denied
+            } else {
+                Answer::Failed("an answer without `allowed`".to_owned())
+            }
+        }
+        status if !check_api && (status.is_success() || status.is_redirection()) => Answer::Allowed,
+        status => Answer::Failed(format!("HTTP {}", status.as_u16())),
+    }
+}
+
+fn grpc_answer(response: &RateLimitResponse) -> Answer {
+    match Code::try_from(response.overall_code) {
+        Ok(Code::Ok) => Answer::Allowed,
+        Ok(Code::OverLimit) => Answer::Denied,
+        _ => Answer::Failed(format!("overall code {}", response.overall_code)),
+    }
+}
