@@ -67,6 +67,27 @@ pub struct CheckRequest {
     at: Option<Micros>,
 }
 
+impl CheckRequest {
+    /// Reads and validates a check (or refund) body.
+    async fn read(body: axum::body::Body) -> Result<Self, ApiError> {
+        let bytes = read_body(body, MAX_BODY_BYTES).await?;
+        let request: Self = parse_json(&bytes)?;
+        if request.limits.is_some() && request.policy.is_some() {
+            return Err(ApiError::invalid(
+                "give either a policy (with attributes) or inline limits, not both",
+            ));
+        }
+        Ok(request)
+    }
+
+    /// The named policy, else every policy the attributes match.
+    fn scope(&self) -> Scope<'_> {
+        self.policy
+            .as_deref()
+            .map_or(Scope::Matching, Scope::Policy)
+    }
+}
+
 impl InlineLimit {
     fn build(&self, index: usize) -> Result<Limit, ApiError> {
         let what = format!("limits[{index}]");
@@ -340,8 +361,7 @@ pub(crate) async fn check(
     State(state): State<AppState>,
     body: axum::body::Body,
 ) -> Result<Response, ApiError> {
-    let bytes = read_body(body, MAX_BODY_BYTES).await?;
-    let request: CheckRequest = parse_json(&bytes)?;
+    let request = CheckRequest::read(body).await?;
     if request.at.is_some() {
         return Err(ApiError::invalid(
             "at: only /v1/refund takes the time of the check to refund",
@@ -349,11 +369,6 @@ pub(crate) async fn check(
     }
     let cost = request.cost.unwrap_or(1);
     if let Some(specs) = &request.limits {
-        if request.policy.is_some() {
-            return Err(ApiError::invalid(
-                "give either a policy (with attributes) or inline limits, not both",
-            ));
-        }
         let limits = build_limits(specs)?;
         let check = inline_check(&limits, specs, cost);
         let verdict = state.limiter.check(&check).await?;
@@ -386,13 +401,9 @@ pub(crate) async fn check(
     }
     let headers = header_list(&request.attributes)?;
     let attributes = request_of(&request.attributes, &headers)?;
-    let scope = request
-        .policy
-        .as_deref()
-        .map_or(Scope::Matching, Scope::Policy);
     let evaluation = state
         .limiter
-        .evaluate_in(scope, &attributes, request.cost)
+        .evaluate_in(request.scope(), &attributes, request.cost)
         .await?;
     let fields = evaluation.header_fields(&families(&state));
     Ok(with_fields(&evaluation_answer(&evaluation), fields))
@@ -403,8 +414,7 @@ pub(crate) async fn refund(
     State(state): State<AppState>,
     body: axum::body::Body,
 ) -> Result<Response, ApiError> {
-    let bytes = read_body(body, MAX_BODY_BYTES).await?;
-    let request: CheckRequest = parse_json(&bytes)?;
+    let request = CheckRequest::read(body).await?;
     let at = request.at.ok_or_else(|| {
         ApiError::invalid("at: required: the `at` of the check response to refund")
     })?;
@@ -418,13 +428,9 @@ pub(crate) async fn refund(
     } else {
         let headers = header_list(&request.attributes)?;
         let attributes = request_of(&request.attributes, &headers)?;
-        let scope = request
-            .policy
-            .as_deref()
-            .map_or(Scope::Matching, Scope::Policy);
         state
             .limiter
-            .refund_request(scope, &attributes, request.cost, at)
+            .refund_request(request.scope(), &attributes, request.cost, at)
             .await?;
     }
     Ok(StatusCode::NO_CONTENT.into_response())
