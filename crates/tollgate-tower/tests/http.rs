@@ -332,6 +332,48 @@ policies:
 }
 
 #[tokio::test]
+async fn past_max_delayed_waiting_requests_are_refused() {
+    let app = App::start(
+        r#"
+max_delayed: 1
+policies:
+  - name: slow
+    limits: [{ name: slow, algorithm: leaky_bucket, quota: 1/m, burst: 5, mode: queue }]
+"#,
+    )
+    .await;
+    assert_eq!(
+        app.status("GET", "/", &[]).await,
+        200,
+        "the first goes at once"
+    );
+    // Two more would wait a minute and two; only one may wait, so one of them is refused at
+    // once while the other is still waiting.
+    let (second, third) = (app.send("GET", "/", &[]), app.send("GET", "/", &[]));
+    let either = async {
+        tokio::select! {
+            response = second => response,
+            response = third => response,
+        }
+    };
+    let refused = tokio::time::timeout(Duration::from_secs(30), either)
+        .await
+        .expect("one of the two is refused at once, not held");
+    assert_eq!(refused.status().as_u16(), 429);
+    assert!(refused.headers().contains_key("retry-after"));
+    let problem: serde_json::Value = refused.json().await.expect("a problem body");
+    assert_eq!(
+        problem["detail"],
+        "too many requests are already waiting for their turn"
+    );
+    assert_eq!(
+        app.calls.load(Ordering::SeqCst),
+        1,
+        "the waiting one has not gone through"
+    );
+}
+
+#[tokio::test]
 async fn a_failed_upstream_gives_the_cost_back() {
     let app = App::start(
         r#"
