@@ -68,7 +68,7 @@ pub use config::{ConfigError, ConfigErrors};
 pub use decision::Decision;
 pub use error::Error;
 pub use limit::{Limit, LimitBuilder, LimitError, MAX_SLIDING_LOG_COUNT};
-pub use limiter::Limiter;
+pub use limiter::{BreakerConfig, Limiter};
 pub use policy::{Config, Evaluation, Identity, Policies, Request};
 pub use quota::{MAX_COUNT, MAX_PERIOD_MICROS, Quota, QuotaError, parse_duration};
 pub use store::{AnyStore, MemoryStore, Store, StoreError};

@@ -179,6 +179,30 @@ impl Limit {
     pub fn count(&self) -> u64 {
         self.quota.count()
     }
+
+    /// This limit's share on one of `nodes` nodes deciding alone: the quota count and burst
+    /// divided by `nodes` (rounded down, at least 1 for what was at least 1), same name, period,
+    /// algorithm and mode.
+    pub fn divided(&self, nodes: u64) -> Limit {
+        if nodes <= 1 {
+            return self.clone();
+        }
+        let share = |n: u64| if n == 0 { 0 } else { (n / nodes).max(1) };
+        let divided = Quota::new(share(self.quota.count()), self.quota.period())
+            .ok()
+            .and_then(|quota| {
+                let mut builder = Limit::builder(Arc::clone(&self.name), self.algorithm, quota);
+                if self.algorithm == Algorithm::LeakyBucket {
+                    builder = builder.mode(self.mode);
+                }
+                if let Some(burst) = self.burst() {
+                    builder = builder.burst(share(burst));
+                }
+                builder.build().ok()
+            });
+        // A share that would not validate (it always does) keeps the whole limit.
+        divided.unwrap_or_else(|| self.clone())
+    }
 }
 
 impl fmt::Debug for Limit {
@@ -318,6 +342,26 @@ impl LimitBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_divided_limit_keeps_its_name_period_and_kind() {
+        let limit = Limit::builder("l", Algorithm::LeakyBucket, quota("10/m"))
+            .burst(6)
+            .mode(LeakyMode::Queue { delay_after: 1 })
+            .build()
+            .expect("valid");
+        let share = limit.divided(3);
+        assert_eq!((share.name(), share.count(), share.capacity()), ("l", 3, 2));
+        assert_eq!(share.period(), limit.period());
+        assert_eq!(share.mode(), limit.mode());
+        let gcra = Limit::builder("g", Algorithm::Gcra, quota("4/h"))
+            .burst(4)
+            .build()
+            .expect("valid");
+        assert_eq!(gcra.divided(2).capacity(), 2);
+        assert_eq!(gcra.divided(100).capacity(), 1, "never below one");
+        assert_eq!(gcra.divided(1).capacity(), 4);
+    }
 
     fn quota(text: &str) -> Quota {
         text.parse().expect("valid quota")

@@ -222,6 +222,7 @@ impl<'a> DecisionView<'a> {
 #[derive(Serialize)]
 struct PolicyView<'a> {
     detail: Option<&'a str>,
+    decided_by: &'static str,
     matched_policies: &'a [std::sync::Arc<str>],
     violated_policies: &'a [std::sync::Arc<str>],
     shadow_denied: &'a [std::sync::Arc<str>],
@@ -347,6 +348,7 @@ fn evaluation_answer(evaluation: &Evaluation) -> CheckAnswer<'_> {
         binding: evaluation.binding,
         policies: Some(PolicyView {
             detail,
+            decided_by: evaluation.decided_by.as_str(),
             matched_policies: &evaluation.matched,
             violated_policies: &evaluation.violated,
             shadow_denied: &evaluation.shadow_denied,

@@ -13,9 +13,10 @@ use crate::check::{Check, Verdict};
 use crate::error::Error;
 use crate::headers::{ProblemKind, retry_after_seconds};
 use crate::policy::{
-    Action, Applied, Charge, Evaluation, Gate, Planned, Policies, Refusal, Request, Role, Scope,
+    Action, Applied, Charge, DecidedBy, Evaluation, FailureMode, Gate, Planned, Policies, Refusal,
+    Request, Role, Scope,
 };
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 fn check_of(items: &[Planned]) -> Check<'_> {
     let mut check = Check::new(0);
@@ -88,12 +89,22 @@ impl<S: Store> Limiter<S> {
         }
         let enforced_check = check_of(&plan.enforced);
         let shadow_check = check_of(&plan.shadow);
-        let shadow_future: OptionFuture<_> = (!plan.shadow.is_empty())
+        // Shadow checks only report, so they skip a store that is resting.
+        let shadow_future: OptionFuture<_> = (!plan.shadow.is_empty() && !self.store_resting())
             .then(|| self.inner.store.check(&shadow_check, None))
             .into();
-        let (enforced, shadow) =
-            join(self.inner.store.check(&enforced_check, None), shadow_future).await;
-        let verdict = enforced?;
+        let (enforced, shadow) = join(self.store_check(&enforced_check), shadow_future).await;
+        let verdict = match enforced {
+            Ok(verdict) => verdict,
+            Err(error) if error.is_store_failure() => {
+                let mut evaluation = self
+                    .fail_over(&policies, &plan.enforced, &enforced_check, &error)
+                    .await?;
+                evaluation.matched = plan.matched;
+                return Ok(evaluation);
+            }
+            Err(error) => return Err(error.into()),
+        };
         let mut evaluation = self.interpret(&policies, &plan.enforced, &verdict);
         evaluation.matched = plan.matched;
         // A shadow policy that cannot reach its store only loses its report.
@@ -105,6 +116,62 @@ impl<S: Store> Limiter<S> {
             self.punish(&policies, &plan.enforced, &verdict).await?;
         }
         Ok(evaluation)
+    }
+
+    /// Answers by the policies' failure modes when the store cannot decide: the strictest
+    /// among the matching policies wins (`deny`, then `local`, then `allow`).
+    async fn fail_over(
+        &self,
+        policies: &Policies,
+        items: &[Planned],
+        check: &Check<'_>,
+        error: &StoreError,
+    ) -> Result<Evaluation, Error> {
+        let mode = items
+            .iter()
+            .map(|item| policies.policies[item.policy].on_store_error)
+            .max_by_key(|mode| match mode {
+                FailureMode::Allow => 0,
+                FailureMode::Local => 1,
+                FailureMode::Deny => 2,
+            })
+            .unwrap_or_default();
+        Ok(match mode {
+            FailureMode::Allow => {
+                let mut evaluation = Evaluation::plain(Action::Allow, Vec::new());
+                evaluation.decided_by = DecidedBy::FailOpen;
+                evaluation
+            }
+            FailureMode::Deny => {
+                let refusal = Refusal {
+                    status: 503,
+                    kind: ProblemKind::TemporaryReducedCapacity,
+                    retry_after: Some(self.inner.breaker.cooldown()),
+                    detail: format!("the rate limiter cannot decide ({error}) and fails closed"),
+                };
+                let mut evaluation = Evaluation::plain(Action::Refuse(refusal), Vec::new());
+                evaluation.decided_by = DecidedBy::FailClosed;
+                evaluation
+            }
+            FailureMode::Local => {
+                // Each node decides alone, so each takes its share of a divided limit.
+                let shares: Vec<Planned> = items
+                    .iter()
+                    .map(|item| Planned {
+                        limit: item
+                            .limit
+                            .divided(policies.policies[item.policy].local_nodes),
+                        ..item.clone()
+                    })
+                    .collect();
+                let local_check = check_of(&shares);
+                debug_assert_eq!(local_check.items().len(), check.items().len());
+                let verdict = self.inner.local.check(&local_check, None).await?;
+                let mut evaluation = self.interpret(policies, &shares, &verdict);
+                evaluation.decided_by = DecidedBy::Local;
+                evaluation
+            }
+        })
     }
 
     fn interpret(&self, policies: &Policies, items: &[Planned], verdict: &Verdict) -> Evaluation {
@@ -290,6 +357,10 @@ impl<S: Store> Limiter<S> {
             charged_at: evaluation.at,
         };
         let refunds: SmallVec<[Adjustment; 4]> = check.items().iter().map(|_| refund).collect();
+        // What the fallback limiter took, it gives back.
+        if evaluation.decided_by == DecidedBy::Local {
+            return Ok(self.inner.local.adjust(&check, &refunds, None).await?);
+        }
         Ok(self.inner.store.adjust(&check, &refunds, None).await?)
     }
 }

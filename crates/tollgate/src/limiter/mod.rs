@@ -1,5 +1,6 @@
 //! The one entry point: a store and, optionally, policies, shared by every clone.
 
+mod breaker;
 mod evaluate;
 mod penalty;
 
@@ -14,7 +15,10 @@ use crate::check::{Check, Verdict};
 use crate::error::Error;
 use crate::limit::Limit;
 use crate::policy::Policies;
-use crate::store::{MemoryStore, Store};
+use crate::store::{MemoryStore, Store, StoreError};
+
+pub use breaker::BreakerConfig;
+use breaker::{Breaker, Call};
 
 /// Decides checks against a store, and requests against policies. Cheap to clone: every clone
 /// shares the same store and policies, so one limiter per process enforces one set of limits
@@ -25,6 +29,9 @@ pub struct Limiter<S = MemoryStore> {
 
 struct Inner<S> {
     store: S,
+    /// Decides for policies whose failure mode is `local` while the store cannot.
+    local: MemoryStore,
+    breaker: Breaker,
     policies: ArcSwapOption<Policies>,
 }
 
@@ -49,6 +56,8 @@ impl<S: Store> Limiter<S> {
         Self {
             inner: Arc::new(Inner {
                 store,
+                local: MemoryStore::new(),
+                breaker: Breaker::new(BreakerConfig::default()),
                 policies: ArcSwapOption::empty(),
             }),
         }
@@ -76,9 +85,40 @@ impl<S: Store> Limiter<S> {
         &self.inner.store
     }
 
+    /// Sets when the store's circuit breaker opens and for how long (default: after 5
+    /// consecutive failures, for 1 s).
+    pub fn set_breaker(&self, config: BreakerConfig) {
+        self.inner.breaker.configure(config);
+    }
+
+    /// Whether the circuit breaker is open: the store failed repeatedly and is not being called.
+    pub fn store_resting(&self) -> bool {
+        self.inner.breaker.is_open()
+    }
+
+    /// How many times the circuit breaker has opened.
+    pub fn breaker_openings(&self) -> u64 {
+        self.inner.breaker.times_opened()
+    }
+
+    /// Asks the store through the circuit breaker: while it is open the store is not called
+    /// and the answer is [`StoreError::CircuitOpen`] at once.
+    async fn store_check(&self, check: &Check<'_>) -> Result<Verdict, StoreError> {
+        let call = self.inner.breaker.call(std::time::Instant::now());
+        if call == Call::Skip {
+            return Err(StoreError::CircuitOpen);
+        }
+        let result = self.inner.store.check(check, None).await;
+        let healthy = !matches!(&result, Err(error) if error.is_store_failure());
+        self.inner
+            .breaker
+            .record(call, healthy, std::time::Instant::now());
+        result
+    }
+
     /// Decides a check all-or-nothing.
     pub async fn check(&self, check: &Check<'_>) -> Result<Verdict, Error> {
-        Ok(self.inner.store.check(check, None).await?)
+        Ok(self.store_check(check).await?)
     }
 
     /// Decides one limit on one key at a cost of 1.

@@ -8,8 +8,8 @@ use super::client_ip::TrustedProxies;
 use super::lists::AccessList;
 use super::matcher::Matcher;
 use super::model::{
-    Config, CostConfig, HeaderFamily, IdentityHeaders, KeyPart, LimitConfig, PolicyConfig,
-    SoftLimit, StatusRange, TierSource,
+    Config, CostConfig, FailureMode, HeaderFamily, IdentityHeaders, KeyPart, LimitConfig,
+    PolicyConfig, SoftLimit, StatusRange, TierSource,
 };
 use crate::algorithm::Algorithm;
 use crate::clock::duration_to_micros;
@@ -80,6 +80,8 @@ pub(crate) struct Policy {
     pub(crate) concurrency: Option<PolicyLimit>,
     pub(crate) idempotency: Option<Limit>,
     pub(crate) refund_on: Vec<StatusRange>,
+    pub(crate) on_store_error: FailureMode,
+    pub(crate) local_nodes: u64,
     pub(crate) allow: AccessList,
     pub(crate) deny: AccessList,
 }
@@ -421,6 +423,8 @@ fn compile_policy(policy: &PolicyConfig, config: &Config, reader: &Reader) -> Op
         concurrency,
         idempotency,
         refund_on: policy.refund_on.clone(),
+        on_store_error: policy.on_store_error,
+        local_nodes: policy.local_nodes,
         allow: AccessList::new(&policy.allow),
         deny: AccessList::new(&policy.deny),
     })

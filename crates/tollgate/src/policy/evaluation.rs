@@ -38,6 +38,32 @@ pub enum Action {
     Refuse(Refusal),
 }
 
+/// What decided a request: the store, or a failure mode standing in while it cannot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DecidedBy {
+    /// The store (or no limit applied).
+    #[default]
+    Store,
+    /// The in-process fallback limiter (`on_store_error: local`).
+    Local,
+    /// Let through because the store could not decide (`on_store_error: allow`).
+    FailOpen,
+    /// Refused because the store could not decide (`on_store_error: deny`).
+    FailClosed,
+}
+
+impl DecidedBy {
+    /// A short name for logs, metrics and answers.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecidedBy::Store => "store",
+            DecidedBy::Local => "local",
+            DecidedBy::FailOpen => "fail_open",
+            DecidedBy::FailClosed => "fail_closed",
+        }
+    }
+}
+
 /// One enforced limit's decision, as headers report it.
 #[derive(Debug, Clone)]
 pub struct Applied {
@@ -83,6 +109,8 @@ pub struct Evaluation {
     pub near_limit: bool,
     /// The store's time of the decision.
     pub at: Micros,
+    /// What decided it.
+    pub decided_by: DecidedBy,
     pub(crate) charges: Vec<Charge>,
 }
 
@@ -98,6 +126,7 @@ impl Evaluation {
             matched,
             near_limit: false,
             at: 0,
+            decided_by: DecidedBy::Store,
             charges: Vec::new(),
         }
     }

@@ -19,7 +19,7 @@ mod request;
 
 pub use client_ip::{TrustedProxies, client_ip, group, group_key};
 pub use compile::{Policies, PolicyLimit, QuotaUnit};
-pub use evaluation::{Action, Applied, Evaluation, Refusal};
+pub use evaluation::{Action, Applied, DecidedBy, Evaluation, Refusal};
 pub use model::{
     ConcurrencyConfig, Config, CostConfig, FailureMode, HeaderFamily, IdempotencyConfig,
     IdentityHeaders, KeyPart, LimitConfig, ListEntry, MatchConfig, PenaltyConfig, PolicyConfig,

@@ -37,6 +37,10 @@ pub enum StoreError {
     /// The store answered with an error.
     #[error("the store failed: {0}")]
     Failed(String),
+    /// The store was not called: it failed repeatedly, and the limiter's circuit breaker is
+    /// giving it a rest.
+    #[error("the store is resting after repeated failures (circuit breaker open)")]
+    CircuitOpen,
 }
 
 impl StoreError {
