@@ -237,6 +237,16 @@ impl Verdict {
         }
     }
 
+    /// The same verdict `elapsed` later, with nothing else happening (the over-limit cache).
+    pub(crate) fn aged(&self, elapsed: Duration) -> Self {
+        let micros = Micros::try_from(elapsed.as_micros()).unwrap_or(Micros::MAX);
+        Self {
+            decisions: self.decisions.iter().map(|d| d.aged(micros)).collect(),
+            binding: self.binding,
+            at: self.at.saturating_add(micros),
+        }
+    }
+
     /// The verdict of a check with a single limit, decided at `at`.
     pub fn single(at: Micros, decision: Decision) -> Self {
         let mut decisions = SmallVec::new();

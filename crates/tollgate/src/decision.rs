@@ -41,6 +41,19 @@ impl Decision {
         }
     }
 
+    /// The same decision `elapsed` later, with nothing else happening: the waits shortened.
+    pub(crate) fn aged(&self, elapsed: Micros) -> Self {
+        Self {
+            reset_after: self.reset_after.saturating_sub(elapsed),
+            retry_after: if self.retry_after == NEVER {
+                NEVER
+            } else {
+                self.retry_after.saturating_sub(elapsed)
+            },
+            ..*self
+        }
+    }
+
     /// Whether this limit admits the request.
     pub fn allowed(&self) -> bool {
         self.allowed

@@ -74,10 +74,10 @@ impl Breaker {
     }
 
     fn micros(&self, now: Instant) -> u64 {
-        // Never 0, which means closed.
+        // Shifted by one so it is never 0, which means closed.
         u64::try_from(now.saturating_duration_since(self.epoch).as_micros())
-            .unwrap_or(u64::MAX)
-            .max(1)
+            .unwrap_or(u64::MAX - 1)
+            .saturating_add(1)
     }
 
     /// Whether a call at `now` should go to the store.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures_util::future::{OptionFuture, join};
 use smallvec::SmallVec;
 
-use super::Limiter;
+use super::{Limiter, Source};
 use crate::algorithm::Adjustment;
 use crate::check::{Check, Verdict};
 use crate::error::Error;
@@ -94,8 +94,8 @@ impl<S: Store> Limiter<S> {
             .then(|| self.inner.store.check(&shadow_check, None))
             .into();
         let (enforced, shadow) = join(self.store_check(&enforced_check), shadow_future).await;
-        let verdict = match enforced {
-            Ok(verdict) => verdict,
+        let (verdict, source) = match enforced {
+            Ok(answer) => answer,
             Err(error) if error.is_store_failure() => {
                 let mut evaluation = self
                     .fail_over(&policies, &plan.enforced, &enforced_check, &error)
@@ -112,7 +112,11 @@ impl<S: Store> Limiter<S> {
             evaluation.shadow_denied =
                 policy_names(&policies, denied(&plan.shadow, &shadow, Role::Limit));
         }
-        if !evaluation.violated.is_empty() {
+        // A denial from the over-limit cache is the same denial again: it is not another
+        // violation, and it costs no store call.
+        if source == Source::Cache {
+            evaluation.decided_by = DecidedBy::Cache;
+        } else if !evaluation.violated.is_empty() {
             self.punish(&policies, &plan.enforced, &verdict).await?;
         }
         Ok(evaluation)
@@ -325,7 +329,7 @@ impl<S: Store> Limiter<S> {
             .iter()
             .map(|_| Adjustment::Refund { charged_at })
             .collect();
-        Ok(self.inner.store.adjust(&check, &refunds, None).await?)
+        Ok(self.store_adjust(&check, &refunds).await?)
     }
 
     /// Gives back everything an admitted request took, for a request that never went ahead
@@ -361,7 +365,7 @@ impl<S: Store> Limiter<S> {
         if evaluation.decided_by == DecidedBy::Local {
             return Ok(self.inner.local.adjust(&check, &refunds, None).await?);
         }
-        Ok(self.inner.store.adjust(&check, &refunds, None).await?)
+        Ok(self.store_adjust(&check, &refunds).await?)
     }
 }
 

@@ -1,6 +1,7 @@
 //! The one entry point: a store and, optionally, policies, shared by every clone.
 
 mod breaker;
+mod deny_cache;
 mod evaluate;
 mod penalty;
 
@@ -19,6 +20,7 @@ use crate::store::{MemoryStore, Store, StoreError};
 
 pub use breaker::BreakerConfig;
 use breaker::{Breaker, Call};
+use deny_cache::DenyCache;
 
 /// Decides checks against a store, and requests against policies. Cheap to clone: every clone
 /// shares the same store and policies, so one limiter per process enforces one set of limits
@@ -32,7 +34,16 @@ struct Inner<S> {
     /// Decides for policies whose failure mode is `local` while the store cannot.
     local: MemoryStore,
     breaker: Breaker,
+    deny_cache: DenyCache,
     policies: ArcSwapOption<Policies>,
+}
+
+/// Where a verdict came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Source {
+    Store,
+    /// The over-limit cache: a denial the store gave for the same check moments ago.
+    Cache,
 }
 
 impl<S> Clone for Limiter<S> {
@@ -53,11 +64,14 @@ impl Limiter<MemoryStore> {
 impl<S: Store> Limiter<S> {
     /// A limiter on `store`, without policies.
     pub fn new(store: S) -> Self {
+        // In process, the store is as quick as a cache would be.
+        let cache = store.kind() != "memory";
         Self {
             inner: Arc::new(Inner {
                 store,
                 local: MemoryStore::new(),
                 breaker: Breaker::new(BreakerConfig::default()),
+                deny_cache: DenyCache::new(cache),
                 policies: ArcSwapOption::empty(),
             }),
         }
@@ -101,24 +115,53 @@ impl<S: Store> Limiter<S> {
         self.inner.breaker.times_opened()
     }
 
-    /// Asks the store through the circuit breaker: while it is open the store is not called
-    /// and the answer is [`StoreError::CircuitOpen`] at once.
-    async fn store_check(&self, check: &Check<'_>) -> Result<Verdict, StoreError> {
-        let call = self.inner.breaker.call(std::time::Instant::now());
+    /// Turns the local over-limit cache on or off (on by default for stores outside the
+    /// process): while a check is denied until T, the same check is denied until T without
+    /// asking the store.
+    pub fn set_deny_cache(&self, enabled: bool) {
+        self.inner.deny_cache.set_enabled(enabled);
+    }
+
+    /// Checks denied by the over-limit cache without asking the store.
+    pub fn deny_cache_hits(&self) -> u64 {
+        self.inner.deny_cache.hits()
+    }
+
+    /// Asks the over-limit cache, then the store through the circuit breaker: while the
+    /// breaker is open the store is not called and the answer is [`StoreError::CircuitOpen`]
+    /// at once.
+    async fn store_check(&self, check: &Check<'_>) -> Result<(Verdict, Source), StoreError> {
+        let now = std::time::Instant::now();
+        if let Some(verdict) = self.inner.deny_cache.lookup(check, now) {
+            return Ok((verdict, Source::Cache));
+        }
+        let call = self.inner.breaker.call(now);
         if call == Call::Skip {
             return Err(StoreError::CircuitOpen);
         }
         let result = self.inner.store.check(check, None).await;
         let healthy = !matches!(&result, Err(error) if error.is_store_failure());
-        self.inner
-            .breaker
-            .record(call, healthy, std::time::Instant::now());
-        result
+        let now = std::time::Instant::now();
+        self.inner.breaker.record(call, healthy, now);
+        let verdict = result?;
+        self.inner.deny_cache.remember(check, &verdict, now);
+        Ok((verdict, Source::Store))
+    }
+
+    /// Refunds or charges through the store, invalidating what the over-limit cache holds for
+    /// the keys involved.
+    async fn store_adjust(
+        &self,
+        check: &Check<'_>,
+        adjustments: &[Adjustment],
+    ) -> Result<(), StoreError> {
+        self.inner.deny_cache.forget_keys(check);
+        self.inner.store.adjust(check, adjustments, None).await
     }
 
     /// Decides a check all-or-nothing.
     pub async fn check(&self, check: &Check<'_>) -> Result<Verdict, Error> {
-        Ok(self.store_check(check).await?)
+        Ok(self.store_check(check).await?.0)
     }
 
     /// Decides one limit on one key at a cost of 1.
@@ -183,7 +226,7 @@ impl<S: Store> Limiter<S> {
     }
 
     async fn adjust(&self, check: &Check<'_>, adjustments: &[Adjustment]) -> Result<(), Error> {
-        Ok(self.inner.store.adjust(check, adjustments, None).await?)
+        Ok(self.store_adjust(check, adjustments).await?)
     }
 }
 

@@ -44,6 +44,8 @@ pub enum DecidedBy {
     /// The store (or no limit applied).
     #[default]
     Store,
+    /// The local over-limit cache: the store denied the same check moments ago, until later.
+    Cache,
     /// The in-process fallback limiter (`on_store_error: local`).
     Local,
     /// Let through because the store could not decide (`on_store_error: allow`).
@@ -57,6 +59,7 @@ impl DecidedBy {
     pub fn as_str(self) -> &'static str {
         match self {
             DecidedBy::Store => "store",
+            DecidedBy::Cache => "cache",
             DecidedBy::Local => "local",
             DecidedBy::FailOpen => "fail_open",
             DecidedBy::FailClosed => "fail_closed",

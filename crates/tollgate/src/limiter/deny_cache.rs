@@ -1,0 +1,157 @@
+//! The local over-limit cache: once a check is denied until T, the same check is denied in
+//! process until T without asking the store. A client flooding past its limit then costs no
+//! store round trips, exactly when they would hurt most.
+//!
+//! It stays correct because an entry is only ever reused for the very same check: the same
+//! keys, the same limits (name, algorithm, quota, burst and mode, so a reload or a per-request
+//! override that changes a limit misses) and the same costs. A refund or charge through this
+//! limiter bumps a generation for each key it touches, which invalidates every entry holding
+//! that key. A refund or a released concurrency slot on another node is not seen, so an entry
+//! is held at most [`MAX_HOLD`] (then the store is asked again, and the denial cached anew if
+//! it stands): that is the longest the cache can deny a request the store would admit.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::check::{Check, Verdict};
+use crate::limit::Limit;
+
+/// Shards of the entry map, so that threads rarely meet.
+const SHARDS: usize = 16;
+/// Entries per shard; a full shard drops what has expired, and skips caching if still full.
+const MAX_ENTRIES_PER_SHARD: usize = 4_096;
+/// The longest an entry is trusted, whatever its retry time.
+pub(crate) const MAX_HOLD: Duration = Duration::from_secs(1);
+/// Generation slots for keys; a collision only causes a miss.
+const GENERATIONS: usize = 1_024;
+
+struct Entry {
+    verdict: Verdict,
+    cached_at: Instant,
+    until: Instant,
+    generations: u64,
+}
+
+/// The cache; see the module documentation.
+pub(crate) struct DenyCache {
+    enabled: AtomicBool,
+    hasher: RandomState,
+    shards: Vec<Mutex<HashMap<u64, Entry>>>,
+    generations: Vec<AtomicU64>,
+    hits: AtomicU64,
+}
+
+fn hash_limit(limit: &Limit, hasher: &mut impl Hasher) {
+    limit.name().hash(hasher);
+    limit.algorithm().hash(hasher);
+    limit.count().hash(hasher);
+    limit.period().hash(hasher);
+    limit.capacity().hash(hasher);
+    limit.mode().hash(hasher);
+}
+
+impl DenyCache {
+    pub(crate) fn new(enabled: bool) -> Self {
+        Self {
+            enabled: AtomicBool::new(enabled),
+            hasher: RandomState::new(),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            generations: (0..GENERATIONS).map(|_| AtomicU64::new(0)).collect(),
+            hits: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn set_enabled(&self, enabled: bool) {
+        self.enabled.store(enabled, Ordering::Release);
+        if !enabled {
+            for shard in &self.shards {
+                shard.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            }
+        }
+    }
+
+    pub(crate) fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    fn key_slot(&self, key: &str) -> usize {
+        (self.hasher.hash_one(key) % GENERATIONS as u64) as usize
+    }
+
+    /// The check's identity, and the sum of its keys' generations.
+    fn identify(&self, check: &Check<'_>) -> (u64, u64) {
+        let mut hasher = self.hasher.build_hasher();
+        let mut generations = 0u64;
+        for item in check.items() {
+            item.key.hash(&mut hasher);
+            hash_limit(item.limit, &mut hasher);
+            item.cost.hash(&mut hasher);
+            generations = generations
+                .wrapping_add(self.generations[self.key_slot(&item.key)].load(Ordering::Acquire));
+        }
+        (hasher.finish(), generations)
+    }
+
+    fn shard(&self, id: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
+        self.shards[(id as usize) % SHARDS]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The cached denial of this check, aged to `now`, if one still holds.
+    pub(crate) fn lookup(&self, check: &Check<'_>, now: Instant) -> Option<Verdict> {
+        if !self.enabled.load(Ordering::Acquire) {
+            return None;
+        }
+        let (id, generations) = self.identify(check);
+        let mut shard = self.shard(id);
+        let entry = shard.get(&id)?;
+        if now >= entry.until || entry.generations != generations {
+            shard.remove(&id);
+            return None;
+        }
+        let verdict = entry
+            .verdict
+            .aged(now.saturating_duration_since(entry.cached_at));
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        Some(verdict)
+    }
+
+    /// Remembers a denied verdict until a request of the same check could be admitted.
+    pub(crate) fn remember(&self, check: &Check<'_>, verdict: &Verdict, now: Instant) {
+        if !self.enabled.load(Ordering::Acquire) || !verdict.is_denied() {
+            return;
+        }
+        // A cost that never fits has no retry time: nothing to wait out, nothing cached.
+        let Some(wait) = verdict.retry_after().filter(|wait| *wait > Duration::ZERO) else {
+            return;
+        };
+        let (id, generations) = self.identify(check);
+        let mut shard = self.shard(id);
+        if shard.len() >= MAX_ENTRIES_PER_SHARD {
+            shard.retain(|_, entry| entry.until > now);
+            if shard.len() >= MAX_ENTRIES_PER_SHARD {
+                return;
+            }
+        }
+        shard.insert(
+            id,
+            Entry {
+                verdict: verdict.clone(),
+                cached_at: now,
+                until: now + wait.min(MAX_HOLD),
+                generations,
+            },
+        );
+    }
+
+    /// Invalidates every entry holding one of `check`'s keys (after a refund or a charge).
+    pub(crate) fn forget_keys(&self, check: &Check<'_>) {
+        for item in check.items() {
+            self.generations[self.key_slot(&item.key)].fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}

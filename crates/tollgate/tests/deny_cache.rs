@@ -1,0 +1,141 @@
+//! The local over-limit cache on a real Redis: a denied check is denied again without a store
+//! call until it could be admitted, and not after; refunds and reloads that change the answer
+//! are honoured at once. Store calls are counted with `RedisStore::stats`.
+
+use std::time::Duration;
+
+use tollgate::policy::DecidedBy;
+use tollgate::{Algorithm, Check, Limit, Limiter, Policies, RedisConfig, RedisStore, Request};
+use tollgate_testkit::RedisServer;
+
+async fn limiter(redis: &RedisServer) -> Limiter<RedisStore> {
+    let store = RedisStore::connect(&redis.url(), RedisConfig::default())
+        .await
+        .expect("connects to the test redis");
+    Limiter::new(store)
+}
+
+fn calls(limiter: &Limiter<RedisStore>) -> u64 {
+    limiter.store().stats().calls
+}
+
+#[tokio::test]
+async fn a_denied_check_is_denied_locally_until_it_could_pass_and_not_after() {
+    let redis = RedisServer::start();
+    let limiter = limiter(&redis).await;
+    let limit =
+        Limit::new("burst", Algorithm::Gcra, "5/s".parse().expect("a quota")).expect("a limit");
+    let check = Check::one("flooder", &limit);
+    let mut admitted = 0;
+    let denial = loop {
+        let verdict = limiter.check(&check).await.expect("an answer");
+        if verdict.is_denied() {
+            break verdict;
+        }
+        admitted += 1;
+    };
+    assert_eq!(admitted, 5);
+    let before = calls(&limiter);
+    for _ in 0..1_000 {
+        let verdict = limiter.check(&check).await.expect("an answer");
+        assert!(verdict.is_denied());
+        assert!(
+            verdict.retry_after() <= denial.retry_after(),
+            "the wait shrinks with time"
+        );
+    }
+    assert_eq!(
+        calls(&limiter),
+        before,
+        "a flood past the limit makes no store calls"
+    );
+    assert_eq!(limiter.deny_cache_hits(), 1_000);
+
+    // Another key, or the same key at another cost, is not the same check.
+    limiter
+        .check(&Check::one("someone-else", &limit))
+        .await
+        .expect("an answer");
+    assert_eq!(calls(&limiter), before + 1);
+
+    // Once the store would admit it again, the cache lets the store decide.
+    let wait = denial.retry_after().expect("a retry time");
+    tokio::time::sleep(wait + Duration::from_millis(20)).await;
+    let verdict = limiter.check(&check).await.expect("an answer");
+    assert!(verdict.is_admitted(), "{verdict:?}");
+    assert_eq!(calls(&limiter), before + 2);
+
+    // Turned off, every check asks the store.
+    limiter.set_deny_cache(false);
+    while limiter
+        .check(&check)
+        .await
+        .expect("an answer")
+        .is_admitted()
+    {}
+    let before = calls(&limiter);
+    limiter.check(&check).await.expect("an answer");
+    assert_eq!(calls(&limiter), before + 1);
+}
+
+#[tokio::test]
+async fn a_refund_clears_the_cached_denial_of_its_key() {
+    let redis = RedisServer::start();
+    let limiter = limiter(&redis).await;
+    let limit = Limit::new(
+        "hourly",
+        Algorithm::FixedWindow,
+        "1/h".parse().expect("a quota"),
+    )
+    .expect("a limit");
+    let check = Check::one("job", &limit);
+    let first = limiter.check(&check).await.expect("an answer");
+    assert!(first.is_admitted());
+    assert!(limiter.check(&check).await.expect("an answer").is_denied());
+    assert!(limiter.check(&check).await.expect("an answer").is_denied());
+    assert_eq!(limiter.deny_cache_hits(), 1);
+    limiter.refund(&check, &first).await.expect("refunded");
+    assert!(
+        limiter
+            .check(&check)
+            .await
+            .expect("an answer")
+            .is_admitted(),
+        "the refund is seen at once"
+    );
+}
+
+#[tokio::test]
+async fn a_reload_that_raises_the_limit_is_honoured_at_once() {
+    let redis = RedisServer::start();
+    let limiter = limiter(&redis).await;
+    let policies = |quota: &str| {
+        Policies::from_yaml(
+            "test.yaml",
+            &format!(
+                "policies:\n  - name: api\n    key: [global]\n    limits: [{{ name: api, algorithm: fixed_window, quota: {quota} }}]\n"
+            ),
+        )
+        .expect("valid policies")
+    };
+    limiter.set_policies(policies("1/h"));
+    let request = Request::new("GET", "/");
+    assert!(
+        limiter
+            .evaluate(&request)
+            .await
+            .expect("an answer")
+            .is_admitted()
+    );
+    let denied = limiter.evaluate(&request).await.expect("an answer");
+    assert!(!denied.is_admitted());
+    assert_eq!(denied.decided_by, DecidedBy::Store);
+    let cached = limiter.evaluate(&request).await.expect("an answer");
+    assert!(!cached.is_admitted());
+    assert_eq!(cached.decided_by, DecidedBy::Cache);
+
+    limiter.set_policies(policies("10/h"));
+    let raised = limiter.evaluate(&request).await.expect("an answer");
+    assert!(raised.is_admitted(), "the higher limit applies at once");
+    assert_eq!(raised.decided_by, DecidedBy::Store);
+}
