@@ -126,8 +126,35 @@ const BAD: &[(&str, &str)] = &[
         "policies:\n  - name: x\n    tiers: { free: [{ name: a, algorithm: gcra, quota: 1/s }] }\n    default_tier: gold\n",
         "bad.yaml:2:5: policy \"x\": default_tier \"gold\" is not one of its tiers",
     ),
+    (
+        "redis: { breaker: { failures: 0 } }\n",
+        "bad.yaml:1:31: redis.breaker.failures: expected a whole number from 1 to 10000",
+    ),
+    (
+        "redis: { breaker: { cooldown: 1s, open_for: 2s } }\n",
+        "bad.yaml:1:35: redis.breaker: unknown field \"open_for\" (expected one of: failures, cooldown)",
+    ),
     ("policies: [\n", "bad.yaml:2:1: invalid YAML: "),
 ];
+
+#[test]
+fn breaker_and_deny_cache_settings_are_read() {
+    let policies = Policies::from_yaml(
+        "good.yaml",
+        "redis: { breaker: { failures: 3, cooldown: 250ms }, deny_cache: false }\n",
+    )
+    .expect("valid");
+    let redis = &policies.config().redis;
+    assert_eq!(redis.breaker.failures, 3);
+    assert_eq!(
+        redis.breaker.cooldown,
+        std::time::Duration::from_millis(250)
+    );
+    assert!(!redis.deny_cache);
+    let defaults = Policies::from_yaml("good.yaml", "policies: []\n").expect("valid");
+    assert!(defaults.config().redis.deny_cache);
+    assert_eq!(defaults.config().redis.breaker.failures, 5);
+}
 
 fn errors(text: &str) -> Vec<String> {
     match Policies::from_yaml("bad.yaml", text) {

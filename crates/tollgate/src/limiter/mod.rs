@@ -84,8 +84,12 @@ impl<S: Store> Limiter<S> {
         limiter
     }
 
-    /// Replaces the policies; checks already under way finish with the old ones.
+    /// Replaces the policies; checks already under way finish with the old ones. The
+    /// policies' `redis.breaker` and `redis.deny_cache` settings take effect too.
     pub fn set_policies(&self, policies: Policies) {
+        let options = &policies.config().redis;
+        self.set_breaker(options.breaker);
+        self.set_deny_cache(options.deny_cache && self.inner.store.kind() != "memory");
         self.inner.policies.store(Some(Arc::new(policies)));
     }
 

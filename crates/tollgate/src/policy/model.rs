@@ -33,6 +33,10 @@ pub struct RedisOptions {
     pub connect_timeout: Duration,
     /// Checks coalesced into one script call at most. Default 16.
     pub max_batch: usize,
+    /// When the circuit breaker rests the store, and for how long.
+    pub breaker: crate::BreakerConfig,
+    /// Whether denied checks are remembered in process until they could pass. Default true.
+    pub deny_cache: bool,
 }
 
 impl Default for RedisOptions {
@@ -42,6 +46,8 @@ impl Default for RedisOptions {
             timeout: Duration::from_millis(100),
             connect_timeout: Duration::from_secs(1),
             max_batch: 16,
+            breaker: crate::BreakerConfig::default(),
+            deny_cache: true,
         }
     }
 }

@@ -204,11 +204,41 @@ fn read_redis(node: Node<'_, '_>) -> RedisOptions {
     if let Some(n) = map.get("max_batch") {
         options.max_batch = n.number("redis.max_batch", 1..=1024).unwrap_or(16) as usize;
     }
+    if let Some(n) = map.get("breaker") {
+        options.breaker = read_breaker(n);
+    }
+    if let Some(n) = map.get("deny_cache") {
+        options.deny_cache = n.boolean("redis.deny_cache").unwrap_or(true);
+    }
     map.deny_unknown(
         "redis",
-        &["prefix", "timeout", "connect_timeout", "max_batch"],
+        &[
+            "prefix",
+            "timeout",
+            "connect_timeout",
+            "max_batch",
+            "breaker",
+            "deny_cache",
+        ],
     );
     options
+}
+
+fn read_breaker(node: Node<'_, '_>) -> crate::BreakerConfig {
+    let mut breaker = crate::BreakerConfig::default();
+    let Some(map) = node.map("redis.breaker") else {
+        return breaker;
+    };
+    if let Some(n) = map.get("failures") {
+        breaker.failures = n
+            .number("redis.breaker.failures", 1..=10_000)
+            .map_or(breaker.failures, |n| n as u32);
+    }
+    if let Some(n) = map.get("cooldown") {
+        breaker.cooldown = read_duration(n, "redis.breaker.cooldown").unwrap_or(breaker.cooldown);
+    }
+    map.deny_unknown("redis.breaker", &["failures", "cooldown"]);
+    breaker
 }
 
 fn read_duration(node: Node<'_, '_>, what: &str) -> Option<Duration> {
