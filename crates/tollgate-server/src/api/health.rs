@@ -36,5 +36,8 @@ pub(crate) async fn readyz(
         "store": store.kind(),
         "config_version": policies.map(|v| format!("{v:016x}")),
         "rls_domains": state.rls.config().domains().count(),
+        "store_resting": state.limiter.store_resting(),
+        "breaker_openings": state.limiter.breaker_openings(),
+        "deny_cache_hits": state.limiter.deny_cache_hits(),
     })))
 }
