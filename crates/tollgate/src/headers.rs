@@ -141,7 +141,7 @@ pub fn rate_limit_fields(
                 }
             }
             HeaderFamily::Legacy => {
-                let reset_at = seconds_up(now + bound.decision.reset_after_micros());
+                let reset_at = seconds_up(now.saturating_add(bound.decision.reset_after_micros()));
                 fields.push(("x-ratelimit-limit", quota.to_string()));
                 fields.push(("x-ratelimit-remaining", remaining.to_string()));
                 fields.push((

@@ -158,3 +158,22 @@ fn problems_carry_type_status_and_violated_policies() {
     assert_eq!(unavailable["title"], "Service Unavailable");
     assert!(unavailable.get("violated-policies").is_none());
 }
+
+/// Found by the `rate_limit_headers` fuzz target: times near the end of `u64` overflowed the
+/// legacy reset.
+#[test]
+fn extreme_times_saturate_instead_of_overflowing() {
+    let window = limit("w", Algorithm::FixedWindow, "5/h");
+    let views = [LimitView {
+        label: "w",
+        limit: &window,
+        unit: QuotaUnit::Requests,
+        decision: Decision::new(false, 5, 0, u64::MAX - 1, Some(u64::MAX - 2), 0),
+    }];
+    let fields = rate_limit_fields(&[HeaderFamily::Legacy], &views, Some(0), u64::MAX - 3);
+    let reset = fields
+        .iter()
+        .find(|(name, _)| *name == "x-ratelimit-reset")
+        .expect("a reset field");
+    assert_eq!(reset.1, u64::MAX.div_ceil(MICROS_PER_SECOND).to_string());
+}

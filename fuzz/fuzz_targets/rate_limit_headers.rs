@@ -1,0 +1,92 @@
+//! Rendering rate-limit fields and problem bodies from any limit names, quotas and decisions:
+//! every field is a valid header value that parses as what it claims, and every problem body is
+//! JSON.
+
+#![no_main]
+
+use std::time::Duration;
+
+use arbitrary::Arbitrary;
+use libfuzzer_sys::fuzz_target;
+use tollgate::headers::{LimitView, ProblemKind, problem_json, rate_limit_fields};
+use tollgate::policy::{HeaderFamily, QuotaUnit};
+use tollgate::{Algorithm, Decision, Limit, Quota};
+
+#[derive(Debug, Arbitrary)]
+struct Input {
+    label: String,
+    count: u64,
+    period_seconds: u32,
+    algorithm: u8,
+    allowed: bool,
+    remaining: u64,
+    reset_after: u64,
+    retry_after: Option<u64>,
+    delay: u64,
+    now: u64,
+    families: u8,
+    detail: String,
+    violated: Vec<String>,
+}
+
+const ALGORITHMS: [Algorithm; 6] = [
+    Algorithm::FixedWindow,
+    Algorithm::SlidingLog,
+    Algorithm::SlidingWindow,
+    Algorithm::TokenBucket,
+    Algorithm::LeakyBucket,
+    Algorithm::Gcra,
+];
+
+fuzz_target!(|input: Input| {
+    let Ok(quota) = Quota::new(
+        input.count,
+        Duration::from_secs(u64::from(input.period_seconds)),
+    ) else {
+        return;
+    };
+    let algorithm = ALGORITHMS[usize::from(input.algorithm) % ALGORITHMS.len()];
+    let Ok(limit) = Limit::new(input.label.clone(), algorithm, quota) else {
+        return;
+    };
+    let decision = Decision::new(
+        input.allowed,
+        limit.capacity(),
+        input.remaining,
+        input.reset_after,
+        input.retry_after,
+        input.delay,
+    );
+    let families: Vec<HeaderFamily> = [
+        HeaderFamily::Ietf,
+        HeaderFamily::Draft,
+        HeaderFamily::Legacy,
+    ]
+    .into_iter()
+    .enumerate()
+    .filter(|(index, _)| input.families & (1 << index) != 0)
+    .map(|(_, family)| family)
+    .collect();
+    let views = [LimitView {
+        label: &input.label,
+        limit: &limit,
+        unit: QuotaUnit::Requests,
+        decision,
+    }];
+    for (name, value) in rate_limit_fields(&families, &views, Some(0), input.now) {
+        assert!(
+            axum::http::HeaderValue::from_str(&value).is_ok(),
+            "{name}: {value:?} is not a valid field value"
+        );
+        if name == "ratelimit" || name == "ratelimit-policy" {
+            sfv::Parser::new(&value)
+                .parse::<sfv::List>()
+                .unwrap_or_else(|error| {
+                    panic!("{name}: {value:?} is not a structured field: {error}")
+                });
+        }
+    }
+    let violated: Vec<&str> = input.violated.iter().map(String::as_str).collect();
+    let body = problem_json(ProblemKind::QuotaExceeded, 429, &input.detail, &violated);
+    serde_json::from_str::<serde_json::Value>(&body).expect("a problem body is JSON");
+});
