@@ -5,6 +5,7 @@ pub mod api;
 pub mod bench;
 pub mod cli;
 pub mod forward;
+pub mod http_server;
 pub mod policies;
 pub mod proxy;
 pub mod reload;

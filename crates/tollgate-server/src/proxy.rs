@@ -10,6 +10,7 @@ use axum::Router;
 use tollgate_tower::RateLimitLayer;
 
 use crate::forward::{Forwarder, Upstream};
+use crate::http_server::{ConnectionLimits, serve};
 use crate::reload::Reloader;
 use crate::serve::listen;
 use crate::store::{self, StoreFlags};
@@ -42,6 +43,8 @@ pub struct ProxyArgs {
     pub no_watch: bool,
     #[command(flatten)]
     pub(crate) store: StoreFlags,
+    #[command(flatten)]
+    pub(crate) connections: ConnectionLimits,
 }
 
 /// Runs the proxy until SIGTERM or SIGINT.
@@ -75,11 +78,6 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
             .layer(RateLimitLayer::new(limiter))
             .service(forward),
     );
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(crate::shutdown::signal())
-    .await
-    .map_err(|error| format!("the proxy failed: {error}"))
+    serve(listener, app, &args.connections, crate::shutdown::signal()).await;
+    Ok(())
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::api::{AppState, router};
+use crate::http_server::{ConnectionLimits, serve};
 use crate::reload::Reloader;
 use crate::rls::{Rls, RlsConfig, RlsGrpc};
 use crate::store::{self, StoreFlags};
@@ -41,6 +42,8 @@ pub struct ServeArgs {
     /// envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED does.
     #[arg(long, env = "TOLLGATE_RLS_RESPONSE_HEADERS")]
     pub rls_response_headers: bool,
+    #[command(flatten)]
+    pub(crate) connections: ConnectionLimits,
     /// Reload only on SIGHUP, not when the configuration files change.
     #[arg(long, env = "TOLLGATE_NO_WATCH")]
     pub no_watch: bool,
@@ -103,19 +106,14 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         limiter,
         rls: Arc::clone(&rls),
     });
-    let http_server = axum::serve(
-        http,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(crate::shutdown::signal());
+    let http_server = serve(http, app, &args.connections, crate::shutdown::signal());
     let grpc_server = tonic::transport::Server::builder()
         .add_service(RlsGrpc::server(rls))
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(grpc),
             crate::shutdown::signal(),
         );
-    let (http_result, grpc_result) = tokio::join!(http_server, grpc_server);
-    http_result.map_err(|error| format!("the HTTP server failed: {error}"))?;
+    let ((), grpc_result) = tokio::join!(http_server, grpc_server);
     grpc_result.map_err(|error| format!("the gRPC server failed: {error}"))?;
     Ok(())
 }

@@ -76,17 +76,25 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Reads a request body of at most `limit` bytes.
+/// How long a client has to send a request body.
+pub(crate) const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Reads a request body of at most `limit` bytes, sent within [`BODY_TIMEOUT`].
 pub(crate) async fn read_body(
     body: axum::body::Body,
     limit: usize,
 ) -> Result<bytes::Bytes, ApiError> {
-    axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| ApiError {
+    match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(_)) => Err(ApiError {
             status: StatusCode::PAYLOAD_TOO_LARGE,
             detail: format!("the request body is larger than {limit} bytes, or could not be read"),
-        })
+        }),
+        Err(_) => Err(ApiError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            detail: format!("the request body did not arrive within {BODY_TIMEOUT:?}"),
+        }),
+    }
 }
 
 /// Parses JSON into `T`: 400 when it is not JSON, 422 when it is JSON of the wrong shape; the
