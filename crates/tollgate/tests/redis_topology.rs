@@ -1,0 +1,205 @@
+//! Redis Cluster topology changes under the store: a master killed and replaced by its replica,
+//! and a slot moved to another master. Each test has a cluster of its own, as it breaks it.
+
+use std::time::{Duration, Instant};
+
+use tollgate::{Algorithm, Check, Limit, RedisConfig, RedisStore, Store, StoreError};
+use tollgate_testkit::{RedisCluster, RedisServer};
+
+async fn store(cluster: &RedisCluster) -> RedisStore {
+    let config = RedisConfig {
+        timeout: Duration::from_millis(500),
+        ..RedisConfig::default()
+    };
+    RedisStore::connect_cluster(&cluster.urls(), config)
+        .await
+        .expect("connects to the cluster")
+}
+
+fn node_id(node: &RedisServer) -> String {
+    node.query(redis::cmd("CLUSTER").arg("MYID"))
+        .expect("CLUSTER MYID")
+}
+
+/// The slot a key hashes to, as the cluster computes it.
+fn slot_of(cluster: &RedisCluster, key: &str) -> u16 {
+    cluster
+        .nodes()
+        .iter()
+        .find_map(|node| {
+            node.query(redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))
+                .ok()
+        })
+        .expect("CLUSTER KEYSLOT")
+}
+
+fn is_master(node: &RedisServer) -> bool {
+    matches!(
+        node.query::<redis::Value>(&mut redis::cmd("ROLE")),
+        Ok(redis::Value::Array(parts))
+            if matches!(parts.first(), Some(redis::Value::BulkString(role)) if role == b"master")
+    )
+}
+
+/// Checks until one is answered, counting the typed errors met on the way.
+async fn until_answered(store: &RedisStore, check: &Check<'_>) -> (tollgate::Verdict, usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut errors = 0;
+    loop {
+        match store.check(check, None).await {
+            Ok(verdict) => return (verdict, errors),
+            Err(
+                error @ (StoreError::Timeout(_)
+                | StoreError::Unavailable(_)
+                | StoreError::Failed(_)),
+            ) => {
+                errors += 1;
+                assert!(
+                    Instant::now() < deadline,
+                    "the cluster never answered again: {error}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(other) => panic!("unexpected error: {other}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_master_is_replaced_by_its_replica_and_checks_resume() {
+    let mut cluster = RedisCluster::start();
+    let store = store(&cluster).await;
+    let limit = Limit::new(
+        "hourly",
+        Algorithm::FixedWindow,
+        "100/h".parse().expect("a quota"),
+    )
+    .expect("a limit");
+    let check = Check::one("tenant:acme", &limit);
+    for _ in 0..10 {
+        assert!(
+            store
+                .check(&check, None)
+                .await
+                .expect("an answer")
+                .is_admitted()
+        );
+    }
+    // Let the replica catch up, so the failover keeps the count.
+    cluster.wait_until_formed();
+    let slot = slot_of(&cluster, &store.key_of("tenant:acme", "hourly"));
+    let port = cluster.master_of(slot).port();
+    let master = cluster
+        .nodes_mut()
+        .iter_mut()
+        .find(|node| node.port() == port)
+        .expect("the master is one of the nodes");
+    master.kill();
+
+    let (verdict, errors) = until_answered(&store, &check).await;
+    assert!(verdict.is_admitted());
+    assert!(
+        errors > 0,
+        "checks failed, with typed errors, while the slot had no master"
+    );
+    // Every node learns of the promotion by gossip, some later than others.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cluster.master_of(slot).port() == port {
+        assert!(
+            Instant::now() < deadline,
+            "no node reports the replica as master"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        verdict.decisions()[0].remaining(),
+        89,
+        "the replica had the count: 10 before the failover, 1 after"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_follow_a_slot_moved_to_another_master() {
+    let cluster = RedisCluster::start();
+    let store = store(&cluster).await;
+    let limit = Limit::new(
+        "hourly",
+        Algorithm::SlidingLog,
+        "100/h".parse().expect("a quota"),
+    )
+    .expect("a limit");
+    let check = Check::one("user:7", &limit);
+    for _ in 0..5 {
+        assert!(
+            store
+                .check(&check, None)
+                .await
+                .expect("an answer")
+                .is_admitted()
+        );
+    }
+    let key = store.key_of("user:7", "hourly");
+    let slot = slot_of(&cluster, &key);
+    let source = cluster.master_of(slot);
+    let target = cluster
+        .nodes()
+        .iter()
+        .find(|node| node.port() != source.port() && is_master(node))
+        .expect("another master");
+    let (source_id, target_id) = (node_id(source), node_id(target));
+    let set_slot = |node: &RedisServer, state: &str, id: &str| {
+        node.query::<()>(
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg(state)
+                .arg(id),
+        )
+        .expect("CLUSTER SETSLOT");
+    };
+    set_slot(target, "IMPORTING", &source_id);
+    set_slot(source, "MIGRATING", &target_id);
+    let keys: Vec<String> = source
+        .query(
+            redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(100),
+        )
+        .expect("CLUSTER GETKEYSINSLOT");
+    assert!(keys.contains(&key), "{keys:?}");
+    source
+        .query::<()>(
+            redis::cmd("MIGRATE")
+                .arg("127.0.0.1")
+                .arg(target.port())
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS")
+                .arg(&keys),
+        )
+        .expect("MIGRATE");
+    for node in cluster.nodes() {
+        let _ = node.query::<()>(
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("NODE")
+                .arg(&target_id),
+        );
+    }
+    assert_eq!(
+        cluster.master_of(slot).port(),
+        target.port(),
+        "the slot moved"
+    );
+
+    let (verdict, _errors) = until_answered(&store, &check).await;
+    assert!(verdict.is_admitted());
+    assert_eq!(
+        verdict.decisions()[0].remaining(),
+        94,
+        "the state moved with the slot: 5 before, 1 after"
+    );
+}
