@@ -28,6 +28,7 @@ pub struct Limit {
     burst: u64,
     mode: LeakyMode,
     interval: Micros,
+    lease: u64,
 }
 
 /// Why a limit was refused.
@@ -103,6 +104,16 @@ pub enum LimitError {
     /// An empty name.
     #[error("a limit needs a name")]
     EmptyName,
+    /// A lease larger than the limit can ever grant at once, or on a queueing leaky bucket.
+    #[error(
+        "limit {name:?}: a lease takes units in advance, so it must be at most the limit's capacity ({capacity}) and not on a leaky bucket in queue mode"
+    )]
+    LeaseNotApplicable {
+        /// The limit's name.
+        name: String,
+        /// The most the limit grants at once.
+        capacity: u64,
+    },
 }
 
 impl Limit {
@@ -124,6 +135,7 @@ impl Limit {
             quota,
             burst: None,
             mode: None,
+            lease: 0,
         }
     }
 
@@ -180,6 +192,22 @@ impl Limit {
         self.quota.count()
     }
 
+    /// The units a node leases at a time, if this limit is leased.
+    pub fn lease(&self) -> Option<u64> {
+        (self.lease > 0).then_some(self.lease)
+    }
+
+    fn with_valid_lease(self) -> Result<Limit, LimitError> {
+        let queueing = matches!(self.mode, LeakyMode::Queue { .. });
+        if self.lease > self.burst || (self.lease > 0 && queueing) {
+            return Err(LimitError::LeaseNotApplicable {
+                name: self.name.to_string(),
+                capacity: self.burst,
+            });
+        }
+        Ok(self)
+    }
+
     /// This limit's share on one of `nodes` nodes deciding alone: the quota count and burst
     /// divided by `nodes` (rounded down, at least 1 for what was at least 1), same name, period,
     /// algorithm and mode.
@@ -198,7 +226,7 @@ impl Limit {
                 if let Some(burst) = self.burst() {
                     builder = builder.burst(share(burst));
                 }
-                builder.build().ok()
+                builder.lease(share(self.lease)).build().ok()
             });
         // A share that would not validate (it always does) keeps the whole limit.
         divided.unwrap_or_else(|| self.clone())
@@ -241,9 +269,17 @@ pub struct LimitBuilder {
     quota: Quota,
     burst: Option<u64>,
     mode: Option<LeakyMode>,
+    lease: u64,
 }
 
 impl LimitBuilder {
+    /// Lets each node lease this many units at a time from a shared store and spend them
+    /// locally (see `Limiter`'s lease mode); 0, the default, asks the store every time.
+    pub fn lease(mut self, units: u64) -> Self {
+        self.lease = units;
+        self
+    }
+
     /// The most requests admitted back to back (token bucket capacity, leaky bucket size,
     /// GCRA burst). Defaults to the quota count.
     pub fn burst(mut self, burst: u64) -> Self {
@@ -265,6 +301,7 @@ impl LimitBuilder {
             quota,
             burst,
             mode,
+            lease,
         } = self;
         let owned_name = || name.to_string();
         if name.is_empty() {
@@ -286,7 +323,7 @@ impl LimitBuilder {
             if algorithm == Algorithm::SlidingLog && quota.count() > MAX_SLIDING_LOG_COUNT {
                 return Err(LimitError::LogTooLarge { name: owned_name() });
             }
-            return Ok(Limit {
+            return Limit {
                 name_id: name_id(&name),
                 name,
                 algorithm,
@@ -294,7 +331,9 @@ impl LimitBuilder {
                 burst: quota.count(),
                 mode: LeakyMode::Meter,
                 interval: 0,
-            });
+                lease,
+            }
+            .with_valid_lease();
         }
         if quota.count() == 0 {
             return Err(LimitError::ZeroRate {
@@ -327,7 +366,7 @@ impl LimitBuilder {
                 delay_after,
             });
         }
-        Ok(Limit {
+        Limit {
             name_id: name_id(&name),
             name,
             algorithm,
@@ -335,7 +374,9 @@ impl LimitBuilder {
             burst,
             mode,
             interval,
-        })
+            lease,
+        }
+        .with_valid_lease()
     }
 }
 

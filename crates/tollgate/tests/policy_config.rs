@@ -134,8 +134,23 @@ const BAD: &[(&str, &str)] = &[
         "redis: { breaker: { cooldown: 1s, open_for: 2s } }\n",
         "bad.yaml:1:35: redis.breaker: unknown field \"open_for\" (expected one of: failures, cooldown)",
     ),
+    (
+        "policies:\n  - name: hot\n    limits: [{ name: hot, algorithm: gcra, quota: 100/s, lease: 500 }]\n",
+        "bad.yaml:3:14: policy \"hot\", limit \"hot\": a lease takes units in advance, so it must be at most the limit's capacity (100)",
+    ),
     ("policies: [\n", "bad.yaml:2:1: invalid YAML: "),
 ];
+
+#[test]
+fn a_limit_may_be_leased() {
+    let policies = Policies::from_yaml(
+        "good.yaml",
+        "policies:\n  - name: hot\n    limits: [{ name: hot, algorithm: fixed_window, quota: 100000/s, lease: 500 }]\n",
+    )
+    .expect("valid");
+    let plan = policies.plan(&tollgate::Request::new("GET", "/"));
+    assert_eq!(plan.enforced[0].limit.lease(), Some(500));
+}
 
 #[test]
 fn breaker_and_deny_cache_settings_are_read() {

@@ -3,6 +3,7 @@
 mod breaker;
 mod deny_cache;
 mod evaluate;
+mod lease;
 mod penalty;
 
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use crate::store::{MemoryStore, Store, StoreError};
 pub use breaker::BreakerConfig;
 use breaker::{Breaker, Call};
 use deny_cache::DenyCache;
+use lease::{Leases, Unspent};
 
 /// Decides checks against a store, and requests against policies. Cheap to clone: every clone
 /// shares the same store and policies, so one limiter per process enforces one set of limits
@@ -35,6 +37,7 @@ struct Inner<S> {
     local: MemoryStore,
     breaker: Breaker,
     deny_cache: DenyCache,
+    leases: Leases,
     policies: ArcSwapOption<Policies>,
 }
 
@@ -72,6 +75,7 @@ impl<S: Store> Limiter<S> {
                 local: MemoryStore::new(),
                 breaker: Breaker::new(BreakerConfig::default()),
                 deny_cache: DenyCache::new(cache),
+                leases: Leases::default(),
                 policies: ArcSwapOption::empty(),
             }),
         }
@@ -131,25 +135,149 @@ impl<S: Store> Limiter<S> {
         self.inner.deny_cache.hits()
     }
 
-    /// Asks the over-limit cache, then the store through the circuit breaker: while the
-    /// breaker is open the store is not called and the answer is [`StoreError::CircuitOpen`]
-    /// at once.
+    /// Asks the over-limit cache, then the store (through leases for leased limits).
     async fn store_check(&self, check: &Check<'_>) -> Result<(Verdict, Source), StoreError> {
         let now = std::time::Instant::now();
         if let Some(verdict) = self.inner.deny_cache.lookup(check, now) {
             return Ok((verdict, Source::Cache));
         }
-        let call = self.inner.breaker.call(now);
+        let verdict = if check
+            .items()
+            .iter()
+            .any(|item| item.limit.lease().is_some())
+        {
+            self.leased_check(check, now).await?
+        } else {
+            self.breaker_check(check).await?
+        };
+        self.inner
+            .deny_cache
+            .remember(check, &verdict, std::time::Instant::now());
+        Ok((verdict, Source::Store))
+    }
+
+    /// Asks the store through the circuit breaker: while the breaker is open the store is not
+    /// called and the answer is [`StoreError::CircuitOpen`] at once.
+    async fn breaker_check(&self, check: &Check<'_>) -> Result<Verdict, StoreError> {
+        let call = self.inner.breaker.call(std::time::Instant::now());
         if call == Call::Skip {
             return Err(StoreError::CircuitOpen);
         }
         let result = self.inner.store.check(check, None).await;
         let healthy = !matches!(&result, Err(error) if error.is_store_failure());
-        let now = std::time::Instant::now();
-        self.inner.breaker.record(call, healthy, now);
-        let verdict = result?;
-        self.inner.deny_cache.remember(check, &verdict, now);
-        Ok((verdict, Source::Store))
+        self.inner
+            .breaker
+            .record(call, healthy, std::time::Instant::now());
+        result
+    }
+
+    /// A check with leased limits: items a held lease covers are decided here; the rest go to
+    /// the store, taking a new lease where one is due (or just the request's cost when a whole
+    /// lease no longer fits). Units spent locally are put back when the check is denied.
+    async fn leased_check(
+        &self,
+        check: &Check<'_>,
+        now: std::time::Instant,
+    ) -> Result<Verdict, StoreError> {
+        let items = check.items();
+        let leases = &self.inner.leases;
+        let mut unspent = Vec::new();
+        let mut local: SmallVec<[Option<(crate::Decision, crate::clock::Micros)>; 4]> = items
+            .iter()
+            .map(|item| {
+                item.limit
+                    .lease()
+                    .and_then(|_| leases.spend(&item.key, item.limit, item.cost, now, &mut unspent))
+            })
+            .collect();
+        self.give_back_unspent(unspent).await;
+        let pending: SmallVec<[usize; 4]> =
+            (0..items.len()).filter(|&i| local[i].is_none()).collect();
+        let put_back = |local: &[Option<(crate::Decision, crate::clock::Micros)>]| {
+            for (item, spent) in items.iter().zip(local) {
+                if spent.is_some() {
+                    leases.unspend(&item.key, item.limit, item.cost);
+                }
+            }
+        };
+        if pending.is_empty() {
+            let at = local.iter().flatten().map(|(_, at)| *at).max().unwrap_or(0);
+            return Ok(Verdict::from_decisions(
+                at,
+                local.iter().flatten().map(|(decision, _)| *decision),
+            ));
+        }
+        let request = |whole_leases: bool| {
+            let mut asked = Check::new(0);
+            for &i in &pending {
+                let item = &items[i];
+                let cost = match item.limit.lease() {
+                    Some(units) if whole_leases => units.max(item.cost),
+                    _ => item.cost,
+                };
+                asked.push(item.key.as_ref(), item.limit, cost);
+            }
+            asked
+        };
+        let mut leasing = true;
+        let mut answer = self.breaker_check(&request(true)).await;
+        if matches!(&answer, Ok(verdict) if verdict.is_denied()) {
+            // A whole lease no longer fits: ask for this request alone.
+            leasing = false;
+            answer = self.breaker_check(&request(false)).await;
+        }
+        let verdict = match answer {
+            Ok(verdict) => verdict,
+            Err(error) => {
+                put_back(&local);
+                return Err(error);
+            }
+        };
+        if verdict.is_denied() {
+            put_back(&local);
+        } else if leasing {
+            let mut replaced = Vec::new();
+            for (&i, decision) in pending.iter().zip(verdict.decisions()) {
+                let item = &items[i];
+                if let Some(units) = item.limit.lease() {
+                    let taken = units.max(item.cost);
+                    replaced.extend(leases.hold(item, taken, *decision, verdict.at(), now));
+                }
+            }
+            self.give_back_unspent(replaced).await;
+        }
+        for (&i, decision) in pending.iter().zip(verdict.decisions()) {
+            local[i] = Some((*decision, verdict.at()));
+        }
+        Ok(Verdict::from_decisions(
+            verdict.at(),
+            local.iter().flatten().map(|(decision, _)| *decision),
+        ))
+    }
+
+    /// Gives the unspent units of leases back to the store. A failure only strands them until
+    /// their window or refill restores them, so it is not the caller's error.
+    async fn give_back_unspent(&self, unspent: Vec<Unspent>) {
+        let unspent: Vec<Unspent> = unspent.into_iter().filter(|u| u.units > 0).collect();
+        if unspent.is_empty() {
+            return;
+        }
+        let mut check = Check::new(0);
+        let mut refunds: SmallVec<[Adjustment; 4]> = SmallVec::new();
+        for lease in &unspent {
+            check.push(lease.key.as_str(), &lease.limit, lease.units);
+            refunds.push(Adjustment::Refund {
+                charged_at: lease.taken_at,
+            });
+        }
+        let _ = self.store_adjust(&check, &refunds).await;
+    }
+
+    /// Gives every lease this node holds back to the store (at shutdown, say), so that no
+    /// quota stays stranded here.
+    pub async fn return_leases(&self) {
+        let unspent = self.inner.leases.drain();
+        self.give_back_unspent(unspent).await;
     }
 
     /// Refunds or charges through the store, invalidating what the over-limit cache holds for

@@ -191,7 +191,7 @@ fn build_limit(
     if let Some(mode) = config.mode {
         builder = builder.mode(mode);
     }
-    match builder.build() {
+    match builder.lease(config.lease).build() {
         Ok(limit) => Some(limit),
         Err(error) => {
             let message = error.to_string();

@@ -278,6 +278,8 @@ pub struct LimitConfig {
     pub burst: Option<u64>,
     /// The leaky bucket's mode.
     pub mode: Option<LeakyMode>,
+    /// Units each node leases at a time from a shared store (lease mode); 0 for none.
+    pub lease: u64,
     /// Where it was written.
     pub origin: Origin,
 }

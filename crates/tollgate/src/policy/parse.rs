@@ -56,7 +56,15 @@ const POLICY_FIELDS: &[&str] = &[
     "allow",
     "deny",
 ];
-const LIMIT_FIELDS: &[&str] = &["name", "algorithm", "quota", "burst", "mode", "delay_after"];
+const LIMIT_FIELDS: &[&str] = &[
+    "name",
+    "algorithm",
+    "quota",
+    "burst",
+    "mode",
+    "delay_after",
+    "lease",
+];
 const KEY_PARTS: &str = "ip, user, api_key, tenant, route, method, host, header:<name>, param:<name>, const:<value>, global";
 
 impl Config {
@@ -610,6 +618,10 @@ fn read_limit(node: Node<'_, '_>, what: &str, fallback: String) -> Option<LimitC
             None
         }
     };
+    let lease = map
+        .get("lease")
+        .and_then(|n| n.number(&format!("{what}: lease"), 1..=crate::quota::MAX_COUNT))
+        .unwrap_or(0);
     map.deny_unknown(&what, LIMIT_FIELDS);
     Some(LimitConfig {
         name,
@@ -617,6 +629,7 @@ fn read_limit(node: Node<'_, '_>, what: &str, fallback: String) -> Option<LimitC
         quota: quota?,
         burst,
         mode,
+        lease,
         origin: map.origin(),
     })
 }
