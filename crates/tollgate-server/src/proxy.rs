@@ -75,9 +75,11 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
     });
     let app = Router::new().fallback_service(
         tower::ServiceBuilder::new()
-            .layer(RateLimitLayer::new(limiter))
+            .layer(RateLimitLayer::new(limiter.clone()))
             .service(forward),
     );
     serve(listener, app, &args.connections, crate::shutdown::signal()).await;
+    // Leased quota this node did not spend goes back for the other nodes.
+    limiter.return_leases().await;
     Ok(())
 }

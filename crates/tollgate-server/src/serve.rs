@@ -103,7 +103,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     ));
     tokio::spawn(Arc::clone(&reloader).run(!args.no_watch));
     let app = router(AppState {
-        limiter,
+        limiter: limiter.clone(),
         rls: Arc::clone(&rls),
     });
     let http_server = serve(http, app, &args.connections, crate::shutdown::signal());
@@ -114,6 +114,8 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
             crate::shutdown::signal(),
         );
     let ((), grpc_result) = tokio::join!(http_server, grpc_server);
+    // Leased quota this node did not spend goes back for the other nodes.
+    limiter.return_leases().await;
     grpc_result.map_err(|error| format!("the gRPC server failed: {error}"))?;
     Ok(())
 }
