@@ -159,3 +159,71 @@ async fn the_breaker_rests_a_stalled_store_then_probes_and_returns_to_it() {
     assert!(!limiter.store_resting());
     assert_eq!(decide(&limiter, "/closed").await.1, DecidedBy::Store);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_run_through_a_redis_restart_never_fails_a_request() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    let mut redis = RedisServer::start();
+    let limiter = limiter(&redis).await;
+    limiter.set_breaker(BreakerConfig {
+        failures: 3,
+        cooldown: Duration::from_millis(100),
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let by_store = Arc::new(AtomicU64::new(0));
+    let by_fallback = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for task in 0..4 {
+        let (limiter, stop) = (limiter.clone(), Arc::clone(&stop));
+        let (by_store, by_fallback) = (Arc::clone(&by_store), Arc::clone(&by_fallback));
+        tasks.push(tokio::spawn(async move {
+            // Bounded, whatever happens: a few seconds of load at most.
+            for round in 0..200_000u32 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let path = if (round + task) % 2 == 0 {
+                    "/open"
+                } else {
+                    "/local"
+                };
+                let evaluation = limiter
+                    .evaluate(&Request::new("GET", path))
+                    .await
+                    .expect("every request is answered, by the store or its failure mode");
+                // The over-limit cache repeats the store's own denials.
+                let counter =
+                    if matches!(evaluation.decided_by, DecidedBy::Store | DecidedBy::Cache) {
+                        &by_store
+                    } else {
+                        &by_fallback
+                    };
+                counter.fetch_add(1, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        }));
+    }
+    let wait_for = |counter: &Arc<AtomicU64>, above: u64| {
+        let counter = Arc::clone(counter);
+        async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while counter.load(Ordering::Relaxed) <= above {
+                assert!(std::time::Instant::now() < deadline, "the load stalled");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    wait_for(&by_store, 100).await;
+    redis.kill();
+    wait_for(&by_fallback, 100).await;
+    redis.restart(&[]);
+    let stored = by_store.load(Ordering::Relaxed);
+    wait_for(&by_store, stored + 100).await;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.expect("no task panicked");
+    }
+    assert!(by_fallback.load(Ordering::Relaxed) > 100);
+}
