@@ -29,15 +29,6 @@ struct Input {
     violated: Vec<String>,
 }
 
-const ALGORITHMS: [Algorithm; 6] = [
-    Algorithm::FixedWindow,
-    Algorithm::SlidingLog,
-    Algorithm::SlidingWindow,
-    Algorithm::TokenBucket,
-    Algorithm::LeakyBucket,
-    Algorithm::Gcra,
-];
-
 fuzz_target!(|input: Input| {
     let Ok(quota) = Quota::new(
         input.count,
@@ -45,7 +36,7 @@ fuzz_target!(|input: Input| {
     ) else {
         return;
     };
-    let algorithm = ALGORITHMS[usize::from(input.algorithm) % ALGORITHMS.len()];
+    let algorithm = Algorithm::ALL[usize::from(input.algorithm) % Algorithm::ALL.len()];
     let Ok(limit) = Limit::new(input.label.clone(), algorithm, quota) else {
         return;
     };

@@ -21,6 +21,18 @@ fn node_id(node: &RedisServer) -> String {
         .expect("CLUSTER MYID")
 }
 
+fn hourly(algorithm: Algorithm) -> Limit {
+    Limit::new("hourly", algorithm, "100/h".parse().expect("a quota")).expect("a limit")
+}
+
+/// Makes `times` checks, each of which must be admitted.
+async fn admit(store: &RedisStore, check: &Check<'_>, times: usize) {
+    for _ in 0..times {
+        let verdict = store.check(check, None).await.expect("an answer");
+        assert!(verdict.is_admitted(), "{verdict:?}");
+    }
+}
+
 /// The slot a key hashes to, as the cluster computes it.
 fn slot_of(cluster: &RedisCluster, key: &str) -> u16 {
     cluster
@@ -69,22 +81,9 @@ async fn until_answered(store: &RedisStore, check: &Check<'_>) -> (tollgate::Ver
 async fn a_killed_master_is_replaced_by_its_replica_and_checks_resume() {
     let mut cluster = RedisCluster::start();
     let store = store(&cluster).await;
-    let limit = Limit::new(
-        "hourly",
-        Algorithm::FixedWindow,
-        "100/h".parse().expect("a quota"),
-    )
-    .expect("a limit");
+    let limit = hourly(Algorithm::FixedWindow);
     let check = Check::one("tenant:acme", &limit);
-    for _ in 0..10 {
-        assert!(
-            store
-                .check(&check, None)
-                .await
-                .expect("an answer")
-                .is_admitted()
-        );
-    }
+    admit(&store, &check, 10).await;
     // Let the replica catch up, so the failover keeps the count.
     cluster.wait_until_formed();
     let slot = slot_of(&cluster, &store.key_of("tenant:acme", "hourly"));
@@ -122,22 +121,9 @@ async fn a_killed_master_is_replaced_by_its_replica_and_checks_resume() {
 async fn checks_follow_a_slot_moved_to_another_master() {
     let cluster = RedisCluster::start();
     let store = store(&cluster).await;
-    let limit = Limit::new(
-        "hourly",
-        Algorithm::SlidingLog,
-        "100/h".parse().expect("a quota"),
-    )
-    .expect("a limit");
+    let limit = hourly(Algorithm::SlidingLog);
     let check = Check::one("user:7", &limit);
-    for _ in 0..5 {
-        assert!(
-            store
-                .check(&check, None)
-                .await
-                .expect("an answer")
-                .is_admitted()
-        );
-    }
+    admit(&store, &check, 5).await;
     let key = store.key_of("user:7", "hourly");
     let slot = slot_of(&cluster, &key);
     let source = cluster.master_of(slot);
