@@ -51,6 +51,7 @@ pub struct ProxyArgs {
 pub async fn run(args: ProxyArgs) -> Result<(), String> {
     let upstream = Upstream::parse(&args.upstream)?;
     let (limiter, store_description) = store::open_limiter(Some(&args.config), &args.store).await?;
+    store::sweep_expired(&limiter, std::time::Duration::from_secs(10));
     let (listener, address) = listen(args.listen, "the proxy").await?;
     println!("tollgate proxying");
     println!("  listen: http://{address}");

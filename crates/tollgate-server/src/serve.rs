@@ -71,6 +71,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     };
     let (limiter, store_description) =
         store::open_limiter(args.config.as_deref(), &args.store).await?;
+    store::sweep_expired(&limiter, std::time::Duration::from_secs(10));
     let rls = Arc::new(Rls::new(
         limiter.clone(),
         rls_config,

@@ -78,3 +78,26 @@ pub async fn open_limiter(
     let store = connect(&chosen, &policies.config().redis).await?;
     Ok((Limiter::with_policies(store, policies), describe(&chosen)))
 }
+
+/// Sweeps expired entries out of a memory store every `every`, so that keys seen once do not
+/// sit in the maps until eviction makes room (memory then follows the live keys, not the
+/// `max_keys` cap). Other stores expire their own keys.
+pub fn sweep_expired(limiter: &Limiter<AnyStore>, every: std::time::Duration) {
+    if !matches!(limiter.store(), AnyStore::Memory(_)) {
+        return;
+    }
+    let limiter = limiter.clone();
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(every);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            if let AnyStore::Memory(memory) = limiter.store() {
+                let swept = memory.purge_expired();
+                if swept > 0 {
+                    tracing::debug!(swept, "expired entries swept from the memory store");
+                }
+            }
+        }
+    });
+}
