@@ -57,9 +57,11 @@ impl Reloader {
                         self.limiter.set_policies(policies);
                     }
                     self.succeeded.fetch_add(1, Ordering::Relaxed);
+                    self.limiter.metrics().record_reload(true);
                 }
                 Err(errors) => {
                     self.failed.fetch_add(1, Ordering::Relaxed);
+                    self.limiter.metrics().record_reload(false);
                     tracing::error!(file = %path.display(), "policies refused, the previous ones stay in force:\n{errors}");
                 }
             }
@@ -70,9 +72,11 @@ impl Reloader {
                     tracing::info!(directory = %directory.display(), domains = config.domains().count(), "rate limit service configuration reloaded");
                     rls.set_config(config);
                     self.succeeded.fetch_add(1, Ordering::Relaxed);
+                    self.limiter.metrics().record_reload(true);
                 }
                 Err(errors) => {
                     self.failed.fetch_add(1, Ordering::Relaxed);
+                    self.limiter.metrics().record_reload(false);
                     tracing::error!(directory = %directory.display(), "rate limit service configuration refused, the previous one stays in force:\n{errors}");
                 }
             }

@@ -85,7 +85,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     );
     println!("tollgate serving");
     println!(
-        "  http: http://{http_address} (POST /v1/check, /v1/refund, /json; GET /healthz, /readyz, /openapi.json)"
+        "  http: http://{http_address} (POST /v1/check, /v1/refund, /json; GET /healthz, /readyz, /metrics, /openapi.json)"
     );
     println!("  grpc: {grpc_address} (envoy.service.ratelimit.v3.RateLimitService)");
     println!("  store: {store_description}");

@@ -51,6 +51,7 @@ mod error;
 pub mod headers;
 mod limit;
 mod limiter;
+pub mod metrics;
 pub mod policy;
 mod quota;
 pub mod store;

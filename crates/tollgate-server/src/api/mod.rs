@@ -28,6 +28,19 @@ pub struct AppState {
 
 const OPENAPI: &str = include_str!("openapi.json");
 
+/// `GET /metrics`: the limiter's metrics in the OpenMetrics text format.
+async fn metrics(
+    axum::extract::State(state): axum::extract::State<AppState>,
+) -> impl axum::response::IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.limiter.metrics_text(),
+    )
+}
+
 /// The API's routes.
 pub fn router(state: AppState) -> Router {
     Router::new()
@@ -40,6 +53,7 @@ pub fn router(state: AppState) -> Router {
             "/openapi.json",
             get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
         )
+        .route("/metrics", get(metrics))
         .fallback(|| async { ApiError::not_found("no such endpoint; see /openapi.json") })
         .with_state(state)
 }

@@ -12,6 +12,7 @@ use crate::algorithm::Adjustment;
 use crate::check::{Check, Verdict};
 use crate::error::Error;
 use crate::headers::{ProblemKind, retry_after_seconds};
+use crate::metrics::MetricOutcome;
 use crate::policy::{
     Action, Applied, Charge, DecidedBy, Evaluation, FailureMode, Gate, Planned, Policies, Refusal,
     Request, Role, Scope,
@@ -52,6 +53,63 @@ impl<S: Store> Limiter<S> {
     /// Like [`evaluate`](Self::evaluate), within `scope` (every matching policy, or one named
     /// policy), with `cost` replacing the policies' costs when given.
     pub async fn evaluate_in(
+        &self,
+        scope: Scope<'_>,
+        request: &Request<'_>,
+        cost: Option<u64>,
+    ) -> Result<Evaluation, Error> {
+        let started = std::time::Instant::now();
+        let result = self.decide_request(scope, request, cost).await;
+        self.inner.metrics.observe_check(started.elapsed());
+        if let Ok(evaluation) = &result {
+            self.record(evaluation);
+        }
+        result
+    }
+
+    /// Counts an evaluation in the metrics: for an admitted request every limit that applied,
+    /// for a refused one the limits (or policies) that refused it.
+    fn record(&self, evaluation: &Evaluation) {
+        let metrics = &self.inner.metrics;
+        let per_policy = |outcome: MetricOutcome, policies: &[Arc<str>]| {
+            for policy in policies {
+                metrics.record_decision(policy, "", outcome);
+            }
+        };
+        match evaluation.decided_by {
+            DecidedBy::FailOpen => per_policy(MetricOutcome::FailedOpen, &evaluation.matched),
+            DecidedBy::FailClosed => per_policy(MetricOutcome::FailedClosed, &evaluation.matched),
+            DecidedBy::Store | DecidedBy::Cache | DecidedBy::Local => {
+                let local = evaluation.decided_by == DecidedBy::Local;
+                let admitted = evaluation.is_admitted();
+                let mut refused_by_a_limit = false;
+                for applied in &evaluation.applied {
+                    let outcome = match (local, admitted, &evaluation.action) {
+                        (true, _, _) => MetricOutcome::LocalFallback,
+                        (false, true, Action::Delay(_)) => MetricOutcome::Delayed,
+                        (false, true, _) => MetricOutcome::Allowed,
+                        (false, false, _) if !applied.decision.allowed() => {
+                            refused_by_a_limit = true;
+                            MetricOutcome::Denied
+                        }
+                        (false, false, _) => continue,
+                    };
+                    metrics.record_decision(&applied.policy, &applied.label, outcome);
+                }
+                if !admitted && !refused_by_a_limit && !local {
+                    per_policy(MetricOutcome::Denied, &evaluation.violated);
+                }
+            }
+        }
+        per_policy(MetricOutcome::ShadowDenied, &evaluation.shadow_denied);
+        if let Action::Refuse(refusal) = &evaluation.action
+            && let Some(retry_after) = refusal.retry_after
+        {
+            metrics.observe_retry_after(retry_after);
+        }
+    }
+
+    async fn decide_request(
         &self,
         scope: Scope<'_>,
         request: &Request<'_>,

@@ -16,6 +16,7 @@ use crate::algorithm::Adjustment;
 use crate::check::{Check, Verdict};
 use crate::error::Error;
 use crate::limit::Limit;
+use crate::metrics::Metrics;
 use crate::policy::Policies;
 use crate::store::{MemoryStore, Store, StoreError};
 
@@ -38,6 +39,7 @@ struct Inner<S> {
     breaker: Breaker,
     deny_cache: DenyCache,
     leases: Leases,
+    metrics: Metrics,
     policies: ArcSwapOption<Policies>,
 }
 
@@ -76,6 +78,7 @@ impl<S: Store> Limiter<S> {
                 breaker: Breaker::new(BreakerConfig::default()),
                 deny_cache: DenyCache::new(cache),
                 leases: Leases::default(),
+                metrics: Metrics::new(),
                 policies: ArcSwapOption::empty(),
             }),
         }
@@ -135,10 +138,24 @@ impl<S: Store> Limiter<S> {
         self.inner.deny_cache.hits()
     }
 
+    /// The limiter's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// The metrics in Prometheus' text format, with the gauges read now.
+    pub fn metrics_text(&self) -> String {
+        self.inner
+            .metrics
+            .set_gauges(self.store_resting(), self.inner.store.held_keys());
+        self.inner.metrics.encode()
+    }
+
     /// Asks the over-limit cache, then the store (through leases for leased limits).
     async fn store_check(&self, check: &Check<'_>) -> Result<(Verdict, Source), StoreError> {
         let now = std::time::Instant::now();
         if let Some(verdict) = self.inner.deny_cache.lookup(check, now) {
+            self.inner.metrics.record_cache_hit();
             return Ok((verdict, Source::Cache));
         }
         let verdict = if check
@@ -159,15 +176,22 @@ impl<S: Store> Limiter<S> {
     /// Asks the store through the circuit breaker: while the breaker is open the store is not
     /// called and the answer is [`StoreError::CircuitOpen`] at once.
     async fn breaker_check(&self, check: &Check<'_>) -> Result<Verdict, StoreError> {
-        let call = self.inner.breaker.call(std::time::Instant::now());
+        let started = std::time::Instant::now();
+        let call = self.inner.breaker.call(started);
         if call == Call::Skip {
+            self.inner
+                .metrics
+                .record_store_error(&StoreError::CircuitOpen);
             return Err(StoreError::CircuitOpen);
         }
         let result = self.inner.store.check(check, None).await;
+        let ended = std::time::Instant::now();
+        self.inner.metrics.observe_store(ended - started);
+        if let Err(error) = &result {
+            self.inner.metrics.record_store_error(error);
+        }
         let healthy = !matches!(&result, Err(error) if error.is_store_failure());
-        self.inner
-            .breaker
-            .record(call, healthy, std::time::Instant::now());
+        self.inner.breaker.record(call, healthy, ended);
         result
     }
 
@@ -293,7 +317,24 @@ impl<S: Store> Limiter<S> {
 
     /// Decides a check all-or-nothing.
     pub async fn check(&self, check: &Check<'_>) -> Result<Verdict, Error> {
-        Ok(self.store_check(check).await?.0)
+        let started = std::time::Instant::now();
+        let verdict = self.store_check(check).await?.0;
+        let metrics = &self.inner.metrics;
+        metrics.observe_check(started.elapsed());
+        // Checks name their limits themselves (the check API takes them from clients), so
+        // they are counted without labels of their own.
+        let outcome = match verdict.outcome() {
+            crate::Outcome::Allow => crate::metrics::MetricOutcome::Allowed,
+            crate::Outcome::Delay(_) => crate::metrics::MetricOutcome::Delayed,
+            crate::Outcome::Deny { retry_after } => {
+                if let Some(retry_after) = retry_after {
+                    metrics.observe_retry_after(retry_after);
+                }
+                crate::metrics::MetricOutcome::Denied
+            }
+        };
+        metrics.record_decision("", "", outcome);
+        Ok(verdict)
     }
 
     /// Decides one limit on one key at a cost of 1.

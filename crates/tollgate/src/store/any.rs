@@ -43,4 +43,12 @@ impl Store for AnyStore {
             AnyStore::Redis(store) => store.kind(),
         }
     }
+
+    fn held_keys(&self) -> Option<u64> {
+        match self {
+            AnyStore::Memory(store) => store.held_keys(),
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(store) => store.held_keys(),
+        }
+    }
 }

@@ -72,4 +72,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// A short name for logs and metrics: `memory`, `redis`, `redis-cluster`.
     fn kind(&self) -> &'static str;
+
+    /// How many (key, limit) states the store holds, when it can tell cheaply (the in-process
+    /// store); for metrics.
+    fn held_keys(&self) -> Option<u64> {
+        None
+    }
 }

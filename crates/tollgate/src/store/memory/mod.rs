@@ -417,6 +417,10 @@ impl Store for MemoryStore {
     fn kind(&self) -> &'static str {
         "memory"
     }
+
+    fn held_keys(&self) -> Option<u64> {
+        u64::try_from(self.stats().keys).ok()
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,124 @@
+//! `/metrics` after a known sequence of checks, parsed with a Prometheus exposition parser.
+
+mod support;
+
+use prometheus_parse::{Scrape, Value};
+use serde_json::json;
+use support::{Tollgate, eventually};
+
+async fn scrape_metrics(base: &str) -> Scrape {
+    let response = reqwest::get(format!("{base}/metrics"))
+        .await
+        .expect("an answer");
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .expect("ASCII")
+            .starts_with("application/openmetrics-text"),
+    );
+    let text = response.text().await.expect("text");
+    Scrape::parse(text.lines().map(|line| Ok(line.to_owned()))).expect("a valid exposition")
+}
+
+/// The value of the sample named `name` whose labels include `labels`.
+fn value(scrape: &Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    scrape
+        .samples
+        .iter()
+        .find(|sample| {
+            sample.metric == name
+                && labels
+                    .iter()
+                    .all(|(key, value)| sample.labels.get(key) == Some(*value))
+        })
+        .map(|sample| match &sample.value {
+            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => *v,
+            Value::Histogram(buckets) => buckets.last().map_or(0.0, |b| b.count),
+            Value::Summary(_) => f64::NAN,
+        })
+}
+
+async fn post(url: &str, body: serde_json::Value) {
+    let response = reqwest::Client::new()
+        .post(url)
+        .json(&body)
+        .send()
+        .await
+        .expect("an answer");
+    assert!(response.status().is_success(), "{}", response.status());
+}
+
+#[tokio::test]
+async fn decisions_latencies_and_reloads_are_counted() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let policies = directory.path().join("policies.yaml");
+    std::fs::write(&policies, tollgate_server::policies::BUILT_IN).expect("written");
+    let server = Tollgate::serve(&["--config", policies.to_str().expect("UTF-8")]);
+    let base = server.http_url();
+    let check = format!("{base}/v1/check");
+    for _ in 0..6 {
+        post(
+            &check,
+            json!({"policy": "login", "attributes": {"ip": "203.0.113.7"}}),
+        )
+        .await;
+    }
+    for _ in 0..3 {
+        post(
+            &check,
+            json!({"limits": [{"key": "k", "algorithm": "gcra", "quota": "2/m"}]}),
+        )
+        .await;
+    }
+    let scrape = scrape_metrics(&base).await;
+    let login = |outcome| {
+        value(
+            &scrape,
+            "tollgate_decisions_total",
+            &[
+                ("policy", "login"),
+                ("limit", "login-per-minute"),
+                ("outcome", outcome),
+            ],
+        )
+    };
+    assert_eq!(login("allowed"), Some(5.0));
+    assert_eq!(login("denied"), Some(1.0));
+    let direct = |outcome| {
+        value(
+            &scrape,
+            "tollgate_decisions_total",
+            &[("policy", ""), ("limit", ""), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(direct("allowed"), Some(2.0));
+    assert_eq!(direct("denied"), Some(1.0));
+    assert_eq!(
+        value(&scrape, "tollgate_check_duration_seconds_count", &[]),
+        Some(9.0)
+    );
+    assert_eq!(
+        value(&scrape, "tollgate_retry_after_seconds_count", &[]),
+        Some(2.0)
+    );
+    assert_eq!(value(&scrape, "tollgate_breaker_open", &[]), Some(0.0));
+    assert!(value(&scrape, "tollgate_memory_keys", &[]).expect("a gauge") >= 2.0);
+    // No key ever becomes a label.
+    assert!(scrape.samples.iter().all(|sample| {
+        sample
+            .labels
+            .values()
+            .all(|v| !v.contains("203.0.113.7") && v != "k")
+    }),);
+
+    std::fs::write(&policies, "policies: [oops\n").expect("written");
+    eventually("the refused reload is counted", || async {
+        value(
+            &scrape_metrics(&base).await,
+            "tollgate_config_reloads_total",
+            &[("result", "failure")],
+        )
+        .is_some_and(|count| count >= 1.0)
+    })
+    .await;
+}
