@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use crate::bench::BenchArgs;
 use crate::proxy::ProxyArgs;
 use crate::serve::ServeArgs;
+use crate::simulate::SimulateArgs;
 
 /// Tollgate: a distributed rate limiter.
 #[derive(Debug, Parser)]
@@ -28,6 +29,8 @@ enum Command {
     Proxy(ProxyArgs),
     /// Drive the HTTP API, the gRPC service or the proxy with load and report latencies.
     Bench(BenchArgs),
+    /// Replay a traffic pattern through the algorithms and chart what each admits.
+    Simulate(SimulateArgs),
     /// Check configuration files and list every problem.
     Config {
         #[command(subcommand)]
@@ -129,6 +132,7 @@ pub fn main() -> ExitCode {
             Command::Serve(args) => crate::serve::run(args).await,
             Command::Proxy(args) => crate::proxy::run(args).await,
             Command::Bench(args) => crate::bench::run(args).await,
+            Command::Simulate(args) => crate::simulate::run(args).await,
             Command::Config { .. } => Ok(()),
         }
     });

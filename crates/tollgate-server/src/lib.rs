@@ -12,4 +12,5 @@ pub mod reload;
 pub mod rls;
 pub mod serve;
 pub mod shutdown;
+pub mod simulate;
 pub mod store;
