@@ -55,6 +55,7 @@ pub mod metrics;
 pub mod policy;
 mod quota;
 pub mod store;
+pub mod top_keys;
 
 #[cfg(test)]
 mod testing;
@@ -69,7 +70,7 @@ pub use config::{ConfigError, ConfigErrors};
 pub use decision::Decision;
 pub use error::Error;
 pub use limit::{Limit, LimitBuilder, LimitError, MAX_SLIDING_LOG_COUNT};
-pub use limiter::{BreakerConfig, Limiter};
+pub use limiter::{BreakerConfig, KeyLogging, Limiter};
 pub use policy::{Config, Evaluation, Identity, Policies, Request};
 pub use quota::{MAX_COUNT, MAX_PERIOD_MICROS, Quota, QuotaError, parse_duration};
 pub use store::{AnyStore, MemoryStore, Store, StoreError};

@@ -59,6 +59,9 @@ impl<S: Store> Limiter<S> {
         cost: Option<u64>,
     ) -> Result<Evaluation, Error> {
         let started = std::time::Instant::now();
+        self.inner
+            .hot_routes
+            .record(request.route.unwrap_or(request.path));
         let result = self.decide_request(scope, request, cost).await;
         self.inner.metrics.observe_check(started.elapsed());
         if let Ok(evaluation) = &result {
@@ -109,7 +112,7 @@ impl<S: Store> Limiter<S> {
         }
     }
 
-    async fn decide_request(
+    pub(super) async fn decide_request(
         &self,
         scope: Scope<'_>,
         request: &Request<'_>,
@@ -170,6 +173,7 @@ impl<S: Store> Limiter<S> {
             evaluation.shadow_denied =
                 policy_names(&policies, denied(&plan.shadow, &shadow, Role::Limit));
         }
+        self.note_denials(&policies, &plan.enforced, &verdict);
         // A denial from the over-limit cache is the same denial again: it is not another
         // violation, and it costs no store call.
         if source == Source::Cache {
@@ -178,6 +182,29 @@ impl<S: Store> Limiter<S> {
             self.punish(&policies, &plan.enforced, &verdict).await?;
         }
         Ok(evaluation)
+    }
+
+    /// Logs each refusing limit and counts its key among the most refused.
+    fn note_denials(&self, policies: &Policies, items: &[Planned], verdict: &Verdict) {
+        if verdict.is_admitted() {
+            return;
+        }
+        for (item, decision) in items.iter().zip(verdict.decisions()) {
+            if decision.allowed() || item.role == Role::Idempotency {
+                continue;
+            }
+            self.inner.denied_keys.record(&item.key);
+            tracing::info!(
+                target: "tollgate::denial",
+                policy = &*policies.policies[item.policy].name,
+                limit = &*item.label,
+                algorithm = item.limit.algorithm().as_str(),
+                remaining = decision.remaining(),
+                retry_after_ms = decision.retry_after_micros().map(|micros| micros.div_ceil(1_000)),
+                key = %self.key_for_logs(&item.key),
+                "refused"
+            );
+        }
     }
 
     /// Answers by the policies' failure modes when the store cannot decide: the strictest

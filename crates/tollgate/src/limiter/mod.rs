@@ -1,5 +1,6 @@
 //! The one entry point: a store and, optionally, policies, shared by every clone.
 
+mod admin;
 mod breaker;
 mod deny_cache;
 mod evaluate;
@@ -19,6 +20,7 @@ use crate::limit::Limit;
 use crate::metrics::Metrics;
 use crate::policy::Policies;
 use crate::store::{MemoryStore, Store, StoreError};
+use crate::top_keys::{TopKey, TopKeys};
 
 pub use breaker::BreakerConfig;
 use breaker::{Breaker, Call};
@@ -40,8 +42,28 @@ struct Inner<S> {
     deny_cache: DenyCache,
     leases: Leases,
     metrics: Metrics,
+    /// The keys most often refused, and the routes most often asked for.
+    denied_keys: TopKeys,
+    hot_routes: TopKeys,
+    key_logging: std::sync::atomic::AtomicU8,
     policies: ArcSwapOption<Policies>,
 }
+
+/// How refused keys appear in logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyLogging {
+    /// As they are.
+    Plain,
+    /// As the first 16 hex digits of their SHA-256: the same key always looks the same, but
+    /// is not shown (a pseudonym: short keys such as addresses can be guessed back).
+    #[default]
+    Hashed,
+    /// Not at all.
+    Omitted,
+}
+
+/// How many keys and routes the top lists track.
+const TOP_CAPACITY: usize = 200;
 
 /// Where a verdict came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +101,9 @@ impl<S: Store> Limiter<S> {
                 deny_cache: DenyCache::new(cache),
                 leases: Leases::default(),
                 metrics: Metrics::new(),
+                denied_keys: TopKeys::new(TOP_CAPACITY),
+                hot_routes: TopKeys::new(TOP_CAPACITY),
+                key_logging: std::sync::atomic::AtomicU8::new(KeyLogging::Hashed as u8),
                 policies: ArcSwapOption::empty(),
             }),
         }
@@ -136,6 +161,40 @@ impl<S: Store> Limiter<S> {
     /// Checks denied by the over-limit cache without asking the store.
     pub fn deny_cache_hits(&self) -> u64 {
         self.inner.deny_cache.hits()
+    }
+
+    /// The `n` keys most often refused (policy keys such as `ip:203.0.113.7`), from a bounded
+    /// summary.
+    pub fn top_denied_keys(&self, n: usize) -> Vec<TopKey> {
+        self.inner.denied_keys.top(n)
+    }
+
+    /// The `n` routes (or paths) most often asked for.
+    pub fn top_routes(&self, n: usize) -> Vec<TopKey> {
+        self.inner.hot_routes.top(n)
+    }
+
+    /// Sets how refused keys appear in logs (hashed by default).
+    pub fn set_key_logging(&self, logging: KeyLogging) {
+        self.inner
+            .key_logging
+            .store(logging as u8, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn key_for_logs(&self, key: &str) -> String {
+        match self
+            .inner
+            .key_logging
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            x if x == KeyLogging::Plain as u8 => key.to_owned(),
+            x if x == KeyLogging::Omitted as u8 => String::new(),
+            _ => {
+                use sha2::Digest;
+                let digest = sha2::Sha256::digest(key.as_bytes());
+                digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+            }
+        }
     }
 
     /// The limiter's metrics.

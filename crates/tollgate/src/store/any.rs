@@ -36,6 +36,14 @@ impl Store for AnyStore {
         }
     }
 
+    async fn forget(&self, check: &Check<'_>) -> Result<(), StoreError> {
+        match self {
+            AnyStore::Memory(store) => store.forget(check).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(store) => store.forget(check).await,
+        }
+    }
+
     fn kind(&self) -> &'static str {
         match self {
             AnyStore::Memory(store) => store.kind(),

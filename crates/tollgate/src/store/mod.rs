@@ -70,6 +70,10 @@ pub trait Store: Send + Sync + 'static {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Forgets the state of every item of `check`, as if it had never been used (an operator
+    /// resetting a key, lifting a penalty).
+    fn forget(&self, check: &Check<'_>) -> impl Future<Output = Result<(), StoreError>> + Send;
+
     /// A short name for logs and metrics: `memory`, `redis`, `redis-cluster`.
     fn kind(&self) -> &'static str;
 

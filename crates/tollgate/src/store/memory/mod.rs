@@ -414,6 +414,14 @@ impl Store for MemoryStore {
         self.apply(check, adjustments, at.unwrap_or_else(|| self.clock.now()))
     }
 
+    async fn forget(&self, check: &Check<'_>) -> Result<(), StoreError> {
+        check.validate()?;
+        for item in check.items() {
+            self.reset(&item.key, item.limit);
+        }
+        Ok(())
+    }
+
     fn kind(&self) -> &'static str {
         "memory"
     }

@@ -402,6 +402,23 @@ impl Store for RedisStore {
         Ok(())
     }
 
+    async fn forget(&self, check: &Check<'_>) -> Result<(), StoreError> {
+        check.validate()?;
+        let timeout = self.shared.config.timeout;
+        // One DEL a key: on a cluster the keys of a check may live in different slots.
+        for item in check.items() {
+            let key = self.key_of(&item.key, item.limit.name());
+            let mut connection = self.shared.connection.clone();
+            let command = redis::cmd("DEL").arg(&key).to_owned();
+            match tokio::time::timeout(timeout, command.query_async::<i64>(&mut connection)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => return Err(store_error(&error, timeout)),
+                Err(_) => return Err(StoreError::Timeout(timeout)),
+            }
+        }
+        Ok(())
+    }
+
     fn kind(&self) -> &'static str {
         if self.shared.connection.is_cluster() {
             "redis-cluster"

@@ -1,0 +1,81 @@
+//! What an operator does by hand: look at a key's state under a policy without counting,
+//! reset it, lift its penalty.
+
+use super::Limiter;
+use crate::check::Check;
+use crate::error::Error;
+use crate::policy::{Evaluation, Planned, Policies, Request, Role, Scope};
+use crate::store::Store;
+
+impl<S: Store> Limiter<S> {
+    /// The state of the request's key under `policy`: every limit's decision for a request of
+    /// cost 0, so nothing is counted, no metric moves and no penalty is earned.
+    pub async fn inspect(&self, policy: &str, request: &Request<'_>) -> Result<Evaluation, Error> {
+        self.decide_request(Scope::Policy(policy), request, Some(0))
+            .await
+    }
+
+    /// The policies and the items `policy` plans for `request`.
+    fn planned(
+        &self,
+        policy: &str,
+        request: &Request<'_>,
+    ) -> Result<(std::sync::Arc<Policies>, Vec<Planned>), Error> {
+        let policies = self
+            .policies()
+            .ok_or_else(|| Error::UnknownPolicy(policy.to_owned()))?;
+        let plan = policies
+            .plan_in(Scope::Policy(policy), request)
+            .ok_or_else(|| Error::UnknownPolicy(policy.to_owned()))?;
+        let items = plan.enforced.into_iter().chain(plan.shadow).collect();
+        Ok((policies, items))
+    }
+
+    /// Forgets the state of the request's key under `policy`'s limits (and concurrency slots),
+    /// as if it had never been seen; returns how many states were forgotten.
+    pub async fn reset_key(&self, policy: &str, request: &Request<'_>) -> Result<usize, Error> {
+        let (_, items) = self.planned(policy, request)?;
+        let mut check = Check::new(0);
+        for item in items
+            .iter()
+            .filter(|item| matches!(item.role, Role::Limit | Role::Concurrency))
+        {
+            check.push(item.key.as_str(), &item.limit, 0);
+        }
+        self.forget(&check).await?;
+        Ok(check.items().len())
+    }
+
+    /// Lifts the request's key out of `policy`'s penalty box and forgets its violations and
+    /// strikes, so escalation starts again from the first block. `false` when the policy has
+    /// no penalty.
+    pub async fn lift_penalty(&self, policy: &str, request: &Request<'_>) -> Result<bool, Error> {
+        let (policies, items) = self.planned(policy, request)?;
+        let Some(item) = items.iter().find(|item| item.role == Role::PenaltyBox) else {
+            return Ok(false);
+        };
+        let Some(penalty) = &policies.policies[item.policy].penalty else {
+            return Ok(false);
+        };
+        let levels: Vec<String> = (0..=penalty.blocks.len())
+            .map(|level| format!("{}|strike:{level}", item.key))
+            .collect();
+        let mut check = Check::new(0)
+            .limit(item.key.as_str(), &penalty.block_box)
+            .limit(item.key.as_str(), &penalty.strikes);
+        for level in &levels {
+            check.push(level.as_str(), &penalty.violations, 0);
+        }
+        self.forget(&check).await?;
+        Ok(true)
+    }
+
+    /// Forgets `check`'s states in the store and whatever the over-limit cache holds for them.
+    async fn forget(&self, check: &Check<'_>) -> Result<(), Error> {
+        if check.is_empty() {
+            return Ok(());
+        }
+        self.inner.deny_cache.forget_keys(check);
+        Ok(self.inner.store.forget(check).await?)
+    }
+}
