@@ -27,26 +27,35 @@ fn escape(text: &str) -> String {
         .replace('"', "&quot;")
 }
 
-fn slice_counts(times: &[Micros], end: Micros) -> Vec<u64> {
+fn slice_counts(times: &[Micros], start: Micros, end: Micros) -> Vec<u64> {
     let mut counts = vec![0u64; SLICES];
+    let span = end.saturating_sub(start).max(1) as u128;
     for &time in times {
-        let slice = ((time as u128 * SLICES as u128) / end.max(1) as u128) as usize;
+        let offset = time.saturating_sub(start) as u128;
+        let slice = (offset * SLICES as u128 / span) as usize;
         counts[slice.min(SLICES - 1)] += 1;
     }
     counts
 }
 
-/// Draws `outcomes` over `end` microseconds; `period` marks window boundaries and `per_slice`
-/// is the quota's share of one slice, drawn as a dashed line.
-pub(super) fn svg(title: &str, outcomes: &[Outcome], end: Micros, period: Micros) -> String {
+/// Draws `outcomes` from `start` to `end` (microseconds); dashed lines mark the ends of
+/// periods, where fixed windows roll over.
+pub(super) fn svg(
+    title: &str,
+    outcomes: &[Outcome],
+    (start, end): (Micros, Micros),
+    period: Micros,
+) -> String {
+    let end = end.max(start + 1);
+    let x_of = |time: Micros, plot: f64| LEFT + plot * (time - start) as f64 / (end - start) as f64;
     let height = TOP + outcomes.len() as f64 * (ROW + GAP) + 30.0;
     let plot = WIDTH - LEFT - RIGHT;
     let slices: Vec<(Vec<u64>, Vec<u64>)> = outcomes
         .iter()
         .map(|o| {
             (
-                slice_counts(&o.admitted, end),
-                slice_counts(&o.rejected, end),
+                slice_counts(&o.admitted, start, end),
+                slice_counts(&o.rejected, start, end),
             )
         })
         .collect();
@@ -94,16 +103,6 @@ pub(super) fn svg(title: &str, outcomes: &[Outcome], end: Micros, period: Micros
             r##"<line x1="{LEFT}" y1="{base}" x2="{}" y2="{base}" stroke="#444"/>"##,
             LEFT + plot
         );
-        // Period boundaries, where fixed windows roll over.
-        let mut boundary = period;
-        while boundary < end && period > 0 {
-            let x = LEFT + plot * boundary as f64 / end as f64;
-            let _ = write!(
-                out,
-                r##"<line x1="{x:.1}" y1="{top}" x2="{x:.1}" y2="{base}" stroke="#999" stroke-dasharray="2,3"/>"##
-            );
-            boundary += period;
-        }
         for (slice, (a, r)) in admitted.iter().zip(rejected).enumerate() {
             let x = LEFT + slice as f64 * bar;
             let a_height = ROW * *a as f64 / tallest;
@@ -125,13 +124,26 @@ pub(super) fn svg(title: &str, outcomes: &[Outcome], end: Micros, period: Micros
                 );
             }
         }
+        // Period boundaries, where fixed windows roll over, drawn over the bars.
+        let mut boundary = (start / period.max(1) + 1) * period.max(1);
+        while boundary < end && period > 0 {
+            let x = x_of(boundary, plot);
+            let _ = write!(
+                out,
+                r##"<line x1="{x:.1}" y1="{}" x2="{x:.1}" y2="{base}" stroke="#1565c0" stroke-width="1.5" stroke-dasharray="4,3"/>"##,
+                top - 4.0
+            );
+            boundary += period;
+        }
     }
     let axis = TOP + outcomes.len() as f64 * (ROW + GAP) + 5.0;
     let _ = write!(
         out,
-        r#"<text x="{LEFT}" y="{axis}">0 s</text><text x="{}" y="{axis}" text-anchor="end">{:.1} s</text>"#,
+        r##"<text x="{LEFT}" y="{axis}">{:.2} s</text><text x="{}" y="{axis}" text-anchor="end">{:.2} s</text><text x="{}" y="{axis}" text-anchor="middle" fill="#1565c0">dashed: period boundaries</text>"##,
+        start as f64 / 1e6,
         LEFT + plot,
-        end as f64 / 1e6
+        end as f64 / 1e6,
+        LEFT + plot / 2.0
     );
     out.push_str("</svg>\n");
     out

@@ -131,9 +131,13 @@ pub async fn run(args: SimulateArgs) -> Result<(), String> {
         outcomes.push(replay(algorithm, args.quota, &arrivals).await?);
     }
     let period = args.quota.period_micros();
-    let end = arrivals
-        .last()
-        .map_or(period, |last| (last + 1).max(period * args.periods));
+    // The chart shows the arrivals with a margin of a tenth of their span on each side.
+    let (first, last) = (
+        arrivals.first().copied().unwrap_or(0),
+        arrivals.last().copied().unwrap_or(period),
+    );
+    let margin = ((last - first) / 10).max(1);
+    let span = (first.saturating_sub(margin), last + margin);
     let pattern = match &args.pattern {
         Pattern::Csv(path) => format!("arrivals from {path}"),
         other => format!("{other:?}").to_lowercase(),
@@ -143,7 +147,7 @@ pub async fn run(args: SimulateArgs) -> Result<(), String> {
         arrivals.len(),
         args.quota
     );
-    std::fs::write(&args.out, chart::svg(&title, &outcomes, end, period))
+    std::fs::write(&args.out, chart::svg(&title, &outcomes, span, period))
         .map_err(|error| format!("cannot write {}: {error}", args.out.display()))?;
     println!("{title}");
     print!("{}", table(&outcomes, args.quota));
@@ -222,7 +226,7 @@ mod tests {
             rejected: vec![30],
             peak_per_period: 3,
         };
-        let svg = chart::svg("t & <title>", &[outcome], 100, 50);
+        let svg = chart::svg("t & <title>", &[outcome], (0, 100), 50);
         let document = roxmltree::Document::parse(&svg).expect("well-formed XML");
         assert_eq!(document.root_element().tag_name().name(), "svg");
         assert!(svg.contains("a &lt;b&gt; &amp; c"));
