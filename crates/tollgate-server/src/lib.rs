@@ -1,6 +1,7 @@
 //! The `tollgate` server: an HTTP check API, Envoy's rate limit service, and a rate-limiting
 //! reverse proxy, on the Tollgate library. The binary (`main.rs`) only calls [`cli::main`].
 
+pub mod admin;
 pub mod api;
 pub mod bench;
 pub mod cli;

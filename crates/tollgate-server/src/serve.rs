@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::admin::{AdminArgs, AdminState};
 use crate::api::{AppState, router};
 use crate::http_server::{ConnectionLimits, serve};
 use crate::reload::Reloader;
@@ -44,6 +45,8 @@ pub struct ServeArgs {
     pub rls_response_headers: bool,
     #[command(flatten)]
     pub(crate) connections: ConnectionLimits,
+    #[command(flatten)]
+    pub(crate) admin: AdminArgs,
     /// Reload only on SIGHUP, not when the configuration files change.
     #[arg(long, env = "TOLLGATE_NO_WATCH")]
     pub no_watch: bool,
@@ -77,7 +80,9 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         rls_config,
         args.rls_response_headers,
     ));
+    args.admin.validate()?;
     let (http, http_address) = listen(args.http, "HTTP").await?;
+    let (admin, admin_address) = listen(args.admin.admin, "the admin API").await?;
     let (grpc, grpc_address) = listen(args.grpc, "gRPC").await?;
     let config = args.config.as_ref().map_or_else(
         || "built-in example (examples/policies.yaml)".to_owned(),
@@ -88,6 +93,14 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         "  http: http://{http_address} (POST /v1/check, /v1/refund, /json; GET /healthz, /readyz, /metrics, /openapi.json)"
     );
     println!("  grpc: {grpc_address} (envoy.service.ratelimit.v3.RateLimitService)");
+    println!(
+        "  admin: http://{admin_address} (GET /dashboard, /admin/stats, /admin/top, /admin/config; POST /admin/inspect, /admin/reset, /admin/lift{})",
+        if args.admin.admin_token.is_some() {
+            "; token required"
+        } else {
+            ""
+        }
+    );
     println!("  store: {store_description}");
     println!("  policies: {config}");
     if let Some(directory) = &args.rls_config {
@@ -107,14 +120,28 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         limiter: limiter.clone(),
         rls: Arc::clone(&rls),
     });
+    let admin_app = crate::admin::router(
+        AdminState {
+            limiter: limiter.clone(),
+            rls: Arc::clone(&rls),
+            config: args.config.clone(),
+        },
+        args.admin.admin_token.clone(),
+    );
     let http_server = serve(http, app, &args.connections, crate::shutdown::signal());
+    let admin_server = serve(
+        admin,
+        admin_app,
+        &args.connections,
+        crate::shutdown::signal(),
+    );
     let grpc_server = tonic::transport::Server::builder()
         .add_service(RlsGrpc::server(rls))
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(grpc),
             crate::shutdown::signal(),
         );
-    let ((), grpc_result) = tokio::join!(http_server, grpc_server);
+    let ((), (), grpc_result) = tokio::join!(http_server, admin_server, grpc_server);
     // Leased quota this node did not spend goes back for the other nodes.
     limiter.return_leases().await;
     grpc_result.map_err(|error| format!("the gRPC server failed: {error}"))?;

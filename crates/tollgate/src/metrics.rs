@@ -2,6 +2,9 @@
 //! doing. Labels are policy and limit names, which come from configuration, never keys or
 //! anything a client sends, so their number stays bounded.
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -64,8 +67,63 @@ struct ReloadLabels {
     result: &'static str,
 }
 
+/// Latencies in power-of-two buckets of microseconds, for quantiles a dashboard can show (the
+/// Prometheus histograms are for Prometheus to aggregate).
+struct Latencies {
+    buckets: [AtomicU64; 32],
+}
+
+impl Latencies {
+    fn new() -> Self {
+        Self {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    fn observe(&self, took: Duration) {
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1);
+        let bucket = (63 - micros.leading_zeros() as usize).min(31);
+        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The upper bound, in microseconds, of the bucket holding quantile `q`.
+    fn quantile(&self, q: f64) -> Option<u64> {
+        let counts: Vec<u64> = self
+            .buckets
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = (q * total as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (bucket, count) in counts.iter().enumerate() {
+            seen += count;
+            if seen >= rank {
+                return Some(2u64 << bucket);
+            }
+        }
+        None
+    }
+}
+
+/// Decisions counted by policy and outcome, and latency quantiles: what a dashboard shows.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Summary {
+    /// `policy -> outcome -> count` (`""` for checks with inline limits).
+    pub decisions: BTreeMap<String, BTreeMap<&'static str, u64>>,
+    /// Median time to decide, in microseconds (a power-of-two bucket bound).
+    pub check_p50_micros: Option<u64>,
+    /// 99th percentile time to decide, in microseconds (a power-of-two bucket bound).
+    pub check_p99_micros: Option<u64>,
+}
+
 /// A limiter's metrics and the registry they are exposed through.
 pub struct Metrics {
+    by_policy: Mutex<BTreeMap<String, BTreeMap<&'static str, u64>>>,
+    latencies: Latencies,
     registry: Registry,
     decisions: Family<DecisionLabels, Counter>,
     check_seconds: Histogram,
@@ -148,6 +206,8 @@ impl Metrics {
             memory_keys.clone(),
         );
         Self {
+            by_policy: Mutex::new(BTreeMap::new()),
+            latencies: Latencies::new(),
             registry,
             decisions,
             check_seconds,
@@ -170,10 +230,32 @@ impl Metrics {
                 outcome: outcome.as_str(),
             })
             .inc();
+        let mut by_policy = self.by_policy.lock().unwrap_or_else(|e| e.into_inner());
+        // Policy names repeat: allocate one only the first time it is seen.
+        if !by_policy.contains_key(policy) {
+            by_policy.insert(policy.to_owned(), BTreeMap::new());
+        }
+        if let Some(outcomes) = by_policy.get_mut(policy) {
+            *outcomes.entry(outcome.as_str()).or_default() += 1;
+        }
+    }
+
+    /// Decisions by policy and outcome, and latency quantiles.
+    pub fn summary(&self) -> Summary {
+        Summary {
+            decisions: self
+                .by_policy
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            check_p50_micros: self.latencies.quantile(0.5),
+            check_p99_micros: self.latencies.quantile(0.99),
+        }
     }
 
     pub(crate) fn observe_check(&self, took: Duration) {
         self.check_seconds.observe(took.as_secs_f64());
+        self.latencies.observe(took);
     }
 
     pub(crate) fn observe_store(&self, took: Duration) {
@@ -219,5 +301,28 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_counts_by_policy_and_bounds_the_quantiles() {
+        let metrics = Metrics::new();
+        metrics.record_decision("login", "per-minute", MetricOutcome::Allowed);
+        metrics.record_decision("login", "per-minute", MetricOutcome::Allowed);
+        metrics.record_decision("login", "", MetricOutcome::Denied);
+        for micros in [10, 20, 30, 5_000] {
+            metrics.observe_check(Duration::from_micros(micros));
+        }
+        let summary = metrics.summary();
+        assert_eq!(summary.decisions["login"]["allowed"], 2);
+        assert_eq!(summary.decisions["login"]["denied"], 1);
+        let p50 = summary.check_p50_micros.expect("observed");
+        assert!((20..=32).contains(&p50), "{p50}");
+        let p99 = summary.check_p99_micros.expect("observed");
+        assert!((5_000..=8_192).contains(&p99), "{p99}");
     }
 }

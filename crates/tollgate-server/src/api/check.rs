@@ -125,7 +125,7 @@ impl InlineLimit {
     }
 }
 
-fn header_list(attributes: &Attributes) -> Result<Vec<(String, String)>, ApiError> {
+pub(crate) fn header_list(attributes: &Attributes) -> Result<Vec<(String, String)>, ApiError> {
     if attributes.headers.len() > MAX_HEADERS {
         return Err(ApiError::invalid(format!(
             "attributes.headers: at most {MAX_HEADERS} headers"
@@ -138,7 +138,7 @@ fn header_list(attributes: &Attributes) -> Result<Vec<(String, String)>, ApiErro
         .collect())
 }
 
-fn request_of<'a>(
+pub(crate) fn request_of<'a>(
     attributes: &'a Attributes,
     headers: &'a Vec<(String, String)>,
 ) -> Result<Request<'a>, ApiError> {
@@ -231,7 +231,7 @@ struct PolicyView<'a> {
 
 /// The answer to a check. `allowed` comes first, so a client may read it without parsing.
 #[derive(Serialize)]
-struct CheckAnswer<'a> {
+pub(crate) struct CheckAnswer<'a> {
     allowed: bool,
     verdict: &'static str,
     status: u16,
@@ -316,7 +316,7 @@ fn verdict_answer<'a>(
     }
 }
 
-fn evaluation_answer(evaluation: &Evaluation) -> CheckAnswer<'_> {
+pub(crate) fn evaluation_answer(evaluation: &Evaluation) -> CheckAnswer<'_> {
     let (name, status, retry, delay, detail) = match &evaluation.action {
         Action::Allow => ("allow", 200, Some(0), 0, None),
         Action::Delay(delay) => ("delay", 200, Some(0), as_micros(*delay), None),

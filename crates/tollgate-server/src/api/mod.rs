@@ -1,9 +1,9 @@
 //! The HTTP API: the check API, Envoy's `/json`, health, and the OpenAPI document.
 
-mod check;
+pub(crate) mod check;
 mod envoy_json;
 mod health;
-mod problem;
+pub(crate) mod problem;
 
 use std::sync::Arc;
 

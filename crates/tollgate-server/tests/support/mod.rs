@@ -41,7 +41,15 @@ fn address_in(text: &str) -> SocketAddr {
 impl Tollgate {
     /// Starts `tollgate serve` on free ports with `args`.
     pub fn serve(args: &[&str]) -> Self {
-        let mut all = vec!["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"];
+        let mut all = vec![
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+        ];
         all.extend_from_slice(args);
         Self::start(&all)
     }

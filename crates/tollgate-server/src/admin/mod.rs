@@ -1,0 +1,222 @@
+//! The admin API and the live dashboard, on a listener of their own (loopback by default):
+//! inspect a key's state for a policy, reset it, lift its penalty, list the most refused keys
+//! and hottest routes, show the loaded configuration. Bound anywhere else, it requires a bearer
+//! token.
+
+mod auth;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::header;
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::json;
+use tollgate::{AnyStore, Limiter, Store};
+
+use crate::api::ApiError;
+use crate::api::check::{Attributes, evaluation_answer, header_list, request_of};
+use crate::api::problem::{parse_json, read_body};
+use crate::rls::Rls;
+
+/// The dashboard: one page, its script and styles inline, nothing fetched from elsewhere.
+const DASHBOARD: &str = include_str!("dashboard.html");
+/// The most entries a top list returns.
+const MAX_TOP: usize = 100;
+/// The largest admin request body.
+const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// `--admin` and `--admin-token`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AdminArgs {
+    /// Where the admin API and the dashboard listen.
+    #[arg(
+        long,
+        env = "TOLLGATE_ADMIN",
+        default_value = "127.0.0.1:9090",
+        value_name = "ADDR"
+    )]
+    pub admin: SocketAddr,
+    /// The bearer token the admin API requires; required when --admin is not a loopback address.
+    #[arg(
+        long,
+        env = "TOLLGATE_ADMIN_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub admin_token: Option<String>,
+}
+
+impl AdminArgs {
+    /// Refuses an admin listener open to the network without a token.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.admin.ip().is_loopback() && self.admin_token.as_deref().is_none_or(str::is_empty) {
+            return Err(format!(
+                "--admin {} is not a loopback address: give --admin-token (or TOLLGATE_ADMIN_TOKEN)",
+                self.admin
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What the admin handlers share.
+#[derive(Clone)]
+pub struct AdminState {
+    /// The limiter.
+    pub limiter: Limiter<AnyStore>,
+    /// The rate limit service.
+    pub rls: Arc<Rls>,
+    /// The policy file, if not the built-in example.
+    pub config: Option<PathBuf>,
+}
+
+/// A key, as a policy sees it: the policy and the request attributes that make the key.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyRequest {
+    policy: String,
+    #[serde(default)]
+    attributes: Attributes,
+}
+
+async fn read_key(body: axum::body::Body) -> Result<KeyRequest, ApiError> {
+    parse_json(&read_body(body, MAX_BODY_BYTES).await?)
+}
+
+/// `POST /admin/inspect`: the key's state under the policy, counting nothing.
+async fn inspect(
+    State(state): State<AdminState>,
+    body: axum::body::Body,
+) -> Result<Response, ApiError> {
+    let request = read_key(body).await?;
+    let headers = header_list(&request.attributes)?;
+    let attributes = request_of(&request.attributes, &headers)?;
+    let evaluation = state.limiter.inspect(&request.policy, &attributes).await?;
+    Ok(Json(evaluation_answer(&evaluation)).into_response())
+}
+
+/// `POST /admin/reset`: forgets the key's state under the policy's limits.
+async fn reset(
+    State(state): State<AdminState>,
+    body: axum::body::Body,
+) -> Result<Response, ApiError> {
+    let request = read_key(body).await?;
+    let headers = header_list(&request.attributes)?;
+    let attributes = request_of(&request.attributes, &headers)?;
+    let forgotten = state
+        .limiter
+        .reset_key(&request.policy, &attributes)
+        .await?;
+    tracing::info!(policy = %request.policy, forgotten, "admin: key reset");
+    Ok(Json(json!({"reset": forgotten})).into_response())
+}
+
+/// `POST /admin/lift`: lifts the key's penalty under the policy.
+async fn lift(
+    State(state): State<AdminState>,
+    body: axum::body::Body,
+) -> Result<Response, ApiError> {
+    let request = read_key(body).await?;
+    let headers = header_list(&request.attributes)?;
+    let attributes = request_of(&request.attributes, &headers)?;
+    let lifted = state
+        .limiter
+        .lift_penalty(&request.policy, &attributes)
+        .await?;
+    tracing::info!(policy = %request.policy, lifted, "admin: penalty lifted");
+    Ok(Json(json!({"lifted": lifted})).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct TopQuery {
+    n: Option<usize>,
+}
+
+/// `GET /admin/top?n=20`: the most refused keys and the hottest routes.
+async fn top(State(state): State<AdminState>, Query(query): Query<TopQuery>) -> Response {
+    let n = query.n.unwrap_or(20).min(MAX_TOP);
+    Json(json!({
+        "denied_keys": state.limiter.top_denied_keys(n),
+        "routes": state.limiter.top_routes(n),
+    }))
+    .into_response()
+}
+
+/// `GET /admin/config`: the configuration in force, and the file as it is now.
+async fn config(State(state): State<AdminState>) -> Response {
+    let loaded = state.limiter.policies();
+    let file = state.config.as_ref().map(|path| {
+        let text =
+            std::fs::read_to_string(path).unwrap_or_else(|error| format!("# cannot read: {error}"));
+        let on_disk = crate::policies::load(Some(path)).ok().map(|p| p.version());
+        (path.display().to_string(), text, on_disk)
+    });
+    let (source, text, on_disk) = file.unwrap_or_else(|| {
+        let built_in = crate::policies::load(None).ok().map(|p| p.version());
+        (
+            "built-in example (examples/policies.yaml)".to_owned(),
+            crate::policies::BUILT_IN.to_owned(),
+            built_in,
+        )
+    });
+    let version = loaded.as_ref().map(|p| p.version());
+    Json(json!({
+        "source": source,
+        "version": version.map(|v| format!("{v:016x}")),
+        "policies": loaded.as_ref().map(|p| p.names().map(str::to_owned).collect::<Vec<_>>()),
+        "file": text,
+        "file_is_loaded": on_disk.is_some() && on_disk == version,
+        "rls_domains": state.rls.config().domains().map(str::to_owned).collect::<Vec<_>>(),
+    }))
+    .into_response()
+}
+
+/// `GET /admin/stats`: what the dashboard shows, cumulative since start.
+async fn stats(State(state): State<AdminState>) -> Response {
+    let limiter = &state.limiter;
+    let store = limiter.store();
+    Json(json!({
+        "time_ms": std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis()),
+        "store": {
+            "kind": store.kind(),
+            "resting": limiter.store_resting(),
+            "breaker_openings": limiter.breaker_openings(),
+            "deny_cache_hits": limiter.deny_cache_hits(),
+            "memory_keys": store.held_keys(),
+        },
+        "summary": limiter.metrics().summary(),
+        "denied_keys": limiter.top_denied_keys(10),
+        "routes": limiter.top_routes(10),
+        "config_version": limiter.policies().map(|p| format!("{:016x}", p.version())),
+    }))
+    .into_response()
+}
+
+/// The admin routes, behind the token when there is one.
+pub fn router(state: AdminState, token: Option<String>) -> Router {
+    Router::new()
+        .route("/admin/inspect", post(inspect))
+        .route("/admin/reset", post(reset))
+        .route("/admin/lift", post(lift))
+        .route("/admin/top", get(top))
+        .route("/admin/config", get(config))
+        .route("/admin/stats", get(stats))
+        .route(
+            "/dashboard",
+            get(|| async { ([(header::CACHE_CONTROL, "no-store")], Html(DASHBOARD)) }),
+        )
+        .fallback(|| async { ApiError::not_found("no such admin endpoint") })
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(token),
+            auth::require_token,
+        ))
+        .with_state(state)
+}
