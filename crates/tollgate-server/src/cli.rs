@@ -58,8 +58,11 @@ pub(crate) fn duration_arg(text: &str) -> Result<std::time::Duration, String> {
 fn init_logging(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOLLGATE_LOG")
         .unwrap_or_else(|_| "info".into());
+    // Colours only for a person at a terminal, not for log files and collectors.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();

@@ -9,6 +9,7 @@ use std::time::Duration;
 use axum::Router;
 use tollgate_tower::RateLimitLayer;
 
+use crate::admin::{AdminArgs, AdminState};
 use crate::forward::{Forwarder, Upstream};
 use crate::http_server::{ConnectionLimits, serve};
 use crate::reload::Reloader;
@@ -45,6 +46,8 @@ pub struct ProxyArgs {
     pub(crate) store: StoreFlags,
     #[command(flatten)]
     pub(crate) connections: ConnectionLimits,
+    #[command(flatten)]
+    pub(crate) admin: AdminArgs,
 }
 
 /// Runs the proxy until SIGTERM or SIGINT.
@@ -52,10 +55,13 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
     let upstream = Upstream::parse(&args.upstream)?;
     let (limiter, store_description) = store::open_limiter(Some(&args.config), &args.store).await?;
     store::sweep_expired(&limiter, std::time::Duration::from_secs(10));
+    args.admin.validate()?;
     let (listener, address) = listen(args.listen, "the proxy").await?;
+    let (admin, admin_address) = listen(args.admin.admin, "the admin API").await?;
     println!("tollgate proxying");
     println!("  listen: http://{address}");
     println!("  upstream: {upstream}");
+    println!("  admin: http://{admin_address} (GET /dashboard, /metrics, /admin/...)");
     println!("  store: {store_description}");
     println!("  policies: {}", args.config.display());
     let reloader = Arc::new(Reloader::new(
@@ -79,7 +85,23 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
             .layer(RateLimitLayer::new(limiter.clone()))
             .service(forward),
     );
-    serve(listener, app, &args.connections, crate::shutdown::signal()).await;
+    let admin_app = crate::admin::router(
+        AdminState {
+            limiter: limiter.clone(),
+            rls: None,
+            config: Some(args.config.clone()),
+        },
+        args.admin.admin_token.clone(),
+    );
+    tokio::join!(
+        serve(listener, app, &args.connections, crate::shutdown::signal()),
+        serve(
+            admin,
+            admin_app,
+            &args.connections,
+            crate::shutdown::signal()
+        ),
+    );
     // Leased quota this node did not spend goes back for the other nodes.
     limiter.return_leases().await;
     Ok(())

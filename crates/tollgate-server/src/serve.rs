@@ -123,7 +123,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     let admin_app = crate::admin::router(
         AdminState {
             limiter: limiter.clone(),
-            rls: Arc::clone(&rls),
+            rls: Some(Arc::clone(&rls)),
             config: args.config.clone(),
         },
         args.admin.admin_token.clone(),

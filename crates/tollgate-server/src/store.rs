@@ -5,6 +5,28 @@ use std::path::Path;
 use tollgate::policy::{RedisOptions, StoreConfig};
 use tollgate::{AnyStore, Limiter, MemoryStore, RedisConfig, RedisStore};
 
+/// `--log-keys`: how refused keys appear in logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogKeys {
+    /// As they are.
+    Plain,
+    /// As a short SHA-256 pseudonym.
+    #[default]
+    Hashed,
+    /// Not at all.
+    None,
+}
+
+impl From<LogKeys> for tollgate::KeyLogging {
+    fn from(keys: LogKeys) -> Self {
+        match keys {
+            LogKeys::Plain => tollgate::KeyLogging::Plain,
+            LogKeys::Hashed => tollgate::KeyLogging::Hashed,
+            LogKeys::None => tollgate::KeyLogging::Omitted,
+        }
+    }
+}
+
 /// `--redis` / `--redis-cluster`, which override the configuration's `store`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct StoreFlags {
@@ -24,6 +46,9 @@ pub struct StoreFlags {
         value_name = "URL,..."
     )]
     pub redis_cluster: Vec<String>,
+    /// How refused keys appear in the logs.
+    #[arg(long, env = "TOLLGATE_LOG_KEYS", value_enum, default_value = "hashed")]
+    pub log_keys: LogKeys,
 }
 
 impl StoreFlags {
@@ -76,7 +101,9 @@ pub async fn open_limiter(
     let policies = crate::policies::load(config)?;
     let chosen = flags.choose(&policies.config().store);
     let store = connect(&chosen, &policies.config().redis).await?;
-    Ok((Limiter::with_policies(store, policies), describe(&chosen)))
+    let limiter = Limiter::with_policies(store, policies);
+    limiter.set_key_logging(flags.log_keys.into());
+    Ok((limiter, describe(&chosen)))
 }
 
 /// Sweeps expired entries out of a memory store every `every`, so that keys seen once do not

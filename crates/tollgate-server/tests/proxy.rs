@@ -189,6 +189,20 @@ async fn admitted_requests_are_forwarded_with_the_rate_limit_fields_and_the_rest
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
     assert_eq!(upstream.requests.load(Ordering::SeqCst), 7);
+
+    // The proxy's admin listener serves its metrics.
+    let metrics = reqwest::get(format!("http://{}/metrics", proxy.address("admin")))
+        .await
+        .expect("an answer")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains(
+            r#"tollgate_decisions_total{policy="echo",limit="echo-per-minute",outcome="denied"} 1"#
+        ),
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

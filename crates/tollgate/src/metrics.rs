@@ -230,6 +230,11 @@ impl Metrics {
                 outcome: outcome.as_str(),
             })
             .inc();
+    }
+
+    /// Counts one request's outcome under one policy, for the summary (once per request, where
+    /// the decisions count once per limit).
+    pub fn record_policy(&self, policy: &str, outcome: MetricOutcome) {
         let mut by_policy = self.by_policy.lock().unwrap_or_else(|e| e.into_inner());
         // Policy names repeat: allocate one only the first time it is seen.
         if !by_policy.contains_key(policy) {
@@ -311,9 +316,9 @@ mod tests {
     #[test]
     fn the_summary_counts_by_policy_and_bounds_the_quantiles() {
         let metrics = Metrics::new();
-        metrics.record_decision("login", "per-minute", MetricOutcome::Allowed);
-        metrics.record_decision("login", "per-minute", MetricOutcome::Allowed);
-        metrics.record_decision("login", "", MetricOutcome::Denied);
+        metrics.record_policy("login", MetricOutcome::Allowed);
+        metrics.record_policy("login", MetricOutcome::Allowed);
+        metrics.record_policy("login", MetricOutcome::Denied);
         for micros in [10, 20, 30, 5_000] {
             metrics.observe_check(Duration::from_micros(micros));
         }

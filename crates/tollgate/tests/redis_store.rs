@@ -37,11 +37,15 @@ fn redis_and_memory_decide_alike_on_random_workloads() {
 
 #[tokio::test]
 async fn scripts_are_reloaded_after_script_flush() {
-    let store = single_store().await;
+    // A server of its own: flushing the shared one would pull scripts from under other tests.
+    let own = tollgate_testkit::RedisServer::start();
+    let store = RedisStore::connect(&own.url(), fresh_config())
+        .await
+        .unwrap();
     let limit = Limit::new("l", Algorithm::FixedWindow, "3/m".parse().unwrap()).unwrap();
     let check = Check::one("k", &limit);
     assert!(store.check(&check, None).await.unwrap().is_allowed());
-    let flushed: String = server().query(redis::cmd("SCRIPT").arg("FLUSH")).unwrap();
+    let flushed: String = own.query(redis::cmd("SCRIPT").arg("FLUSH")).unwrap();
     assert_eq!(flushed, "OK");
     let verdict = store.check(&check, None).await.unwrap();
     assert_eq!(
@@ -49,8 +53,7 @@ async fn scripts_are_reloaded_after_script_flush() {
         1,
         "the second request counted, the state survived"
     );
-    server()
-        .query::<String>(redis::cmd("SCRIPT").arg("FLUSH"))
+    own.query::<String>(redis::cmd("SCRIPT").arg("FLUSH"))
         .unwrap();
     let refund = [Adjustment::Refund {
         charged_at: verdict.at(),

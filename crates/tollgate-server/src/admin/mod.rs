@@ -70,8 +70,8 @@ impl AdminArgs {
 pub struct AdminState {
     /// The limiter.
     pub limiter: Limiter<AnyStore>,
-    /// The rate limit service.
-    pub rls: Arc<Rls>,
+    /// The rate limit service, when this process serves one.
+    pub rls: Option<Arc<Rls>>,
     /// The policy file, if not the built-in example.
     pub config: Option<PathBuf>,
 }
@@ -172,7 +172,9 @@ async fn config(State(state): State<AdminState>) -> Response {
         "policies": loaded.as_ref().map(|p| p.names().map(str::to_owned).collect::<Vec<_>>()),
         "file": text,
         "file_is_loaded": on_disk.is_some() && on_disk == version,
-        "rls_domains": state.rls.config().domains().map(str::to_owned).collect::<Vec<_>>(),
+        "rls_domains": state.rls.as_ref().map_or_else(Vec::new, |rls| {
+            rls.config().domains().map(str::to_owned).collect::<Vec<_>>()
+        }),
     }))
     .into_response()
 }
@@ -200,6 +202,18 @@ async fn stats(State(state): State<AdminState>) -> Response {
     .into_response()
 }
 
+/// `GET /metrics` on the admin listener too (the proxy has no other).
+async fn metrics(State(state): State<AdminState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.limiter.metrics_text(),
+    )
+        .into_response()
+}
+
 /// The admin routes, behind the token when there is one.
 pub fn router(state: AdminState, token: Option<String>) -> Router {
     Router::new()
@@ -209,6 +223,7 @@ pub fn router(state: AdminState, token: Option<String>) -> Router {
         .route("/admin/top", get(top))
         .route("/admin/config", get(config))
         .route("/admin/stats", get(stats))
+        .route("/metrics", get(metrics))
         .route(
             "/dashboard",
             get(|| async { ([(header::CACHE_CONTROL, "no-store")], Html(DASHBOARD)) }),

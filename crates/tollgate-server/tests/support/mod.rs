@@ -56,7 +56,7 @@ impl Tollgate {
 
     /// Starts `tollgate proxy` on a free port with `args`.
     pub fn proxy(args: &[&str]) -> Self {
-        let mut all = vec!["proxy", "--listen", "127.0.0.1:0"];
+        let mut all = vec!["proxy", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"];
         all.extend_from_slice(args);
         Self::start(&all)
     }

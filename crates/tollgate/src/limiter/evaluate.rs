@@ -77,8 +77,15 @@ impl<S: Store> Limiter<S> {
         let per_policy = |outcome: MetricOutcome, policies: &[Arc<str>]| {
             for policy in policies {
                 metrics.record_decision(policy, "", outcome);
+                metrics.record_policy(policy, outcome);
             }
         };
+        per_policy(MetricOutcome::ShadowDenied, &evaluation.shadow_denied);
+        if let Action::Refuse(refusal) = &evaluation.action
+            && let Some(retry_after) = refusal.retry_after
+        {
+            metrics.observe_retry_after(retry_after);
+        }
         match evaluation.decided_by {
             DecidedBy::FailOpen => per_policy(MetricOutcome::FailedOpen, &evaluation.matched),
             DecidedBy::FailClosed => per_policy(MetricOutcome::FailedClosed, &evaluation.matched),
@@ -100,15 +107,28 @@ impl<S: Store> Limiter<S> {
                     metrics.record_decision(&applied.policy, &applied.label, outcome);
                 }
                 if !admitted && !refused_by_a_limit && !local {
+                    // Refused before any limit (penalty box, waiting room): counted per policy.
                     per_policy(MetricOutcome::Denied, &evaluation.violated);
+                    return;
+                }
+                // The summary counts requests: once for each policy that applied limits.
+                let request_outcome = match (local, admitted, &evaluation.action) {
+                    (true, _, _) => MetricOutcome::LocalFallback,
+                    (false, true, Action::Delay(_)) => MetricOutcome::Delayed,
+                    (false, true, _) => MetricOutcome::Allowed,
+                    (false, false, _) => MetricOutcome::Denied,
+                };
+                let mut counted: Vec<&str> = Vec::new();
+                for applied in &evaluation.applied {
+                    let policy: &str = &applied.policy;
+                    let refused_here = evaluation.violated.iter().any(|v| &**v == policy);
+                    if counted.contains(&policy) || (!admitted && !refused_here) {
+                        continue;
+                    }
+                    counted.push(policy);
+                    metrics.record_policy(policy, request_outcome);
                 }
             }
-        }
-        per_policy(MetricOutcome::ShadowDenied, &evaluation.shadow_denied);
-        if let Action::Refuse(refusal) = &evaluation.action
-            && let Some(retry_after) = refusal.retry_after
-        {
-            metrics.observe_retry_after(retry_after);
         }
     }
 

@@ -393,6 +393,7 @@ impl<S: Store> Limiter<S> {
             }
         };
         metrics.record_decision("", "", outcome);
+        metrics.record_policy("", outcome);
         Ok(verdict)
     }
 
