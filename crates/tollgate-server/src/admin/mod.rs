@@ -89,48 +89,43 @@ async fn read_key(body: axum::body::Body) -> Result<KeyRequest, ApiError> {
     parse_json(&read_body(body, MAX_BODY_BYTES).await?)
 }
 
-/// `POST /admin/inspect`: the key's state under the policy, counting nothing.
-async fn inspect(
-    State(state): State<AdminState>,
-    body: axum::body::Body,
-) -> Result<Response, ApiError> {
-    let request = read_key(body).await?;
-    let headers = header_list(&request.attributes)?;
-    let attributes = request_of(&request.attributes, &headers)?;
-    let evaluation = state.limiter.inspect(&request.policy, &attributes).await?;
-    Ok(Json(evaluation_answer(&evaluation)).into_response())
+/// What an operator does to a key.
+#[derive(Debug, Clone, Copy)]
+enum Operation {
+    /// `POST /admin/inspect`: the key's state under the policy, counting nothing.
+    Inspect,
+    /// `POST /admin/reset`: forgets the key's state under the policy's limits.
+    Reset,
+    /// `POST /admin/lift`: lifts the key's penalty under the policy.
+    Lift,
 }
 
-/// `POST /admin/reset`: forgets the key's state under the policy's limits.
-async fn reset(
-    State(state): State<AdminState>,
+async fn operate(
+    state: AdminState,
     body: axum::body::Body,
+    operation: Operation,
 ) -> Result<Response, ApiError> {
     let request = read_key(body).await?;
     let headers = header_list(&request.attributes)?;
     let attributes = request_of(&request.attributes, &headers)?;
-    let forgotten = state
-        .limiter
-        .reset_key(&request.policy, &attributes)
-        .await?;
-    tracing::info!(policy = %request.policy, forgotten, "admin: key reset");
-    Ok(Json(json!({"reset": forgotten})).into_response())
-}
-
-/// `POST /admin/lift`: lifts the key's penalty under the policy.
-async fn lift(
-    State(state): State<AdminState>,
-    body: axum::body::Body,
-) -> Result<Response, ApiError> {
-    let request = read_key(body).await?;
-    let headers = header_list(&request.attributes)?;
-    let attributes = request_of(&request.attributes, &headers)?;
-    let lifted = state
-        .limiter
-        .lift_penalty(&request.policy, &attributes)
-        .await?;
-    tracing::info!(policy = %request.policy, lifted, "admin: penalty lifted");
-    Ok(Json(json!({"lifted": lifted})).into_response())
+    let limiter = &state.limiter;
+    let policy = request.policy.as_str();
+    Ok(match operation {
+        Operation::Inspect => {
+            let evaluation = limiter.inspect(policy, &attributes).await?;
+            Json(evaluation_answer(&evaluation)).into_response()
+        }
+        Operation::Reset => {
+            let forgotten = limiter.reset_key(policy, &attributes).await?;
+            tracing::info!(policy, forgotten, "admin: key reset");
+            Json(json!({"reset": forgotten})).into_response()
+        }
+        Operation::Lift => {
+            let lifted = limiter.lift_penalty(policy, &attributes).await?;
+            tracing::info!(policy, lifted, "admin: penalty lifted");
+            Json(json!({"lifted": lifted})).into_response()
+        }
+    })
 }
 
 #[derive(Debug, Deserialize)]
@@ -217,9 +212,18 @@ async fn metrics(State(state): State<AdminState>) -> Response {
 /// The admin routes, behind the token when there is one.
 pub fn router(state: AdminState, token: Option<String>) -> Router {
     Router::new()
-        .route("/admin/inspect", post(inspect))
-        .route("/admin/reset", post(reset))
-        .route("/admin/lift", post(lift))
+        .route(
+            "/admin/inspect",
+            post(|State(state), body| operate(state, body, Operation::Inspect)),
+        )
+        .route(
+            "/admin/reset",
+            post(|State(state), body| operate(state, body, Operation::Reset)),
+        )
+        .route(
+            "/admin/lift",
+            post(|State(state), body| operate(state, body, Operation::Lift)),
+        )
         .route("/admin/top", get(top))
         .route("/admin/config", get(config))
         .route("/admin/stats", get(stats))
