@@ -1,0 +1,326 @@
+//! A typed client for the server's HTTP check API: `POST /v1/check` and `/v1/refund`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// What went wrong calling the check API.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The base URL is not a URL.
+    #[error("invalid Tollgate URL {url:?}: {reason}")]
+    Url {
+        /// What was given.
+        url: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// The server could not be reached, or did not answer within the timeout.
+    #[error("cannot reach Tollgate: {0}")]
+    Transport(#[source] reqwest::Error),
+    /// The server refused the request (a 4xx or 5xx with a problem detail).
+    #[error("Tollgate answered {status}: {detail}")]
+    Status {
+        /// The status.
+        status: u16,
+        /// The problem's detail, or the body.
+        detail: String,
+    },
+}
+
+/// What the caller knows about the request being limited.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Attributes {
+    /// The client's address.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+    /// The user.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The tenant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// The plan.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
+    /// The API key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
+    /// The route template.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
+    /// The method.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// The host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Request headers the policies read.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+}
+
+/// A limit given with the check.
+#[derive(Debug, Clone, Serialize)]
+pub struct InlineLimit {
+    /// Who it counts for.
+    pub key: String,
+    /// `fixed_window`, `sliding_log`, `sliding_window`, `token_bucket`, `leaky_bucket`, `gcra`.
+    pub algorithm: String,
+    /// Such as `10/s`.
+    pub quota: String,
+    /// The burst of a rate algorithm.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
+    /// The limit's name (by default made from its algorithm, quota and burst).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl InlineLimit {
+    /// A limit of `quota` by `algorithm` on `key`.
+    pub fn new(
+        key: impl Into<String>,
+        algorithm: impl Into<String>,
+        quota: impl Into<String>,
+    ) -> Self {
+        Self {
+            key: key.into(),
+            algorithm: algorithm.into(),
+            quota: quota.into(),
+            burst: None,
+            name: None,
+        }
+    }
+}
+
+/// One limit's decision.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct DecisionAnswer {
+    /// Its policy (policy checks).
+    pub policy: Option<String>,
+    /// Its name.
+    pub limit: String,
+    /// Whether it admits.
+    pub allowed: bool,
+    /// What is left.
+    pub remaining: u64,
+    /// Until fully restored.
+    pub reset_after_ms: u64,
+    /// Until a request of the same cost fits; `None` for never.
+    pub retry_after_ms: Option<u64>,
+}
+
+/// The answer to a check.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct CheckAnswer {
+    /// Whether to go ahead (possibly after `delay_ms`).
+    pub allowed: bool,
+    /// `allow`, `delay` or `deny`.
+    pub verdict: String,
+    /// The status to answer the limited request with.
+    pub status: u16,
+    /// When to try again; `None` for never.
+    pub retry_after_ms: Option<u64>,
+    /// How long to hold the request before going ahead.
+    pub delay_ms: u64,
+    /// The decision's time, for refunding it.
+    pub at: u64,
+    /// Every limit's decision.
+    pub decisions: Vec<DecisionAnswer>,
+    /// Why it was refused (policy checks).
+    #[serde(default)]
+    pub detail: Option<String>,
+}
+
+impl CheckAnswer {
+    /// How long to wait before retrying, when refused and it can ever pass.
+    pub fn retry_after(&self) -> Option<Duration> {
+        (!self.allowed)
+            .then_some(self.retry_after_ms)
+            .flatten()
+            .map(Duration::from_millis)
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct Body<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    policy: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attributes: Option<&'a Attributes>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limits: Option<&'a [InlineLimit]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cost: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    at: Option<u64>,
+}
+
+/// A client for one Tollgate server; cheap to clone, connections are pooled and reused.
+#[derive(Debug, Clone)]
+pub struct TollgateClient {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl TollgateClient {
+    /// A client for the server at `base` (such as `http://127.0.0.1:8080`) with a timeout for
+    /// each call.
+    pub fn new(base: &str, timeout: Duration) -> Result<Self, ClientError> {
+        let url = reqwest::Url::parse(base).map_err(|error| ClientError::Url {
+            url: base.to_owned(),
+            reason: error.to_string(),
+        })?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(ClientError::Url {
+                url: base.to_owned(),
+                reason: "give an http:// or https:// URL".to_owned(),
+            });
+        }
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .tcp_nodelay(true)
+            .build()
+            .map_err(ClientError::Transport)?;
+        Ok(Self {
+            http,
+            base: base.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    async fn post<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &Body<'_>,
+    ) -> Result<Option<T>, ClientError> {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await
+            .map_err(ClientError::Transport)?;
+        let status = response.status();
+        if status == reqwest::StatusCode::NO_CONTENT {
+            return Ok(None);
+        }
+        let text = response.text().await.map_err(ClientError::Transport)?;
+        if !status.is_success() {
+            let detail = serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|problem| problem["detail"].as_str().map(str::to_owned))
+                .unwrap_or(text);
+            return Err(ClientError::Status {
+                status: status.as_u16(),
+                detail,
+            });
+        }
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|error| ClientError::Status {
+                status: status.as_u16(),
+                detail: format!("an answer that is not a check answer: {error}"),
+            })
+    }
+
+    fn answer(found: Option<CheckAnswer>) -> Result<CheckAnswer, ClientError> {
+        found.ok_or(ClientError::Status {
+            status: 204,
+            detail: "no answer to a check".to_owned(),
+        })
+    }
+
+    /// Decides a request under `policy`.
+    pub async fn check_policy(
+        &self,
+        policy: &str,
+        attributes: &Attributes,
+        cost: Option<u64>,
+    ) -> Result<CheckAnswer, ClientError> {
+        let body = Body {
+            policy: Some(policy),
+            attributes: Some(attributes),
+            limits: None,
+            cost,
+            at: None,
+        };
+        Self::answer(self.post("/v1/check", &body).await?)
+    }
+
+    /// Decides a request under every policy its attributes match.
+    pub async fn check_matching(
+        &self,
+        attributes: &Attributes,
+        cost: Option<u64>,
+    ) -> Result<CheckAnswer, ClientError> {
+        let body = Body {
+            policy: None,
+            attributes: Some(attributes),
+            limits: None,
+            cost,
+            at: None,
+        };
+        Self::answer(self.post("/v1/check", &body).await?)
+    }
+
+    /// Decides `limits` all-or-nothing.
+    pub async fn check_limits(
+        &self,
+        limits: &[InlineLimit],
+        cost: Option<u64>,
+    ) -> Result<CheckAnswer, ClientError> {
+        let body = Body {
+            policy: None,
+            attributes: None,
+            limits: Some(limits),
+            cost,
+            at: None,
+        };
+        Self::answer(self.post("/v1/check", &body).await?)
+    }
+
+    /// Gives back what the check answered by `answer` took for `limits`.
+    pub async fn refund_limits(
+        &self,
+        limits: &[InlineLimit],
+        cost: Option<u64>,
+        answer: &CheckAnswer,
+    ) -> Result<(), ClientError> {
+        let body = Body {
+            policy: None,
+            attributes: None,
+            limits: Some(limits),
+            cost,
+            at: Some(answer.at),
+        };
+        self.post::<serde_json::Value>("/v1/refund", &body)
+            .await
+            .map(drop)
+    }
+
+    /// Gives back what the policy check answered by `answer` took.
+    pub async fn refund_policy(
+        &self,
+        policy: &str,
+        attributes: &Attributes,
+        cost: Option<u64>,
+        answer: &CheckAnswer,
+    ) -> Result<(), ClientError> {
+        let body = Body {
+            policy: Some(policy),
+            attributes: Some(attributes),
+            limits: None,
+            cost,
+            at: Some(answer.at),
+        };
+        self.post::<serde_json::Value>("/v1/refund", &body)
+            .await
+            .map(drop)
+    }
+}

@@ -1,0 +1,226 @@
+//! tollgate-client against the real binary: the check API client, and the retry and pacing
+//! layers through `tollgate proxy` in front of a real upstream.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use support::Tollgate;
+use tollgate_client::{
+    ClientError, InlineLimit, Pacer, PacingLayer, RetryLayer, RetryLog, RetryPolicy,
+    TollgateClient, send_with_retry,
+};
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+#[tokio::test]
+async fn the_check_api_client_checks_refunds_and_reports_errors() {
+    let server = Tollgate::serve(&[]);
+    let client = TollgateClient::new(&server.http_url(), Duration::from_secs(5)).expect("a client");
+    let limits = [InlineLimit::new("user:42", "gcra", "2/m")];
+    let first = client.check_limits(&limits, None).await.expect("an answer");
+    assert!(first.allowed);
+    assert_eq!(first.decisions[0].remaining, 1);
+    assert!(
+        client
+            .check_limits(&limits, None)
+            .await
+            .expect("an answer")
+            .allowed
+    );
+    let refused = client.check_limits(&limits, None).await.expect("an answer");
+    assert_eq!(refused.verdict, "deny");
+    let wait = refused.retry_after().expect("a wait");
+    assert!(
+        wait > Duration::from_secs(20) && wait <= Duration::from_secs(30),
+        "{wait:?}"
+    );
+
+    client
+        .refund_limits(&limits, None, &first)
+        .await
+        .expect("refunded");
+    assert!(
+        client
+            .check_limits(&limits, None)
+            .await
+            .expect("an answer")
+            .allowed
+    );
+
+    let attributes = tollgate_client::Attributes {
+        ip: Some("203.0.113.7".into()),
+        ..Default::default()
+    };
+    let login = client
+        .check_policy("login", &attributes, None)
+        .await
+        .expect("an answer");
+    assert_eq!(login.decisions[0].policy.as_deref(), Some("login"));
+    match client.check_policy("nope", &attributes, None).await {
+        Err(ClientError::Status {
+            status: 404,
+            detail,
+        }) => assert!(detail.contains("no policy is named")),
+        other => panic!("expected a 404: {other:?}"),
+    }
+    let nowhere =
+        TollgateClient::new("http://127.0.0.1:1", Duration::from_secs(2)).expect("a client");
+    assert!(matches!(
+        nowhere.check_limits(&limits, None).await,
+        Err(ClientError::Transport(_))
+    ));
+    assert!(matches!(
+        TollgateClient::new("ftp://x", Duration::from_secs(1)),
+        Err(ClientError::Url { .. })
+    ));
+}
+
+const POLICIES: &str = "
+policies:
+  - name: everything
+    key: [global]
+    limits: [{ name: everything, algorithm: gcra, quota: 20/s, burst: 10 }]
+  - name: slow
+    match: { path_prefix: /slow }
+    key: [global]
+    limits: [{ name: slow, algorithm: fixed_window, quota: 1/h }]
+";
+
+async fn upstream() -> SocketAddr {
+    let app = axum::Router::new().fallback(|| async { "ok" });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a free port");
+    let address = listener.local_addr().expect("an address");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    address
+}
+
+fn proxy(upstream: SocketAddr) -> (Tollgate, tempfile::NamedTempFile) {
+    let file = tempfile::NamedTempFile::new().expect("a file");
+    std::fs::write(file.path(), POLICIES).expect("written");
+    let target = format!("http://{upstream}");
+    let proxy = Tollgate::proxy(&[
+        "--config",
+        file.path().to_str().expect("UTF-8"),
+        "--upstream",
+        &target,
+    ]);
+    (proxy, file)
+}
+
+fn hyper_client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+fn get(url: &str) -> http::Request<Full<Bytes>> {
+    http::Request::get(url)
+        .body(Full::new(Bytes::new()))
+        .expect("a request")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_wait_as_advised_and_every_request_gets_through() {
+    let (proxy, _file) = proxy(upstream().await);
+    let url = format!("{}/work", proxy.http_url());
+    let layer = RetryLayer::new(RetryPolicy {
+        max_attempts: 10,
+        ..RetryPolicy::default()
+    });
+    let log = layer.log();
+    let mut client = ServiceBuilder::new().layer(layer).service(hyper_client());
+    for _ in 0..30 {
+        let response = client
+            .ready()
+            .await
+            .expect("ready")
+            .call(get(&url))
+            .await
+            .expect("an answer");
+        assert_eq!(response.status(), 200);
+    }
+    // Ten go at once, then each 429 advises a second (Retry-After rounds 50 ms up), after
+    // which the bucket holds ten again: two refusals at most are what the limit forces.
+    let retries = log.retries();
+    assert!(
+        (1..=2).contains(&retries),
+        "{retries} retries for 30 requests at a burst of 10"
+    );
+    assert_eq!(
+        log.waited(),
+        Duration::from_secs(retries),
+        "each wait is the advised one"
+    );
+    assert_eq!(log.gave_up(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pacing_keeps_a_client_under_the_limit() {
+    let (proxy, _file) = proxy(upstream().await);
+    let url = format!("{}/paced", proxy.http_url());
+    let mut client = ServiceBuilder::new()
+        .layer(PacingLayer::new(Arc::new(Pacer::default())))
+        .service(hyper_client());
+    let mut refused = 0;
+    for _ in 0..25 {
+        let response = client
+            .ready()
+            .await
+            .expect("ready")
+            .call(get(&url))
+            .await
+            .expect("an answer");
+        if response.status() == 429 {
+            refused += 1;
+        }
+    }
+    assert_eq!(
+        refused, 0,
+        "paced by what the responses report, it never meets the limit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reqwest_sends_retry_gets_and_leave_posts_alone() {
+    let (proxy, _file) = proxy(upstream().await);
+    let http = reqwest::Client::new();
+    let policy = RetryPolicy::default();
+    // One an hour on /slow: the second request, a POST, is refused and handed back as it is.
+    let slow = format!("{}/slow", proxy.http_url());
+    assert_eq!(
+        http.get(&slow).send().await.expect("an answer").status(),
+        200
+    );
+    let log = RetryLog::default();
+    let post = send_with_retry(&policy, &log, || http.post(&slow).body("once"))
+        .await
+        .expect("an answer");
+    assert_eq!(post.status(), 429);
+    assert_eq!(
+        (log.retries(), log.gave_up()),
+        (0, 1),
+        "a POST is not retried"
+    );
+
+    // GETs are retried as advised until they pass.
+    let url = format!("{}/r", proxy.http_url());
+    let log = RetryLog::default();
+    for _ in 0..15 {
+        let get = send_with_retry(&policy, &log, || http.get(&url))
+            .await
+            .expect("an answer");
+        assert_eq!(get.status(), 200);
+    }
+    assert!(
+        log.retries() >= 1,
+        "fifteen at a burst of ten meet the limit"
+    );
+    assert_eq!(log.waited(), Duration::from_secs(log.retries()));
+}
