@@ -27,9 +27,8 @@ pub async fn send_with_retry(
             started.elapsed(),
         ) {
             Some(wait) => {
-                log.record_wait(wait);
                 drop(response);
-                tokio::time::sleep(wait).await;
+                log.pause(wait).await;
             }
             None => {
                 log.record_end(response.status());

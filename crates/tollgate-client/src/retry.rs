@@ -114,12 +114,14 @@ impl RetryLog {
         self.gave_up.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn record_wait(&self, wait: Duration) {
+    /// Counts a retry and waits before it.
+    pub(crate) async fn pause(&self, wait: Duration) {
         self.retries.fetch_add(1, Ordering::Relaxed);
         self.waited_micros.fetch_add(
             u64::try_from(wait.as_micros()).unwrap_or(u64::MAX),
             Ordering::Relaxed,
         );
+        tokio::time::sleep(wait).await;
     }
 
     pub(crate) fn record_end(&self, status: StatusCode) {
@@ -209,9 +211,8 @@ where
                 );
                 match wait {
                     Some(wait) => {
-                        log.record_wait(wait);
                         drop(response);
-                        tokio::time::sleep(wait).await;
+                        log.pause(wait).await;
                     }
                     None => {
                         log.record_end(response.status());
