@@ -129,15 +129,7 @@ async fn a_token_guards_the_admin_api_and_an_open_listener_needs_one() {
         .expect("an answer");
     assert_eq!(page.status(), StatusCode::OK);
 
-    let (status, _, stderr) = run(&[
-        "serve",
-        "--http",
-        "127.0.0.1:0",
-        "--grpc",
-        "127.0.0.1:0",
-        "--admin",
-        "0.0.0.0:0",
-    ]);
+    let (status, _, stderr) = run(&support::serve_args(&["--admin", "0.0.0.0:0"]));
     assert!(!status.success());
     assert!(
         stderr.contains("is not a loopback address: give --admin-token"),

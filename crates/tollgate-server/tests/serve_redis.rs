@@ -104,15 +104,7 @@ fn an_unreachable_redis_at_start_up_is_a_clear_error() {
     let redis = RedisServer::start();
     let url = redis.url();
     drop(redis);
-    let (status, _, stderr) = support::run(&[
-        "serve",
-        "--http",
-        "127.0.0.1:0",
-        "--grpc",
-        "127.0.0.1:0",
-        "--redis",
-        &url,
-    ]);
+    let (status, _, stderr) = support::run(&support::serve_args(&["--redis", &url]));
     assert!(!status.success());
     assert!(
         stderr.contains(&format!("cannot connect to redis at {url}")),

@@ -147,6 +147,22 @@ impl<'a> Check<'a> {
         self.items.is_empty()
     }
 
+    /// Validates the check and that `adjustments` holds one adjustment per item, as a
+    /// refund or charge needs.
+    pub fn validate_adjustments(
+        &self,
+        adjustments: &[crate::Adjustment],
+    ) -> Result<(), CheckError> {
+        self.validate()?;
+        if adjustments.len() != self.items.len() {
+            return Err(CheckError::AdjustmentCount {
+                items: self.items.len(),
+                adjustments: adjustments.len(),
+            });
+        }
+        Ok(())
+    }
+
     /// Checks the sizes that come from outside: item count, key length, cost.
     pub fn validate(&self) -> Result<(), CheckError> {
         let sound = |item: &Item<'_>| {

@@ -1,5 +1,7 @@
 //! Invariants every algorithm must keep, over random traces of times and costs.
 
+mod common;
+
 use proptest::prelude::*;
 use tollgate::algorithm::{self, State};
 use tollgate::{Adjustment, Algorithm, LeakyMode, Limit, Micros};
@@ -15,18 +17,7 @@ fn any_limit() -> impl Strategy<Value = Limit> {
     ];
     (0usize..6, 1u64..20, period, 1u64..30, 0u64..30).prop_map(
         |(which, count, period, burst, delay)| {
-            let algorithm = Algorithm::ALL[which];
-            let quota = tollgate::Quota::from_micros(count, period).expect("valid quota");
-            let mut builder = Limit::builder("p", algorithm, quota);
-            if algorithm.is_rate() {
-                builder = builder.burst(burst);
-            }
-            if algorithm == Algorithm::LeakyBucket && delay > 0 {
-                builder = builder.mode(LeakyMode::Queue {
-                    delay_after: delay.min(burst),
-                });
-            }
-            builder.build().expect("valid limit")
+            common::limit_of("p", which, count, period, burst, delay)
         },
     )
 }

@@ -5,7 +5,9 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{Item, cluster, cluster_store, fresh_config, replay_both, workload};
+use common::{
+    Item, cluster, cluster_store, fresh_config, never_over_admits, replay_both, workload,
+};
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use redis::cluster_routing::Slot;
 use tollgate::{Algorithm, Check, Limit, RedisConfig, RedisStore, Store, Verdict};
@@ -155,46 +157,6 @@ async fn nodes_with_their_own_connections_never_over_admit_on_the_cluster() {
                     .unwrap(),
             );
         }
-        let started = std::time::Instant::now();
-        let mut tasks = tokio::task::JoinSet::new();
-        for store in &stores {
-            for _ in 0..12 {
-                let (store, limit) = (store.clone(), Arc::clone(&limit));
-                tasks.spawn(async move {
-                    let mut admitted = 0u64;
-                    for _ in 0..12 {
-                        if store
-                            .check(&Check::one("hot", &limit), None)
-                            .await
-                            .unwrap()
-                            .is_admitted()
-                        {
-                            admitted += 1;
-                        }
-                    }
-                    admitted
-                });
-            }
-        }
-        let mut total = 0;
-        while let Some(admitted) = tasks.join_next().await {
-            total += admitted.unwrap();
-        }
-        let elapsed = started.elapsed().as_micros() as u64;
-        let refill = if algorithm.is_rate() {
-            elapsed.div_ceil(limit.interval())
-        } else {
-            0
-        };
-        let windows = if algorithm == Algorithm::FixedWindow {
-            2
-        } else {
-            1
-        };
-        assert!(
-            total <= windows * 120 + refill,
-            "{algorithm}: {total} admitted"
-        );
-        assert!(total >= 120, "{algorithm}: only {total} admitted");
+        never_over_admits(&stores, limit, 120, 12, 12).await;
     }
 }

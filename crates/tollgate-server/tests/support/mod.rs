@@ -38,20 +38,23 @@ fn address_in(text: &str) -> SocketAddr {
         .unwrap_or_else(|_| panic!("no address in {text:?}"))
 }
 
+/// `tollgate serve` on free loopback ports, then `args`; a listener `args` names keeps the
+/// address given there.
+pub fn serve_args<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    let mut all = vec!["serve"];
+    for flag in ["--http", "--grpc", "--admin"] {
+        if !args.contains(&flag) {
+            all.extend([flag, "127.0.0.1:0"]);
+        }
+    }
+    all.extend_from_slice(args);
+    all
+}
+
 impl Tollgate {
     /// Starts `tollgate serve` on free ports with `args`.
     pub fn serve(args: &[&str]) -> Self {
-        let mut all = vec![
-            "serve",
-            "--http",
-            "127.0.0.1:0",
-            "--grpc",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-        ];
-        all.extend_from_slice(args);
-        Self::start(&all)
+        Self::start(&serve_args(args))
     }
 
     /// Starts `tollgate proxy` on a free port with `args`.

@@ -55,20 +55,33 @@ pub fn any_limit(name: &'static str) -> impl Strategy<Value = Limit> {
     ];
     (0usize..6, 1u64..12, period, 1u64..15, 0u64..15).prop_map(
         move |(which, count, period, burst, delay)| {
-            let algorithm = Algorithm::ALL[which];
-            let quota = tollgate::Quota::from_micros(count, period).expect("valid quota");
-            let mut builder = Limit::builder(name, algorithm, quota);
-            if algorithm.is_rate() {
-                builder = builder.burst(burst);
-            }
-            if algorithm == Algorithm::LeakyBucket && delay > 0 {
-                builder = builder.mode(LeakyMode::Queue {
-                    delay_after: delay.min(burst),
-                });
-            }
-            builder.build().expect("valid limit")
+            limit_of(name, which, count, period, burst, delay)
         },
     )
+}
+
+/// The limit of algorithm number `which` with `count` per `period` microseconds, `burst` for
+/// the rate algorithms, and a queueing leaky bucket when `delay` is not 0.
+pub fn limit_of(
+    name: &'static str,
+    which: usize,
+    count: u64,
+    period: u64,
+    burst: u64,
+    delay: u64,
+) -> Limit {
+    let algorithm = Algorithm::ALL[which];
+    let quota = tollgate::Quota::from_micros(count, period).expect("valid quota");
+    let mut builder = Limit::builder(name, algorithm, quota);
+    if algorithm.is_rate() {
+        builder = builder.burst(burst);
+    }
+    if algorithm == Algorithm::LeakyBucket && delay > 0 {
+        builder = builder.mode(LeakyMode::Queue {
+            delay_after: delay.min(burst),
+        });
+    }
+    builder.build().expect("valid limit")
 }
 
 /// One step of a workload over three limits and three keys.
@@ -177,4 +190,56 @@ pub async fn replay_both(
         }
     }
     Ok(())
+}
+
+/// Hammers one key under `limit` from `tasks_per_store` tasks on each of `stores` (separate
+/// connections, as separate nodes would have), `checks_per_task` checks each, and requires that
+/// no more than the limit allows got through: `quota`, plus what a rate algorithm refilled
+/// meanwhile, plus one more window for a fixed window that crossed its boundary; and no fewer
+/// than `quota`.
+pub async fn never_over_admits(
+    stores: &[RedisStore],
+    limit: std::sync::Arc<Limit>,
+    quota: u64,
+    tasks_per_store: usize,
+    checks_per_task: usize,
+) {
+    let started = std::time::Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for store in stores {
+        for _ in 0..tasks_per_store {
+            let (store, limit) = (store.clone(), std::sync::Arc::clone(&limit));
+            tasks.spawn(async move {
+                let mut admitted = 0u64;
+                for _ in 0..checks_per_task {
+                    let verdict = store.check(&Check::one("hot", &limit), None).await;
+                    if verdict.expect("an answer").is_admitted() {
+                        admitted += 1;
+                    }
+                }
+                admitted
+            });
+        }
+    }
+    let mut total = 0;
+    while let Some(admitted) = tasks.join_next().await {
+        total += admitted.expect("the task ends");
+    }
+    let elapsed = started.elapsed().as_micros() as u64;
+    let algorithm = limit.algorithm();
+    let refill = if algorithm.is_rate() {
+        elapsed.div_ceil(limit.interval())
+    } else {
+        0
+    };
+    let windows = if algorithm == Algorithm::FixedWindow {
+        2
+    } else {
+        1
+    };
+    assert!(
+        total <= windows * quota + refill,
+        "{algorithm}: {total} admitted"
+    );
+    assert!(total >= quota, "{algorithm}: only {total} admitted");
 }

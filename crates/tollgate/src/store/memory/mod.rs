@@ -21,7 +21,7 @@ use smallvec::SmallVec;
 use self::shard::Shard;
 use super::{Store, StoreError};
 use crate::algorithm::{Adjustment, State};
-use crate::check::{Check, CheckError, Item, Verdict};
+use crate::check::{Check, Item, Verdict};
 use crate::clock::{Clock, Micros, SystemClock};
 use crate::decision::Decision;
 use crate::limit::Limit;
@@ -334,14 +334,7 @@ impl MemoryStore {
         adjustments: &[Adjustment],
         now: Micros,
     ) -> Result<(), StoreError> {
-        check.validate()?;
-        if adjustments.len() != check.items().len() {
-            return Err(CheckError::AdjustmentCount {
-                items: check.items().len(),
-                adjustments: adjustments.len(),
-            }
-            .into());
-        }
+        check.validate_adjustments(adjustments)?;
         let mut gathered = self.gather(check.items(), now);
         let mut charged = false;
         for (w, position) in gathered.work.iter_mut().zip(0..) {

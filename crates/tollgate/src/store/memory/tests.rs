@@ -182,54 +182,46 @@ fn limits_with_the_same_name_on_different_keys_are_independent() {
     );
 }
 
-#[test]
-fn a_refund_after_the_window_rolled_over_gives_nothing_back() {
+/// Charges one request at `charged_at`, fills the limit with `fill` at `filled_at`, refunds the
+/// first request at `refunded_at`, and requires that the refund freed nothing still counted.
+fn a_stale_refund_frees_nothing(
+    limit: &Limit,
+    charged_at: Micros,
+    fill: u64,
+    filled_at: Micros,
+    refunded_at: Micros,
+) {
     let store = MemoryStore::new();
-    let window = limit("w", Algorithm::FixedWindow, "2/s");
-    let check = Check::one("k", &window);
-    let charged = store.decide(&check, 900_000).unwrap();
-    // The next window starts full; the refund of a charge from the last one must not add room.
+    let check = Check::one("k", limit);
+    let charged = store.decide(&check, charged_at).unwrap();
     store
-        .decide(&Check::new(2).limit("k", &window), 1_000_000)
+        .decide(&Check::new(fill).limit("k", limit), filled_at)
         .unwrap();
-    store
-        .apply(
-            &check,
-            &[Adjustment::Refund {
-                charged_at: charged.at(),
-            }],
-            1_100_000,
-        )
-        .unwrap();
+    let refund = [Adjustment::Refund {
+        charged_at: charged.at(),
+    }];
+    store.apply(&check, &refund, refunded_at).unwrap();
     assert!(
-        store.decide(&check, 1_200_000).unwrap().is_denied(),
-        "2 of 2 already taken this window"
+        store
+            .decide(&check, refunded_at.max(filled_at))
+            .unwrap()
+            .is_denied(),
+        "{limit:?}: the refund gave back room that was not its own"
     );
 }
 
 #[test]
+fn a_refund_after_the_window_rolled_over_gives_nothing_back() {
+    // The next window starts full; the refund of a charge from the last one must not add room.
+    let window = limit("w", Algorithm::FixedWindow, "2/s");
+    a_stale_refund_frees_nothing(&window, 900_000, 2, 1_000_000, 1_100_000);
+}
+
+#[test]
 fn a_late_refund_gives_back_only_what_has_not_drained() {
-    let store = MemoryStore::new();
-    let bucket = limit("b", Algorithm::LeakyBucket, "10/s");
-    let check = Check::one("k", &bucket);
-    let charged = store.decide(&check, 0).unwrap();
     // 100 ms later that request's water has drained; ten new requests fill the bucket.
-    store
-        .decide(&Check::new(10).limit("k", &bucket), 100_000)
-        .unwrap();
-    store
-        .apply(
-            &check,
-            &[Adjustment::Refund {
-                charged_at: charged.at(),
-            }],
-            100_000,
-        )
-        .unwrap();
-    assert!(
-        store.decide(&check, 100_000).unwrap().is_denied(),
-        "the refund freed nothing that was still counted"
-    );
+    let bucket = limit("b", Algorithm::LeakyBucket, "10/s");
+    a_stale_refund_frees_nothing(&bucket, 0, 10, 100_000, 100_000);
 }
 
 #[test]

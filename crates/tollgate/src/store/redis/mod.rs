@@ -36,7 +36,7 @@ pub use self::keys::{BadPrefix, MAX_PART_BYTES};
 use self::wire::{Part, PartItem, encode_adjustments};
 use super::{Store, StoreError};
 use crate::algorithm::Adjustment;
-use crate::check::{Check, CheckError, Verdict};
+use crate::check::{Check, Verdict};
 use crate::clock::Micros;
 use crate::decision::Decision;
 
@@ -378,14 +378,7 @@ impl Store for RedisStore {
         adjustments: &[Adjustment],
         at: Option<Micros>,
     ) -> Result<(), StoreError> {
-        check.validate()?;
-        if adjustments.len() != check.items().len() {
-            return Err(CheckError::AdjustmentCount {
-                items: check.items().len(),
-                adjustments: adjustments.len(),
-            }
-            .into());
-        }
+        check.validate_adjustments(adjustments)?;
         let (parts, positions) = self.plan(check);
         for (index, (_, part)) in parts.iter().enumerate() {
             let part_adjustments: Vec<Adjustment> = (0..part.items.len())
