@@ -6,7 +6,7 @@
 use std::net::IpAddr;
 
 use libfuzzer_sys::fuzz_target;
-use tollgate::policy::{TrustedProxies, client_ip};
+use tollgate::policy::{ForwardedHeader, TrustedProxies, client_ip};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
@@ -16,8 +16,14 @@ fuzz_target!(|data: &[u8]| {
         "10.0.0.0/8".parse().expect("a network"),
         "2001:db8::/32".parse().expect("a network"),
     ]);
-    let found = client_ip(peer, Some(forwarded), Some(x_forwarded_for), &trusted);
-    if found != peer {
+    for (value, header) in [
+        (forwarded, ForwardedHeader::Forwarded),
+        (x_forwarded_for, ForwardedHeader::XForwardedFor),
+    ] {
+        let found = client_ip(peer, Some(value), header, &trusted);
+        if found == peer {
+            continue;
+        }
         let shown = found.to_string();
         let v4_mapped = format!("::ffff:{shown}");
         assert!(

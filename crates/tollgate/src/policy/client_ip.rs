@@ -1,20 +1,52 @@
 //! The client's address: the socket peer, or, when the peer is a trusted proxy, the rightmost
-//! address in `Forwarded` / `X-Forwarded-For` that is not itself a trusted proxy.
+//! address of the configured forwarding header that is not itself a trusted proxy.
 //!
-//! Only trusted proxies are believed, so a client that writes its own `X-Forwarded-For` gets
-//! no fresh quota: its header is either ignored (it is not a proxy) or sits to the left of the
-//! address the trusted proxy appended, which is the one used. Addresses are grouped by prefix
-//! (IPv6 by /64 by default), because one IPv6 client holds a whole /64.
+//! Only trusted proxies are believed, and only through the one header the operator says they
+//! write ([`ForwardedHeader`]): a client that sends its own `X-Forwarded-For` or `Forwarded`
+//! gets no fresh quota, because its header is either ignored (it is not a proxy, or it is not
+//! the configured header) or sits to the left of the address the trusted proxy appended, which
+//! is the one used. The header is read from its right end, so however many forged entries a
+//! client puts in front, only the hops the trusted proxies added are looked at. Addresses are
+//! grouped by prefix (IPv6 by /64 by default), because one IPv6 client holds a whole /64.
 
 use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-/// How many hops of a forwarding header are looked at, at most.
+/// How many hops of a forwarding header are looked at, at most, counted from the right (the
+/// nearest proxy): more trusted proxies in a row than this are taken as the client.
 pub(crate) const MAX_HOPS: usize = 32;
 
-/// The longest forwarding header value read, in bytes.
-pub(crate) const MAX_HEADER_BYTES: usize = 8 * 1024;
+/// Which forwarding header the trusted proxies write. Only that one is read: a client could
+/// send the other, and no trusted proxy would have cleaned it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2` (nginx, HAProxy, cloud load balancers).
+    #[default]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=client, for=proxy1`.
+    Forwarded,
+}
+
+impl ForwardedHeader {
+    /// Every name, as the policy file spells it.
+    pub const NAMES: &'static str = "x-forwarded-for, forwarded";
+
+    /// The header's name, lower case.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::XForwardedFor => "x-forwarded-for",
+            Self::Forwarded => "forwarded",
+        }
+    }
+
+    /// The header named `name` (case-insensitive).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::XForwardedFor, Self::Forwarded]
+            .into_iter()
+            .find(|header| header.as_str().eq_ignore_ascii_case(name))
+    }
+}
 
 /// Networks of proxies whose forwarding headers are believed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -65,52 +97,56 @@ fn parse_node(text: &str) -> Option<IpAddr> {
     host.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4)
 }
 
-/// The `for=` addresses of a `Forwarded` header, nearest hop last (`None` for a hop whose
-/// `for` is missing, obfuscated or unknown).
-fn forwarded_hops(value: &str) -> Vec<Option<IpAddr>> {
+/// The `for=` address of one `Forwarded` element (`None` when it is missing, obfuscated or
+/// unknown).
+fn forwarded_for(element: &str) -> Option<IpAddr> {
+    element.split(';').find_map(|pair| {
+        let (name, value) = pair.split_once('=')?;
+        name.trim()
+            .eq_ignore_ascii_case("for")
+            .then(|| parse_node(value))
+            .flatten()
+    })
+}
+
+/// The hops of a forwarding header, nearest first, at most [`MAX_HOPS`] of them: the header
+/// is read from its right end, so entries a client wrote in front are never reached before the
+/// ones the proxies appended.
+fn hops_from_nearest(
+    value: &str,
+    header: ForwardedHeader,
+) -> impl Iterator<Item = Option<IpAddr>> + '_ {
     value
-        .split(',')
+        .rsplit(',')
         .take(MAX_HOPS)
-        .map(|element| {
-            element.split(';').find_map(|pair| {
-                let (name, value) = pair.split_once('=')?;
-                name.trim()
-                    .eq_ignore_ascii_case("for")
-                    .then(|| parse_node(value))
-                    .flatten()
-            })
+        .map(move |entry| match header {
+            ForwardedHeader::XForwardedFor => parse_node(entry),
+            ForwardedHeader::Forwarded => forwarded_for(entry),
         })
-        .collect()
 }
 
-fn x_forwarded_for_hops(value: &str) -> Vec<Option<IpAddr>> {
-    value.split(',').take(MAX_HOPS).map(parse_node).collect()
-}
-
-/// The client's address. `forwarded` and `x_forwarded_for` are the header values (several
-/// header lines joined with `,`); `Forwarded` is preferred when both are present.
+/// The client's address. `value` is the configured forwarding header's value (several header
+/// lines joined with `,`).
 ///
 /// Walking from the nearest hop, trusted proxies are skipped; the first address that is not
 /// trusted is the client. A hop that cannot be read stops the walk at the last trusted proxy,
 /// which is then taken as the client: a proxy that mangles the header gets one shared quota,
-/// never a client-chosen one.
+/// never a client-chosen one. So does a chain of more than [`MAX_HOPS`] trusted proxies.
 pub fn client_ip(
     peer: IpAddr,
-    forwarded: Option<&str>,
-    x_forwarded_for: Option<&str>,
+    value: Option<&str>,
+    header: ForwardedHeader,
     trusted: &TrustedProxies,
 ) -> IpAddr {
     let peer = canonical(peer);
     if !trusted.contains(peer) {
         return peer;
     }
-    let hops = match (forwarded, x_forwarded_for) {
-        (Some(value), _) if value.len() <= MAX_HEADER_BYTES => forwarded_hops(value),
-        (_, Some(value)) if value.len() <= MAX_HEADER_BYTES => x_forwarded_for_hops(value),
-        _ => return peer,
+    let Some(value) = value else {
+        return peer;
     };
     let mut client = peer;
-    for hop in hops.iter().rev() {
+    for hop in hops_from_nearest(value, header) {
         match hop.map(canonical) {
             Some(address) if trusted.contains(address) => client = address,
             Some(address) => return address,
@@ -144,6 +180,8 @@ pub fn group_key(address: IpAddr, ipv4_prefix: u8, ipv6_prefix: u8) -> String {
 mod tests {
     use super::*;
 
+    const XFF: ForwardedHeader = ForwardedHeader::XForwardedFor;
+
     fn ip(text: &str) -> IpAddr {
         text.parse().unwrap()
     }
@@ -157,7 +195,7 @@ mod tests {
 
     #[test]
     fn an_untrusted_peer_is_the_client_whatever_it_claims() {
-        let client = client_ip(ip("198.51.100.9"), None, Some("1.2.3.4"), &trusted());
+        let client = client_ip(ip("198.51.100.9"), Some("1.2.3.4"), XFF, &trusted());
         assert_eq!(client, ip("198.51.100.9"));
     }
 
@@ -166,8 +204,33 @@ mod tests {
         // The client forged "1.2.3.4"; the first proxy appended the real 203.0.113.7.
         let header = "1.2.3.4, 203.0.113.7, 10.1.1.1";
         assert_eq!(
-            client_ip(ip("10.2.2.2"), None, Some(header), &trusted()),
+            client_ip(ip("10.2.2.2"), Some(header), XFF, &trusted()),
             ip("203.0.113.7")
+        );
+    }
+
+    #[test]
+    fn forged_entries_in_front_of_the_proxys_cannot_choose_the_client() {
+        // More forged hops than are ever read, then the address the trusted proxy appended.
+        for forged in [MAX_HOPS - 1, MAX_HOPS, MAX_HOPS + 1, 5 * MAX_HOPS] {
+            let mut header: Vec<String> = (0..forged).map(|n| format!("198.51.100.{n}")).collect();
+            header.push("203.0.113.7".to_owned());
+            let client = client_ip(ip("10.2.2.2"), Some(&header.join(", ")), XFF, &trusted());
+            assert_eq!(client, ip("203.0.113.7"), "{forged} forged hops");
+        }
+    }
+
+    #[test]
+    fn a_long_chain_of_trusted_proxies_is_one_shared_client() {
+        // The client's own address sits past the hops that are read: the farthest trusted
+        // proxy read stands for it, never an address of the client's choosing.
+        let header = format!(
+            "198.51.100.1, {}",
+            vec!["10.9.9.9"; MAX_HOPS + 3].join(", ")
+        );
+        assert_eq!(
+            client_ip(ip("10.2.2.2"), Some(&header), XFF, &trusted()),
+            ip("10.9.9.9")
         );
     }
 
@@ -175,7 +238,12 @@ mod tests {
     fn forwarded_is_read_with_ports_brackets_and_quotes() {
         let header = r#"for=1.2.3.4, for="[2001:db8:cafe::17]:4711";proto=https, for=10.0.0.5"#;
         assert_eq!(
-            client_ip(ip("10.0.0.1"), Some(header), Some("9.9.9.9"), &trusted()),
+            client_ip(
+                ip("10.0.0.1"),
+                Some(header),
+                ForwardedHeader::Forwarded,
+                &trusted()
+            ),
             ip("2001:db8:cafe::17")
         );
         assert_eq!(parse_node("192.0.2.43:47011"), Some(ip("192.0.2.43")));
@@ -186,19 +254,32 @@ mod tests {
     fn an_unreadable_hop_stops_at_the_last_trusted_proxy() {
         let header = "203.0.113.7, _hidden, 10.3.3.3";
         assert_eq!(
-            client_ip(ip("10.2.2.2"), None, Some(header), &trusted()),
+            client_ip(ip("10.2.2.2"), Some(header), XFF, &trusted()),
             ip("10.3.3.3")
         );
         assert_eq!(
-            client_ip(ip("10.2.2.2"), None, Some("10.4.4.4"), &trusted()),
+            client_ip(ip("10.2.2.2"), Some("10.4.4.4"), XFF, &trusted()),
             ip("10.4.4.4")
         );
     }
 
     #[test]
     fn mapped_addresses_are_their_ipv4_selves() {
-        let client = client_ip(ip("::ffff:10.0.0.1"), None, Some("203.0.113.7"), &trusted());
+        let client = client_ip(ip("::ffff:10.0.0.1"), Some("203.0.113.7"), XFF, &trusted());
         assert_eq!(client, ip("203.0.113.7"));
+    }
+
+    #[test]
+    fn header_names_are_read_case_insensitively() {
+        assert_eq!(
+            ForwardedHeader::from_name("X-Forwarded-For"),
+            Some(ForwardedHeader::XForwardedFor)
+        );
+        assert_eq!(
+            ForwardedHeader::from_name("forwarded"),
+            Some(ForwardedHeader::Forwarded)
+        );
+        assert_eq!(ForwardedHeader::from_name("x-real-ip"), None);
     }
 
     #[test]
@@ -213,11 +294,11 @@ mod tests {
     }
 
     #[test]
-    fn oversized_headers_are_not_read() {
-        let huge = "1.2.3.4,".repeat(2_000);
+    fn a_huge_header_is_read_from_its_end() {
+        let huge = "1.2.3.4,".repeat(2_000) + "203.0.113.7";
         assert_eq!(
-            client_ip(ip("10.0.0.1"), None, Some(&huge), &trusted()),
-            ip("10.0.0.1")
+            client_ip(ip("10.0.0.1"), Some(&huge), XFF, &trusted()),
+            ip("203.0.113.7")
         );
     }
 }

@@ -17,7 +17,7 @@ mod parse;
 mod plan;
 mod request;
 
-pub use client_ip::{TrustedProxies, client_ip, group, group_key};
+pub use client_ip::{ForwardedHeader, TrustedProxies, client_ip, group, group_key};
 pub use compile::{Policies, PolicyLimit, QuotaUnit};
 pub use evaluation::{Action, Applied, DecidedBy, Evaluation, Refusal};
 pub use model::{

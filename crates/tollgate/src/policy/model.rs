@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
+use super::client_ip::ForwardedHeader;
 use crate::algorithm::{Algorithm, LeakyMode};
 use crate::config::Origin;
 use crate::quota::Quota;
@@ -111,8 +112,11 @@ pub struct Config {
     pub store: StoreConfig,
     /// Options of a Redis store.
     pub redis: RedisOptions,
-    /// Proxies whose `X-Forwarded-For` and `Forwarded` headers are believed.
+    /// Proxies whose forwarding header is believed.
     pub trusted_proxies: Vec<IpNet>,
+    /// The forwarding header the trusted proxies write; the other is never read. Default
+    /// `X-Forwarded-For`.
+    pub forwarded_header: ForwardedHeader,
     /// IPv4 clients are grouped by this prefix length. Default 32 (each address alone).
     pub ipv4_prefix: u8,
     /// IPv6 clients are grouped by this prefix length. Default 64.
@@ -141,6 +145,7 @@ impl Default for Config {
             store: StoreConfig::Memory,
             redis: RedisOptions::default(),
             trusted_proxies: Vec::new(),
+            forwarded_header: ForwardedHeader::default(),
             ipv4_prefix: 32,
             ipv6_prefix: 64,
             identity_headers: IdentityHeaders::default(),

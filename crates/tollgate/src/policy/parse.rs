@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
+use super::client_ip::ForwardedHeader;
 use super::model::{
     ConcurrencyConfig, Config, CostConfig, FailureMode, HeaderFamily, IdempotencyConfig,
     IdentityHeaders, KeyPart, LimitConfig, ListEntry, MatchConfig, PenaltyConfig, PolicyConfig,
@@ -25,6 +26,7 @@ const TOP_FIELDS: &[&str] = &[
     "store",
     "redis",
     "trusted_proxies",
+    "forwarded_header",
     "ipv4_prefix",
     "ipv6_prefix",
     "identity_headers",
@@ -107,6 +109,9 @@ fn read_config(root: Node<'_, '_>) -> Config {
             .iter()
             .filter_map(|n| read_network(*n, "trusted_proxies"))
             .collect();
+    }
+    if let Some(node) = map.get("forwarded_header") {
+        config.forwarded_header = read_forwarded_header(node);
     }
     if let Some(node) = map.get("ipv4_prefix") {
         config.ipv4_prefix = node.number("ipv4_prefix", 1..=32).map_or(32, |n| n as u8);
@@ -295,6 +300,19 @@ fn read_identity_headers(node: Node<'_, '_>) -> IdentityHeaders {
     headers.api_key = name("api_key");
     map.deny_unknown("identity_headers", &["user", "tenant", "plan", "api_key"]);
     headers
+}
+
+fn read_forwarded_header(node: Node<'_, '_>) -> ForwardedHeader {
+    let Some(name) = node.text("forwarded_header") else {
+        return ForwardedHeader::default();
+    };
+    ForwardedHeader::from_name(&name).unwrap_or_else(|| {
+        node.error(format!(
+            "forwarded_header: unknown header {name:?} (expected one of: {})",
+            ForwardedHeader::NAMES
+        ));
+        ForwardedHeader::default()
+    })
 }
 
 fn read_header_families(node: Node<'_, '_>) -> Vec<HeaderFamily> {

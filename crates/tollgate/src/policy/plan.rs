@@ -137,10 +137,11 @@ impl Policies {
 
     fn plan_selected(&self, named: Option<usize>, request: &Request<'_>) -> Plan {
         let client = request.peer.map(|peer| {
+            let header = self.config.forwarded_header;
             client_ip(
                 peer,
-                request.headers.joined("forwarded").as_deref(),
-                request.headers.joined("x-forwarded-for").as_deref(),
+                request.headers.joined(header.as_str()).as_deref(),
+                header,
                 &self.trusted,
             )
         });

@@ -73,6 +73,51 @@ fn a_client_cannot_spoof_its_address() {
 }
 
 #[test]
+fn a_client_sent_forwarded_header_does_not_beat_the_proxys_x_forwarded_for() {
+    let policies = policies();
+    // The trusted proxy appends to X-Forwarded-For; the client adds a Forwarded of its own.
+    let spoofed = headers(&[
+        ("forwarded", "for=1.2.3.4"),
+        ("x-forwarded-for", "203.0.113.7"),
+    ]);
+    let plan = policies.plan(&request("POST", "/login", "10.0.0.5", &spoofed));
+    assert_eq!(plan.enforced[0].key, "route:/login|ip:203.0.113.7");
+}
+
+#[test]
+fn a_proxy_that_writes_forwarded_is_read_by_forwarded_only() {
+    let config = CONFIG.replacen(
+        "trusted_proxies: [10.0.0.0/8]",
+        "trusted_proxies: [10.0.0.0/8]\nforwarded_header: Forwarded",
+        1,
+    );
+    let policies = Policies::from_yaml("test.yaml", &config).expect("valid config");
+    let spoofed = headers(&[
+        ("forwarded", "for=1.2.3.4, for=203.0.113.7"),
+        ("x-forwarded-for", "9.9.9.9"),
+    ]);
+    let plan = policies.plan(&request("POST", "/login", "10.0.0.5", &spoofed));
+    assert_eq!(plan.enforced[0].key, "route:/login|ip:203.0.113.7");
+    let error = Policies::from_yaml("test.yaml", "forwarded_header: x-real-ip\n").unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("test.yaml:1:19: forwarded_header: unknown header \"x-real-ip\""),
+        "{error}"
+    );
+}
+
+#[test]
+fn forged_x_forwarded_for_hops_in_front_cannot_choose_the_key() {
+    let policies = policies();
+    let forged: Vec<String> = (0..40).map(|n| format!("198.18.0.{n}")).collect();
+    let header = format!("{}, 203.0.113.7", forged.join(", "));
+    let proxied = headers(&[("x-forwarded-for", &header)]);
+    let plan = policies.plan(&request("POST", "/login", "10.0.0.5", &proxied));
+    assert_eq!(plan.enforced[0].key, "route:/login|ip:203.0.113.7");
+}
+
+#[test]
 fn ipv6_clients_in_one_slash_64_share_a_key() {
     let policies = policies();
     let none = headers(&[]);
