@@ -78,6 +78,25 @@ pub enum CheckError {
         /// The item's limit.
         limit: String,
     },
+    /// Two items on one key name limits of the same name that differ in algorithm, quota,
+    /// burst or mode: one name stands for one limit, so such a check is a mistake.
+    #[error(
+        "items {first} and {second} (key {key:?}): two different limits are both named {limit:?} ({first_limit} and {second_limit}); give them different names"
+    )]
+    ConflictingLimits {
+        /// Position of the first item.
+        first: usize,
+        /// Position of the second item.
+        second: usize,
+        /// The key (cut to 64 bytes).
+        key: String,
+        /// The name both limits carry.
+        limit: String,
+        /// The first limit, as written.
+        first_limit: String,
+        /// The second limit, as written.
+        second_limit: String,
+    },
     /// A key above [`MAX_KEY_BYTES`].
     #[error(
         "item {index} (limit {limit:?}): the key is {len} bytes long, the maximum is {MAX_KEY_BYTES}"
@@ -163,15 +182,37 @@ impl<'a> Check<'a> {
         Ok(())
     }
 
-    /// Checks the sizes that come from outside: item count, key length, cost.
+    /// Checks the sizes that come from outside (item count, key length, cost), and that one
+    /// name on one key stands for one limit.
     pub fn validate(&self) -> Result<(), CheckError> {
         let sound = |item: &Item<'_>| {
             !item.key.is_empty() && item.key.len() <= MAX_KEY_BYTES && item.cost <= MAX_COST
         };
         if self.items.len() <= MAX_ITEMS && self.items.iter().all(sound) {
-            return Ok(());
+            return self.names_are_unambiguous();
         }
         self.explain()
+    }
+
+    fn names_are_unambiguous(&self) -> Result<(), CheckError> {
+        for (second, later) in self.items.iter().enumerate().skip(1) {
+            for (first, earlier) in self.items[..second].iter().enumerate() {
+                if earlier.limit.name() == later.limit.name()
+                    && earlier.limit.state_id() != later.limit.state_id()
+                    && earlier.key == later.key
+                {
+                    return Err(CheckError::ConflictingLimits {
+                        first,
+                        second,
+                        key: later.key.chars().take(64).collect(),
+                        limit: later.limit.name().to_owned(),
+                        first_limit: earlier.limit.to_string(),
+                        second_limit: later.limit.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Finds the first problem `validate` saw and says what and where.
@@ -456,6 +497,43 @@ mod tests {
         assert_eq!(
             many.validate(),
             Err(CheckError::TooManyItems(MAX_ITEMS + 1))
+        );
+    }
+
+    #[test]
+    fn two_different_limits_of_one_name_on_one_key_are_refused() {
+        let gcra = Limit::new("hourly", crate::Algorithm::Gcra, "1/h".parse().unwrap()).unwrap();
+        let window = Limit::new(
+            "hourly",
+            crate::Algorithm::FixedWindow,
+            "1/h".parse().unwrap(),
+        )
+        .unwrap();
+        let error = Check::new(1)
+            .limit("user:1", &gcra)
+            .limit("user:1", &window)
+            .validate()
+            .unwrap_err();
+        assert!(
+            error.to_string().contains(
+                "items 0 and 1 (key \"user:1\"): two different limits are both named \"hourly\""
+            ),
+            "{error}"
+        );
+        // The same limit twice is one limit at the summed cost; other keys are other states.
+        assert!(
+            Check::new(1)
+                .limit("user:1", &gcra)
+                .limit("user:1", &gcra)
+                .validate()
+                .is_ok()
+        );
+        assert!(
+            Check::new(1)
+                .limit("user:1", &gcra)
+                .limit("user:2", &window)
+                .validate()
+                .is_ok()
         );
     }
 }

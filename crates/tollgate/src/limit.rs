@@ -22,7 +22,8 @@ const MAX_TOLERANCE_MICROS: Micros = 1 << 50;
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Limit {
     name: Arc<str>,
-    name_id: u64,
+    state_name: Arc<str>,
+    state_id: u64,
     algorithm: Algorithm,
     quota: Quota,
     burst: u64,
@@ -144,10 +145,19 @@ impl Limit {
         &self.name
     }
 
-    /// A 64-bit digest of the name, computed once, so that stores can tell limits apart without
-    /// hashing the name on every check.
-    pub fn name_id(&self) -> u64 {
-        self.name_id
+    /// The name the limit's state is kept under: its name and its shape (an algorithm letter,
+    /// the quota, a burst or queue that differ from the defaults), as in `per-user|g10/s:b20`. Two limits of one name but another
+    /// shape never read or reset each other's state: a state kept by one algorithm means
+    /// something else to another, and a client that could switch between them would start
+    /// afresh each time. The shape holds no `|`, so the text after the last `|` is the shape.
+    pub fn state_name(&self) -> &str {
+        &self.state_name
+    }
+
+    /// A 64-bit digest of [`state_name`](Self::state_name), computed once, so that stores can
+    /// tell limits apart without hashing it on every check.
+    pub fn state_id(&self) -> u64 {
+        self.state_id
     }
 
     /// The algorithm.
@@ -252,13 +262,60 @@ impl fmt::Display for Limit {
     }
 }
 
-/// A fixed (unkeyed) hash of a limit's name. Names come from configuration, not from clients,
-/// and stores mix the digest into a keyed hash with the client-supplied key.
-fn name_id(name: &str) -> u64 {
+/// A fixed (unkeyed) hash of a limit's state name. Stores mix the digest into a keyed hash
+/// with the client-supplied key.
+fn state_id(state_name: &str) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    name.hash(&mut hasher);
+    state_name.hash(&mut hasher);
     hasher.finish()
+}
+
+/// The parts of a limit that give it its identity in a store.
+struct Shape {
+    name: Arc<str>,
+    algorithm: Algorithm,
+    quota: Quota,
+    burst: u64,
+    mode: LeakyMode,
+    interval: Micros,
+    lease: u64,
+}
+
+impl Shape {
+    /// The limit, named for its state by its name and shape.
+    fn into_limit(self) -> Result<Limit, LimitError> {
+        use std::fmt::Write as _;
+        // Short, because it is part of every Redis key: an algorithm letter, then the quota
+        // as written canonically, then what differs from the defaults.
+        let code = match self.algorithm {
+            Algorithm::FixedWindow => 'f',
+            Algorithm::SlidingLog => 'l',
+            Algorithm::SlidingWindow => 'w',
+            Algorithm::TokenBucket => 't',
+            Algorithm::LeakyBucket => 'b',
+            Algorithm::Gcra => 'g',
+        };
+        let mut state_name = format!("{}|{code}{}", self.name, self.quota);
+        if self.algorithm.is_rate() && self.burst != self.quota.count() {
+            let _ = write!(state_name, ":b{}", self.burst);
+        }
+        if let LeakyMode::Queue { delay_after } = self.mode {
+            let _ = write!(state_name, ":q{delay_after}");
+        }
+        Limit {
+            state_id: state_id(&state_name),
+            state_name: state_name.into(),
+            name: self.name,
+            algorithm: self.algorithm,
+            quota: self.quota,
+            burst: self.burst,
+            mode: self.mode,
+            interval: self.interval,
+            lease: self.lease,
+        }
+        .with_valid_lease()
+    }
 }
 
 /// Builds a [`Limit`] with a burst or a leaky-bucket mode.
@@ -323,8 +380,7 @@ impl LimitBuilder {
             if algorithm == Algorithm::SlidingLog && quota.count() > MAX_SLIDING_LOG_COUNT {
                 return Err(LimitError::LogTooLarge { name: owned_name() });
             }
-            return Limit {
-                name_id: name_id(&name),
+            return Shape {
                 name,
                 algorithm,
                 quota,
@@ -333,7 +389,7 @@ impl LimitBuilder {
                 interval: 0,
                 lease,
             }
-            .with_valid_lease();
+            .into_limit();
         }
         if quota.count() == 0 {
             return Err(LimitError::ZeroRate {
@@ -366,8 +422,7 @@ impl LimitBuilder {
                 delay_after,
             });
         }
-        Limit {
-            name_id: name_id(&name),
+        Shape {
             name,
             algorithm,
             quota,
@@ -376,13 +431,49 @@ impl LimitBuilder {
             interval,
             lease,
         }
-        .with_valid_lease()
+        .into_limit()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limits_of_one_name_but_another_shape_keep_their_state_apart() {
+        let shapes = [
+            Limit::new("l", Algorithm::Gcra, quota("10/s")),
+            Limit::builder("l", Algorithm::Gcra, quota("10/s"))
+                .burst(20)
+                .build(),
+            Limit::new("l", Algorithm::Gcra, quota("10/2s")),
+            Limit::new("l", Algorithm::Gcra, quota("20/2s")),
+            Limit::new("l", Algorithm::TokenBucket, quota("10/s")),
+            Limit::new("l", Algorithm::FixedWindow, quota("10/s")),
+            Limit::new("l", Algorithm::SlidingLog, quota("10/s")),
+            Limit::new("l", Algorithm::SlidingWindow, quota("10/s")),
+            Limit::new("l", Algorithm::LeakyBucket, quota("10/s")),
+            Limit::builder("l", Algorithm::LeakyBucket, quota("10/s"))
+                .mode(LeakyMode::Queue { delay_after: 2 })
+                .build(),
+            Limit::new("l|g10/s", Algorithm::Gcra, quota("10/s")),
+        ];
+        let mut names = std::collections::HashSet::new();
+        let mut ids = std::collections::HashSet::new();
+        for limit in shapes {
+            let limit = limit.expect("valid");
+            assert!(names.insert(limit.state_name().to_owned()), "{limit:?}");
+            assert!(ids.insert(limit.state_id()), "{limit:?}");
+        }
+        let burst = Limit::builder("per-user", Algorithm::Gcra, quota("10/s")).burst(20);
+        assert_eq!(burst.build().unwrap().state_name(), "per-user|g10/s:b20");
+        // A lease changes how a limit is spent, not what its state means.
+        let leased = Limit::builder("l", Algorithm::Gcra, quota("10/s"))
+            .lease(2)
+            .build();
+        let plain = Limit::new("l", Algorithm::Gcra, quota("10/s")).unwrap();
+        assert_eq!(leased.unwrap().state_id(), plain.state_id());
+    }
 
     #[test]
     fn a_divided_limit_keeps_its_name_period_and_kind() {

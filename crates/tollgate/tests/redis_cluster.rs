@@ -13,7 +13,9 @@ use redis::cluster_routing::Slot;
 use tollgate::{Algorithm, Check, Limit, RedisConfig, RedisStore, Store, Verdict};
 
 fn slot(store: &RedisStore, key: &str, limit: &str) -> Slot {
-    Slot::for_key(store.key_of(key, limit).as_bytes())
+    let limit =
+        Limit::new(limit, Algorithm::Gcra, "1/s".parse().expect("a quota")).expect("a limit");
+    Slot::for_key(store.key_of(key, &limit).as_bytes())
 }
 
 /// Checks within one slot must match the memory store exactly; cross-slot checks must match in

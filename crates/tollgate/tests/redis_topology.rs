@@ -86,7 +86,7 @@ async fn a_killed_master_is_replaced_by_its_replica_and_checks_resume() {
     admit(&store, &check, 10).await;
     // Let the replica catch up, so the failover keeps the count.
     cluster.wait_until_formed();
-    let slot = slot_of(&cluster, &store.key_of("tenant:acme", "hourly"));
+    let slot = slot_of(&cluster, &store.key_of("tenant:acme", &limit));
     let port = cluster.master_of(slot).port();
     let master = cluster
         .nodes_mut()
@@ -124,7 +124,7 @@ async fn checks_follow_a_slot_moved_to_another_master() {
     let limit = hourly(Algorithm::SlidingLog);
     let check = Check::one("user:7", &limit);
     admit(&store, &check, 5).await;
-    let key = store.key_of("user:7", "hourly");
+    let key = store.key_of("user:7", &limit);
     let slot = slot_of(&cluster, &key);
     let source = cluster.master_of(slot);
     let target = cluster

@@ -195,7 +195,7 @@ impl MemoryStore {
     /// (the SplitMix64 finaliser), so that one key under two limits never shares a slot and a
     /// key is hashed once however many limits it is checked against.
     fn slot_of(key_hash: u64, limit: &Limit) -> u64 {
-        let mut z = key_hash ^ limit.name_id();
+        let mut z = key_hash ^ limit.state_id();
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)

@@ -1,4 +1,5 @@
-//! Redis key names: `<prefix>{<key>}:<limit>`.
+//! Redis key names: `<prefix>{<key>}:<limit state name>` (the limit's name and shape, see
+//! [`Limit::state_name`](crate::Limit::state_name)).
 //!
 //! The user-supplied key is the hash tag, so every limit of one identity lives in one cluster
 //! slot and a check on it stays one atomic script call. Key parts are escaped so that no input

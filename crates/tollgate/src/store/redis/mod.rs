@@ -39,6 +39,7 @@ use crate::algorithm::Adjustment;
 use crate::check::{Check, Verdict};
 use crate::clock::Micros;
 use crate::decision::Decision;
+use crate::limit::Limit;
 
 /// The Lua source of the check script, for tooling that runs it directly (`redis-benchmark`,
 /// `redis-cli --eval`). ARGV: the time or `''`, the number of checks, then per check its item
@@ -189,9 +190,9 @@ impl RedisStore {
         &self.shared.config
     }
 
-    /// The Redis key that holds `key`'s state under the limit named `limit`.
-    pub fn key_of(&self, key: &str, limit: &str) -> String {
-        keys::state_key(&self.shared.config.prefix, key, limit)
+    /// The Redis key that holds `key`'s state under `limit`.
+    pub fn key_of(&self, key: &str, limit: &Limit) -> String {
+        keys::state_key(&self.shared.config.prefix, key, limit.state_name())
     }
 
     /// Splits a check into parts that can each be one atomic call: one part on a single Redis,
@@ -203,7 +204,7 @@ impl RedisStore {
         let mut parts: Vec<(Option<Slot>, Part)> = Vec::new();
         let mut positions = SmallVec::new();
         for item in check.items() {
-            let name = self.key_of(&item.key, item.limit.name());
+            let name = self.key_of(&item.key, item.limit);
             let slot = cluster.then(|| Slot::for_key(name.as_bytes()));
             let part_index = match parts.iter().position(|(s, _)| *s == slot) {
                 Some(index) => index,
@@ -400,7 +401,7 @@ impl Store for RedisStore {
         let timeout = self.shared.config.timeout;
         // One DEL a key: on a cluster the keys of a check may live in different slots.
         for item in check.items() {
-            let key = self.key_of(&item.key, item.limit.name());
+            let key = self.key_of(&item.key, item.limit);
             let mut connection = self.shared.connection.clone();
             let command = redis::cmd("DEL").arg(&key).to_owned();
             match tokio::time::timeout(timeout, command.query_async::<i64>(&mut connection)).await {
