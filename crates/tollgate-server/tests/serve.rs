@@ -222,6 +222,12 @@ async fn every_error_is_a_problem_detail_with_a_4xx_status() {
         ),
         (
             "/v1/check",
+            r#"{"limits": [{"key": "a", "algorithm": "fixed_window", "quota": "0/h"}]}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "a quota of 0 admits nothing, ever",
+        ),
+        (
+            "/v1/check",
             r#"{"limits": [{"key": "a", "algorithm": "bucket", "quota": "1/s"}]}"#.into(),
             StatusCode::UNPROCESSABLE_ENTITY,
             "bucket",

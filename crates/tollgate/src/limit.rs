@@ -36,11 +36,11 @@ pub struct Limit {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LimitError {
-    /// A rate algorithm was given a quota of zero.
+    /// A quota of zero, which would admit nothing, ever.
     #[error(
-        "limit {name:?}: {algorithm} needs a quota count of at least 1 (a rate of zero never refills)"
+        "limit {name:?}: {algorithm} needs a quota count of at least 1 (a quota of 0 admits nothing, ever; to refuse a client, put it on the deny list)"
     )]
-    ZeroRate {
+    ZeroQuota {
         /// The limit's name.
         name: String,
         /// Its algorithm.
@@ -364,6 +364,12 @@ impl LimitBuilder {
         if name.is_empty() {
             return Err(LimitError::EmptyName);
         }
+        if quota.count() == 0 {
+            return Err(LimitError::ZeroQuota {
+                name: owned_name(),
+                algorithm,
+            });
+        }
         if mode.is_some() && algorithm != Algorithm::LeakyBucket {
             return Err(LimitError::ModeNotApplicable {
                 name: owned_name(),
@@ -390,12 +396,6 @@ impl LimitBuilder {
                 lease,
             }
             .into_limit();
-        }
-        if quota.count() == 0 {
-            return Err(LimitError::ZeroRate {
-                name: owned_name(),
-                algorithm,
-            });
         }
         let burst = burst.unwrap_or(quota.count());
         if burst == 0 {
@@ -505,8 +505,8 @@ mod tests {
         assert_eq!(limit.capacity(), 3);
         assert_eq!(limit.interval(), 333_334);
         assert_eq!(limit.burst(), Some(3));
-        let window = Limit::new("w", Algorithm::FixedWindow, quota("0/m")).unwrap();
-        assert_eq!((window.capacity(), window.burst()), (0, None));
+        let window = Limit::new("w", Algorithm::FixedWindow, quota("5/m")).unwrap();
+        assert_eq!((window.capacity(), window.burst()), (5, None));
     }
 
     #[test]
@@ -515,6 +515,18 @@ mod tests {
             (
                 Limit::builder("a", Algorithm::TokenBucket, quota("0/s")),
                 "at least 1",
+            ),
+            (
+                Limit::builder("a", Algorithm::FixedWindow, quota("0/s")),
+                "a quota of 0 admits nothing, ever",
+            ),
+            (
+                Limit::builder("a", Algorithm::SlidingLog, quota("0/h")),
+                "a quota of 0 admits nothing, ever",
+            ),
+            (
+                Limit::builder("a", Algorithm::SlidingWindow, quota("0/m")),
+                "a quota of 0 admits nothing, ever",
             ),
             (
                 Limit::builder("a", Algorithm::Gcra, quota("1/s")).burst(0),

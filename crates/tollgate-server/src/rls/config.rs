@@ -24,7 +24,7 @@ use tollgate::config::ConfigErrors;
 use tollgate::{Algorithm, Limit, Quota};
 
 use super::proto::service::rate_limit_response::rate_limit::Unit;
-use super::tree::{Node, Rule};
+use super::tree::{Enforcement, Node, Rule};
 
 /// The most configuration files read from a directory.
 pub const MAX_FILES: usize = 1_000;
@@ -159,10 +159,14 @@ pub(crate) struct RuleLimit {
 }
 
 impl RuleLimit {
-    /// The Tollgate limit that enforces it, named after the rule so its state is its own.
-    pub(crate) fn build(&self, state_name: String) -> Result<Option<Limit>, String> {
+    /// What enforces it: a Tollgate limit named after the rule so its state is its own, or no
+    /// limit at all for an unlimited rule and for one of zero requests, which blocks.
+    pub(crate) fn build(&self, state_name: String) -> Result<Enforcement, String> {
         if self.unlimited {
-            return Ok(None);
+            return Ok(Enforcement::Unlimited);
+        }
+        if self.requests_per_unit == 0 {
+            return Ok(Enforcement::Blocked);
         }
         let quota = Quota::new(u64::from(self.requests_per_unit), self.period)
             .map_err(|e| e.to_string())?;
@@ -176,10 +180,10 @@ impl RuleLimit {
                 .split_once(": ")
                 .map_or(message.clone(), |(_, rest)| rest.to_owned())
         })?;
-        Ok(Some(limit))
+        Ok(Enforcement::Limit(limit))
     }
 
-    pub(crate) fn into_rule(self, limit: Option<Limit>, shadow: bool) -> Arc<Rule> {
+    pub(crate) fn into_rule(self, enforcement: Enforcement, shadow: bool) -> Arc<Rule> {
         Arc::new(Rule {
             requests_per_unit: self.requests_per_unit,
             unit: self.unit,
@@ -187,7 +191,7 @@ impl RuleLimit {
             replaces: self.replaces,
             shadow,
             classic: self.algorithm == Algorithm::FixedWindow,
-            limit,
+            enforcement,
         })
     }
 }

@@ -14,7 +14,7 @@ use super::proto::common::RateLimitDescriptor;
 use super::proto::core::HeaderValue;
 use super::proto::service::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use super::proto::service::{RateLimitRequest, RateLimitResponse};
-use super::tree::{self, Rule};
+use super::tree::{self, Enforcement, Rule};
 use super::unit;
 
 /// The most entries one descriptor may hold.
@@ -144,8 +144,14 @@ impl Rls {
                 limit.requests_per_unit,
                 unit.as_str_name()
             );
-            let built = Limit::new(name, tollgate::Algorithm::FixedWindow, quota)
-                .map_err(|e| RlsError::InvalidArgument(e.to_string()))?;
+            let enforcement = if limit.requests_per_unit == 0 {
+                Enforcement::Blocked
+            } else {
+                Enforcement::Limit(
+                    Limit::new(name, tollgate::Algorithm::FixedWindow, quota)
+                        .map_err(|e| RlsError::InvalidArgument(e.to_string()))?,
+                )
+            };
             let rule = Rule {
                 requests_per_unit: limit.requests_per_unit,
                 unit,
@@ -153,7 +159,7 @@ impl Rls {
                 replaces: Vec::new(),
                 shadow: false,
                 classic: true,
-                limit: Some(built),
+                enforcement,
             };
             return Ok(Some((Arc::new(rule), vec![None; descriptor.entries.len()])));
         }
@@ -259,11 +265,31 @@ impl Rls {
             return Ok(ok);
         };
         let rule = &pending.rule;
-        let Some(limit) = &rule.limit else {
-            return Ok(DescriptorStatus {
-                limit_remaining: u32::MAX,
-                ..ok
-            });
+        let limit = match &rule.enforcement {
+            Enforcement::Limit(limit) => limit,
+            Enforcement::Unlimited => {
+                return Ok(DescriptorStatus {
+                    limit_remaining: u32::MAX,
+                    ..ok
+                });
+            }
+            Enforcement::Blocked => {
+                let code = if rule.shadow {
+                    Code::Ok
+                } else {
+                    Code::OverLimit
+                };
+                return Ok(DescriptorStatus {
+                    code: code as i32,
+                    current_limit: Some(RateLimit {
+                        name: rule.name.clone().unwrap_or_default(),
+                        requests_per_unit: 0,
+                        unit: rule.unit as i32,
+                    }),
+                    limit_remaining: 0,
+                    ..ok
+                });
+            }
         };
         let check = Check::new(pending.addend).limit(pending.key.as_str(), limit);
         let store = self.limiter.store();

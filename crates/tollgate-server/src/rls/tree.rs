@@ -19,8 +19,19 @@ pub(crate) struct Rule {
     /// The classic fixed window, which also counts requests over the limit (as
     /// envoyproxy/ratelimit does); other algorithms count only what they admit.
     pub(crate) classic: bool,
-    /// `None` for an unlimited rule.
-    pub(crate) limit: Option<Limit>,
+    /// What the rule does with a hit.
+    pub(crate) enforcement: Enforcement,
+}
+
+/// What a rule does with a hit.
+#[derive(Debug)]
+pub(crate) enum Enforcement {
+    /// `unlimited: true`: every hit is under the limit.
+    Unlimited,
+    /// `requests_per_unit: 0`: every hit is over the limit, as envoyproxy/ratelimit answers.
+    Blocked,
+    /// Counted against this limit.
+    Limit(Limit),
 }
 
 /// A wildcard value, split at its `*`s: it matches a value that starts with the first part,
