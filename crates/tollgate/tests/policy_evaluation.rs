@@ -1,17 +1,29 @@
 //! Evaluating requests against policies on the memory store, without HTTP.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tollgate::policy::Action;
-use tollgate::{Limiter, ManualClock, MemoryStore, Policies, Request};
+use tollgate::{Evaluation, Limiter, ManualClock, MemoryStore, Policies, Request};
 
 fn limiter(config: &str) -> Limiter {
-    let clock = ManualClock::new(1_700_000_000_000_000);
+    limiter_on(config, ManualClock::new(1_700_000_000_000_000))
+}
+
+fn limiter_on(config: &str, clock: ManualClock) -> Limiter {
     let store = MemoryStore::builder().clock(Arc::new(clock)).build();
     Limiter::with_policies(
         store,
         Policies::from_yaml("test.yaml", config).expect("valid config"),
     )
+}
+
+/// The Retry-After of a refusal; panics on anything else.
+fn refused_for(evaluation: &Evaluation) -> Duration {
+    match &evaluation.action {
+        Action::Refuse(refusal) => refusal.retry_after.expect("a time to come back"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
 }
 
 fn request(peer: &str) -> Request<'_> {
@@ -82,5 +94,72 @@ policies:
             .await
             .unwrap()
             .is_admitted()
+    );
+}
+
+/// Requests refused by a running block used to count as violations: three knocks during a 2 s
+/// block jumped straight to the 60 s level.
+#[tokio::test]
+async fn knocking_on_a_running_block_does_not_escalate_it() {
+    let clock = ManualClock::new(1_700_000_000_000_000);
+    let limiter = limiter_on(
+        r#"
+policies:
+  - name: api
+    limits: [{ name: rate, algorithm: gcra, quota: 1/s }]
+    penalty: { after: 1, block: [2s, 5s, 20s, 60s] }
+"#,
+        clock.clone(),
+    );
+    let client = || request("203.0.113.7");
+    assert!(limiter.evaluate(&client()).await.unwrap().is_admitted());
+    // The violation earns the first block, and its refusal says to come back when it ends.
+    let violation = limiter.evaluate(&client()).await.unwrap();
+    assert_eq!(refused_for(&violation), Duration::from_secs(2));
+    for _ in 0..3 {
+        clock.advance(Duration::from_millis(500));
+        let knock = limiter.evaluate(&client()).await.unwrap();
+        assert!(refused_for(&knock) <= Duration::from_millis(1_500));
+    }
+    clock.advance(Duration::from_millis(500));
+    assert!(
+        limiter.evaluate(&client()).await.unwrap().is_admitted(),
+        "the block is over when it said"
+    );
+    // The next violation climbs one level, not past the ones skipped.
+    let next = limiter.evaluate(&client()).await.unwrap();
+    assert_eq!(refused_for(&next), Duration::from_secs(5));
+}
+
+/// A block shorter than the limit's own wait used to send a client back too early, into a
+/// limit that still refused it.
+#[tokio::test]
+async fn a_block_never_tells_a_client_to_return_before_its_limit_admits() {
+    let clock = ManualClock::new(1_700_000_000_000_000);
+    let limiter = limiter_on(
+        r#"
+policies:
+  - name: login
+    limits: [{ name: per-10s, algorithm: sliding_log, quota: 1/10s }]
+    penalty: { after: 1, block: [2s, 1m] }
+"#,
+        clock.clone(),
+    );
+    let client = || request("203.0.113.7");
+    assert!(limiter.evaluate(&client()).await.unwrap().is_admitted());
+    let violation = limiter.evaluate(&client()).await.unwrap();
+    assert_eq!(refused_for(&violation), Duration::from_secs(10));
+    clock.advance(Duration::from_secs(1));
+    let boxed = limiter.evaluate(&client()).await.unwrap();
+    let wait = refused_for(&boxed);
+    assert_eq!(
+        wait,
+        Duration::from_secs(9),
+        "the limit's wait, not the block's 1 s"
+    );
+    clock.advance(wait);
+    assert!(
+        limiter.evaluate(&client()).await.unwrap().is_admitted(),
+        "a client that obeys is admitted, not punished"
     );
 }

@@ -196,10 +196,19 @@ impl<S: Store> Limiter<S> {
         self.note_denials(&policies, &plan.enforced, &verdict);
         // A denial from the over-limit cache is the same denial again: it is not another
         // violation, and it costs no store call.
+        // Nor is a request refused by a running block: only what the limits themselves refuse
+        // counts, or a client would climb the levels by knocking on a block it already serves.
         if source == Source::Cache {
             evaluation.decided_by = DecidedBy::Cache;
-        } else if !evaluation.violated.is_empty() {
-            self.punish(&policies, &plan.enforced, &verdict).await?;
+        } else if !evaluation.violated.is_empty()
+            && denied(&plan.enforced, &verdict, Role::PenaltyBox)
+                .next()
+                .is_none()
+            && let Some(block) = self.punish(&policies, &plan.enforced, &verdict).await?
+            && let Action::Refuse(refusal) = &mut evaluation.action
+        {
+            // The block this refusal earned starts now: a client that waits as told finds it over.
+            refusal.retry_after = refusal.retry_after.map(|wait| wait.max(block));
         }
         Ok(evaluation)
     }
@@ -308,10 +317,16 @@ impl<S: Store> Limiter<S> {
             .collect();
         evaluation.action = if let Some((item, decision)) = boxed {
             evaluation.violated = vec![Arc::clone(&policies.policies[item.policy].name)];
+            // Never sooner than the limits would admit: a client that obeys a block must not
+            // come back to a limit that still refuses, and be punished for it.
+            let limits_wait = refusals
+                .iter()
+                .filter_map(|(_, decision)| decision.retry_after())
+                .max();
             Action::Refuse(Refusal {
                 status: 429,
                 kind: ProblemKind::AbnormalUsage,
-                retry_after: decision.retry_after(),
+                retry_after: decision.retry_after().max(limits_wait),
                 detail: format!(
                     "blocked by policy {:?} after repeated violations",
                     &*policies.policies[item.policy].name

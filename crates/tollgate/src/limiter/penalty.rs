@@ -8,6 +8,8 @@
 //! - *strikes* is a sliding log of one entry per block over the decay period: how many blocks
 //!   there were lately picks the next block's length, and a quiet period lets it fall back.
 
+use std::time::Duration;
+
 use super::Limiter;
 use crate::algorithm::Adjustment;
 use crate::check::{Check, Verdict};
@@ -17,13 +19,14 @@ use crate::store::Store;
 
 impl<S: Store> Limiter<S> {
     /// Counts a violation for every policy whose own limits denied, and blocks the keys that
-    /// have now earned it.
+    /// have now earned it. Returns the longest block placed, if any.
     pub(super) async fn punish(
         &self,
         policies: &Policies,
         items: &[Planned],
         verdict: &Verdict,
-    ) -> Result<(), Error> {
+    ) -> Result<Option<Duration>, Error> {
+        let mut longest: Option<Duration> = None;
         let mut punished: Vec<(usize, &str)> = Vec::new();
         for (item, decision) in items.iter().zip(verdict.decisions()) {
             if item.role != Role::Limit
@@ -33,14 +36,18 @@ impl<S: Store> Limiter<S> {
                 continue;
             }
             punished.push((item.policy, &item.key));
-            if let Some(penalty) = &policies.policies[item.policy].penalty {
-                self.escalate(penalty, &item.key).await?;
+            if let Some(penalty) = &policies.policies[item.policy].penalty
+                && let Some(block) = self.escalate(penalty, &item.key).await?
+            {
+                longest = longest.max(Some(block));
             }
         }
-        Ok(())
+        Ok(longest)
     }
 
-    async fn escalate(&self, penalty: &Penalty, key: &str) -> Result<(), Error> {
+    /// Counts one violation of `key`; blocks it, and returns for how long, when that violation
+    /// completes a level.
+    async fn escalate(&self, penalty: &Penalty, key: &str) -> Result<Option<Duration>, Error> {
         let store = &self.inner.store;
         let strikes = store
             .check(&Check::new(0).limit(key, &penalty.strikes), None)
@@ -57,12 +64,13 @@ impl<S: Store> Limiter<S> {
             .first()
             .is_some_and(|d| d.allowed() && d.remaining() == 0);
         if !reached {
-            return Ok(());
+            return Ok(None);
         }
         let level = usize::try_from(used)
             .unwrap_or(usize::MAX)
             .min(penalty.blocks.len() - 1);
-        let block_ms = u64::try_from(penalty.blocks[level].as_millis()).unwrap_or(u64::MAX);
+        let block = penalty.blocks[level];
+        let block_ms = u64::try_from(block.as_millis()).unwrap_or(u64::MAX);
         let units = penalty.block_box.capacity().saturating_add(block_ms);
         store
             .adjust(
@@ -78,6 +86,6 @@ impl<S: Store> Limiter<S> {
                 None,
             )
             .await?;
-        Ok(())
+        Ok(Some(block))
     }
 }
