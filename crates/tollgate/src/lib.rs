@@ -54,6 +54,7 @@ mod limiter;
 pub mod metrics;
 pub mod policy;
 mod quota;
+pub mod secret;
 pub mod store;
 pub mod top_keys;
 

@@ -213,7 +213,9 @@ impl<S: Store> Limiter<S> {
         Ok(evaluation)
     }
 
-    /// Logs each refusing limit and counts its key among the most refused.
+    /// Counts each refusing limit's key among the most refused, and logs the refusal when the
+    /// denial log's sampling lets it: the first of a key and limit in each period, with how many
+    /// went unlogged since, within a global budget of lines.
     fn note_denials(&self, policies: &Policies, items: &[Planned], verdict: &Verdict) {
         if verdict.is_admitted() {
             return;
@@ -223,6 +225,13 @@ impl<S: Store> Limiter<S> {
                 continue;
             }
             self.inner.denied_keys.record(&item.key);
+            let Some(unlogged) =
+                self.inner
+                    .denial_log
+                    .admit(&item.key, item.limit.state_name(), verdict.at())
+            else {
+                continue;
+            };
             tracing::info!(
                 target: "tollgate::denial",
                 policy = &*policies.policies[item.policy].name,
@@ -231,6 +240,7 @@ impl<S: Store> Limiter<S> {
                 remaining = decision.remaining(),
                 retry_after_ms = decision.retry_after_micros().map(|micros| micros.div_ceil(1_000)),
                 key = %self.key_for_logs(&item.key),
+                unlogged_since_last = unlogged,
                 "refused"
             );
         }

@@ -2,6 +2,7 @@
 
 mod admin;
 mod breaker;
+mod denial_log;
 mod deny_cache;
 mod evaluate;
 mod lease;
@@ -19,11 +20,13 @@ use crate::error::Error;
 use crate::limit::Limit;
 use crate::metrics::Metrics;
 use crate::policy::Policies;
+use crate::secret::Secret;
 use crate::store::{MemoryStore, Store, StoreError};
 use crate::top_keys::{TopKey, TopKeys};
 
 pub use breaker::BreakerConfig;
 use breaker::{Breaker, Call};
+use denial_log::DenialLog;
 use deny_cache::DenyCache;
 use lease::{Leases, Unspent};
 
@@ -46,6 +49,9 @@ struct Inner<S> {
     denied_keys: TopKeys,
     hot_routes: TopKeys,
     key_logging: std::sync::atomic::AtomicU8,
+    /// Keys the hashed key logging with, so that pseudonyms cannot be guessed back.
+    key_log_secret: std::sync::RwLock<Secret>,
+    denial_log: DenialLog,
     policies: ArcSwapOption<Policies>,
 }
 
@@ -54,8 +60,10 @@ struct Inner<S> {
 pub enum KeyLogging {
     /// As they are.
     Plain,
-    /// As the first 16 hex digits of their SHA-256: the same key always looks the same, but
-    /// is not shown (a pseudonym: short keys such as addresses can be guessed back).
+    /// As the first 16 hex digits of their HMAC-SHA-256 under a secret (random per process
+    /// unless set with `Limiter::set_key_log_secret`): the same key always looks the same in
+    /// one process's logs, and without the secret no key can be found from its pseudonym, not
+    /// even by hashing every IPv4 address.
     #[default]
     Hashed,
     /// Not at all.
@@ -104,6 +112,8 @@ impl<S: Store> Limiter<S> {
                 denied_keys: TopKeys::new(TOP_CAPACITY),
                 hot_routes: TopKeys::new(TOP_CAPACITY),
                 key_logging: std::sync::atomic::AtomicU8::new(KeyLogging::Hashed as u8),
+                key_log_secret: std::sync::RwLock::new(Secret::random()),
+                denial_log: DenialLog::new(),
                 policies: ArcSwapOption::empty(),
             }),
         }
@@ -181,6 +191,16 @@ impl<S: Store> Limiter<S> {
             .store(logging as u8, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Sets the secret hashed key logging uses, so that several processes given the same secret
+    /// show a key under the same pseudonym (by default each process has a random one).
+    pub fn set_key_log_secret(&self, secret: Secret) {
+        *self
+            .inner
+            .key_log_secret
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = secret;
+    }
+
     fn key_for_logs(&self, key: &str) -> String {
         match self
             .inner
@@ -189,11 +209,12 @@ impl<S: Store> Limiter<S> {
         {
             x if x == KeyLogging::Plain as u8 => key.to_owned(),
             x if x == KeyLogging::Omitted as u8 => String::new(),
-            _ => {
-                use sha2::Digest;
-                let digest = sha2::Sha256::digest(key.as_bytes());
-                digest[..8].iter().map(|b| format!("{b:02x}")).collect()
-            }
+            _ => self
+                .inner
+                .key_log_secret
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .digest_hex(&[b"log key", key.as_bytes()], 8),
         }
     }
 
