@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// What went wrong calling the check API.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// The base URL is not a URL.
     #[error("invalid Tollgate URL {url:?}: {reason}")]
@@ -19,6 +20,9 @@ pub enum ClientError {
     /// The server could not be reached, or did not answer within the timeout.
     #[error("cannot reach Tollgate: {0}")]
     Transport(#[source] reqwest::Error),
+    /// A refund of a check that took nothing: a denied check has no charge to give back.
+    #[error("nothing to refund: the check took nothing (its answer carries no charge)")]
+    NothingToRefund,
     /// The server refused the request (a 4xx or 5xx with a problem detail).
     #[error("Tollgate answered {status}: {detail}")]
     Status {
@@ -128,8 +132,11 @@ pub struct CheckAnswer {
     pub retry_after_ms: Option<u64>,
     /// How long to hold the request before going ahead.
     pub delay_ms: u64,
-    /// The decision's time, for refunding it.
+    /// The decision's time.
     pub at: u64,
+    /// The token a refund of this check names; only when the check took something.
+    #[serde(default)]
+    pub charge: Option<String>,
     /// Every limit's decision.
     pub decisions: Vec<DecisionAnswer>,
     /// Why it was refused (policy checks).
@@ -158,7 +165,7 @@ struct Body<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     cost: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    at: Option<u64>,
+    charge: Option<&'a str>,
 }
 
 /// A client for one Tollgate server; cheap to clone, connections are pooled and reused.
@@ -248,7 +255,7 @@ impl TollgateClient {
             attributes: Some(attributes),
             limits: None,
             cost,
-            at: None,
+            charge: None,
         };
         Self::answer(self.post("/v1/check", &body).await?)
     }
@@ -264,7 +271,7 @@ impl TollgateClient {
             attributes: Some(attributes),
             limits: None,
             cost,
-            at: None,
+            charge: None,
         };
         Self::answer(self.post("/v1/check", &body).await?)
     }
@@ -280,12 +287,13 @@ impl TollgateClient {
             attributes: None,
             limits: Some(limits),
             cost,
-            at: None,
+            charge: None,
         };
         Self::answer(self.post("/v1/check", &body).await?)
     }
 
-    /// Gives back what the check answered by `answer` took for `limits`.
+    /// Gives back what the check answered by `answer` took for `limits`, once: `limits` and
+    /// `cost` must be those of the check.
     pub async fn refund_limits(
         &self,
         limits: &[InlineLimit],
@@ -297,14 +305,20 @@ impl TollgateClient {
             attributes: None,
             limits: Some(limits),
             cost,
-            at: Some(answer.at),
+            charge: Some(
+                answer
+                    .charge
+                    .as_deref()
+                    .ok_or(ClientError::NothingToRefund)?,
+            ),
         };
         self.post::<serde_json::Value>("/v1/refund", &body)
             .await
             .map(drop)
     }
 
-    /// Gives back what the policy check answered by `answer` took.
+    /// Gives back what the policy check answered by `answer` took, once: `attributes` and
+    /// `cost` must be those of the check.
     pub async fn refund_policy(
         &self,
         policy: &str,
@@ -317,7 +331,12 @@ impl TollgateClient {
             attributes: Some(attributes),
             limits: None,
             cost,
-            at: Some(answer.at),
+            charge: Some(
+                answer
+                    .charge
+                    .as_deref()
+                    .ok_or(ClientError::NothingToRefund)?,
+            ),
         };
         self.post::<serde_json::Value>("/v1/refund", &body)
             .await

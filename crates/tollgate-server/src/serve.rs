@@ -47,6 +47,8 @@ pub struct ServeArgs {
     pub(crate) connections: ConnectionLimits,
     #[command(flatten)]
     pub(crate) admin: AdminArgs,
+    #[command(flatten)]
+    pub(crate) refunds: crate::api::RefundArgs,
     /// Reload only on SIGHUP, not when the configuration files change.
     #[arg(long, env = "TOLLGATE_NO_WATCH")]
     pub no_watch: bool,
@@ -81,6 +83,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         args.rls_response_headers,
     ));
     args.admin.validate()?;
+    let charges = Arc::new(args.refunds.charges()?);
     let (http, http_address) = listen(args.http, "HTTP").await?;
     let (admin, admin_address) = listen(args.admin.admin, "the admin API").await?;
     let (grpc, grpc_address) = listen(args.grpc, "gRPC").await?;
@@ -119,6 +122,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     let app = router(AppState {
         limiter: limiter.clone(),
         rls: Arc::clone(&rls),
+        charges,
     });
     let admin_app = crate::admin::router(
         AdminState {

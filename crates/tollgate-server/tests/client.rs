@@ -46,6 +46,14 @@ async fn the_check_api_client_checks_refunds_and_reports_errors() {
         .refund_limits(&limits, None, &first)
         .await
         .expect("refunded");
+    assert!(matches!(
+        client.refund_limits(&limits, None, &first).await,
+        Err(ClientError::Status { status: 409, .. })
+    ));
+    assert!(matches!(
+        client.refund_limits(&limits, None, &refused).await,
+        Err(ClientError::NothingToRefund)
+    ));
     assert!(
         client
             .check_limits(&limits, None)

@@ -151,10 +151,11 @@ async fn refunds_give_back_what_a_check_took() {
     let body = json!({"limits": [{"key": "job:1", "algorithm": "fixed_window", "quota": "1/h"}]});
     let (_, _, first) = post(&check, &body).await;
     assert_eq!(first["allowed"], true);
+    assert!(first["charge"].is_string(), "{first}");
     assert_eq!(post(&check, &body).await.2["allowed"], false);
 
     let mut give_back = body.clone();
-    give_back["at"] = first["at"].clone();
+    give_back["charge"] = first["charge"].clone();
     let (status, _, _) = post(&refund, &give_back).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert_eq!(
@@ -166,22 +167,93 @@ async fn refunds_give_back_what_a_check_took() {
     let policy = json!({"policy": "login", "attributes": {"ip": "198.51.100.1"}});
     let mut taken = Vec::new();
     for _ in 0..5 {
-        taken.push(post(&check, &policy).await.2["at"].clone());
+        taken.push(post(&check, &policy).await.2["charge"].clone());
     }
     assert_eq!(post(&check, &policy).await.2["allowed"], false);
     let mut give_back = policy.clone();
-    give_back["at"] = taken[4].clone();
+    give_back["charge"] = taken[4].clone();
     assert_eq!(post(&refund, &give_back).await.0, StatusCode::NO_CONTENT);
     assert_eq!(post(&check, &policy).await.2["allowed"], true);
+}
 
+/// Refunds used to take any time and any check: three refunds of one denied GCRA 2/h check
+/// bought two extra admissions, and so did repeating one refund.
+#[tokio::test]
+async fn only_an_admitted_charge_is_refunded_and_only_once() {
+    let server = Tollgate::serve(&[]);
+    let check = format!("{}/v1/check", server.http_url());
+    let refund = format!("{}/v1/refund", server.http_url());
+    let body = json!({"limits": [{"key": "job:2", "algorithm": "gcra", "quota": "2/h"}]});
+    let mut charges = Vec::new();
+    for _ in 0..2 {
+        let (_, _, answer) = post(&check, &body).await;
+        assert_eq!(answer["allowed"], true);
+        charges.push(answer["charge"].clone());
+    }
+    let (_, _, denied) = post(&check, &body).await;
+    assert_eq!(denied["allowed"], false);
+    assert!(
+        denied.get("charge").is_none(),
+        "a denial took nothing: {denied}"
+    );
+
+    // A denial cannot be refunded: it has no charge, and `at` is no longer a way in.
+    let mut by_time = body.clone();
+    by_time["at"] = denied["at"].clone();
+    let (status, _, problem) = post(&refund, &by_time).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("at: a refund names the charge")
+    );
     let (status, _, problem) = post(&refund, &body).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(
         problem["detail"]
             .as_str()
-            .expect("a detail")
-            .starts_with("at: required")
+            .unwrap()
+            .starts_with("charge: required")
     );
+
+    // A charge fits only the check it was issued for, and not a forged one.
+    let mut elsewhere = json!({"limits": [{"key": "job:3", "algorithm": "gcra", "quota": "2/h"}]});
+    elsewhere["charge"] = charges[0].clone();
+    let (status, _, problem) = post(&refund, &elsewhere).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("charge: does not match")
+    );
+    let mut forged = body.clone();
+    forged["charge"] = json!(format!("c1.{}", "0".repeat(48)));
+    assert_eq!(
+        post(&refund, &forged).await.0,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+
+    // One refund of a charge, however often it is sent.
+    let mut give_back = body.clone();
+    give_back["charge"] = charges[1].clone();
+    assert_eq!(post(&refund, &give_back).await.0, StatusCode::NO_CONTENT);
+    for _ in 0..3 {
+        let (status, _, problem) = post(&refund, &give_back).await;
+        assert_eq!(status, StatusCode::CONFLICT);
+        assert!(
+            problem["detail"]
+                .as_str()
+                .unwrap()
+                .contains("already refunded")
+        );
+    }
+    let mut admitted = 0;
+    for _ in 0..3 {
+        admitted += usize::from(post(&check, &body).await.2["allowed"] == true);
+    }
+    assert_eq!(admitted, 1, "one refund gives back one unit, once");
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! `POST /v1/check` and `POST /v1/refund`: decide (or give back) a check for a named policy,
-//! for every policy matching some attributes, or for limits given inline.
+//! for every policy matching some attributes, or for limits given inline. An admitted check's
+//! answer carries a charge token; a refund names it (see [`super::charge`]).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -9,7 +10,7 @@ use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use tollgate::headers::LimitView;
-use tollgate::policy::{Action, HeaderFamily, QuotaUnit, Scope};
+use tollgate::policy::{Action, DecidedBy, HeaderFamily, QuotaUnit, Scope};
 use tollgate::{
     Algorithm, Check, Decision, Evaluation, LeakyMode, Limit, MAX_ITEMS, Micros, Quota, Request,
     Verdict,
@@ -24,7 +25,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const MAX_HEADERS: usize = 64;
 
 /// What the caller knows about the request being limited.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Attributes {
     ip: Option<String>,
@@ -42,7 +43,7 @@ pub(crate) struct Attributes {
 }
 
 /// A limit given in the request itself.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct InlineLimit {
     key: String,
@@ -55,7 +56,7 @@ pub(crate) struct InlineLimit {
     cost: Option<u64>,
 }
 
-/// The body of `/v1/check` (and, with `at`, of `/v1/refund`).
+/// The body of `/v1/check` (and, with the `charge` of its answer, of `/v1/refund`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckRequest {
@@ -64,7 +65,19 @@ pub struct CheckRequest {
     attributes: Attributes,
     limits: Option<Vec<InlineLimit>>,
     cost: Option<u64>,
+    /// Refunds only: the charge token of the admitted check.
+    charge: Option<String>,
+    /// Refused with a message that points at `charge`, which replaced it.
     at: Option<Micros>,
+}
+
+/// What a check asks, and nothing else: the bytes a charge token binds.
+#[derive(Serialize)]
+struct Canonical<'a> {
+    policy: &'a Option<String>,
+    attributes: &'a Attributes,
+    limits: &'a Option<Vec<InlineLimit>>,
+    cost: &'a Option<u64>,
 }
 
 impl CheckRequest {
@@ -78,6 +91,17 @@ impl CheckRequest {
             ));
         }
         Ok(request)
+    }
+
+    /// The body as a charge token binds it: the same check always reads the same.
+    fn canonical(&self) -> Vec<u8> {
+        serde_json::to_vec(&Canonical {
+            policy: &self.policy,
+            attributes: &self.attributes,
+            limits: &self.limits,
+            cost: &self.cost,
+        })
+        .unwrap_or_default()
     }
 
     /// The named policy, else every policy the attributes match.
@@ -238,6 +262,9 @@ pub(crate) struct CheckAnswer<'a> {
     retry_after_ms: Option<u64>,
     delay_ms: u64,
     at: Micros,
+    /// The token a refund of this check names; only when the check took something.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    charge: Option<String>,
     binding: Option<usize>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     policies: Option<PolicyView<'a>>,
@@ -310,6 +337,7 @@ fn verdict_answer<'a>(
         retry_after_ms: retry.map(millis),
         delay_ms: millis(delay),
         at: verdict.at(),
+        charge: None,
         binding: verdict.binding_index(),
         policies: None,
         decisions,
@@ -345,6 +373,7 @@ pub(crate) fn evaluation_answer(evaluation: &Evaluation) -> CheckAnswer<'_> {
         retry_after_ms: retry.map(millis),
         delay_ms: millis(delay),
         at: evaluation.at,
+        charge: None,
         binding: evaluation.binding,
         policies: Some(PolicyView {
             detail,
@@ -364,9 +393,9 @@ pub(crate) async fn check(
     body: axum::body::Body,
 ) -> Result<Response, ApiError> {
     let request = CheckRequest::read(body).await?;
-    if request.at.is_some() {
+    if request.at.is_some() || request.charge.is_some() {
         return Err(ApiError::invalid(
-            "at: only /v1/refund takes the time of the check to refund",
+            "at, charge: only /v1/refund names a charge to give back",
         ));
     }
     let cost = request.cost.unwrap_or(1);
@@ -396,10 +425,11 @@ pub(crate) async fn check(
                 tollgate::headers::retry_after_seconds(retry).to_string(),
             ));
         }
-        return Ok(with_fields(
-            &verdict_answer(&verdict, &limits, specs),
-            fields,
-        ));
+        let mut answer = verdict_answer(&verdict, &limits, specs);
+        if verdict.is_admitted() {
+            answer.charge = Some(state.charges.issue(verdict.at(), &request.canonical()));
+        }
+        return Ok(with_fields(&answer, fields));
     }
     let headers = header_list(&request.attributes)?;
     let attributes = request_of(&request.attributes, &headers)?;
@@ -408,18 +438,39 @@ pub(crate) async fn check(
         .evaluate_in(request.scope(), &attributes, request.cost)
         .await?;
     let fields = evaluation.header_fields(&families(&state));
-    Ok(with_fields(&evaluation_answer(&evaluation), fields))
+    let mut answer = evaluation_answer(&evaluation);
+    // Only what the store charged can be given back to it: not a fail-open pass, not a
+    // decision of the local fallback, not a request that took nothing.
+    if evaluation.is_admitted()
+        && evaluation.decided_by == DecidedBy::Store
+        && evaluation.took_from_limits()
+    {
+        answer.charge = Some(state.charges.issue(evaluation.at, &request.canonical()));
+    }
+    Ok(with_fields(&answer, fields))
 }
 
-/// `POST /v1/refund`: gives back what a check admitted at `at` (its response's `at`) took.
+/// `POST /v1/refund`: gives back what an admitted check took, once: the body is the check's
+/// own, with the `charge` of its answer.
 pub(crate) async fn refund(
     State(state): State<AppState>,
     body: axum::body::Body,
 ) -> Result<Response, ApiError> {
     let request = CheckRequest::read(body).await?;
-    let at = request.at.ok_or_else(|| {
-        ApiError::invalid("at: required: the `at` of the check response to refund")
+    if request.at.is_some() {
+        return Err(ApiError::invalid(
+            "at: a refund names the charge it undoes: send the `charge` of the admitted check's answer instead",
+        ));
+    }
+    let token = request.charge.as_deref().ok_or_else(|| {
+        ApiError::invalid(
+            "charge: required: the `charge` of the admitted check's answer (a denied check took nothing and has none)",
+        )
     })?;
+    let at = state
+        .charges
+        .redeem(&state.limiter, token, &request.canonical())
+        .await?;
     let cost = request.cost.unwrap_or(1);
     if let Some(specs) = &request.limits {
         let limits = build_limits(specs)?;

@@ -1,5 +1,6 @@
 //! The HTTP API: the check API, Envoy's `/json`, health, and the OpenAPI document.
 
+mod charge;
 pub(crate) mod check;
 mod envoy_json;
 mod health;
@@ -12,6 +13,8 @@ use axum::http::header;
 use axum::routing::{get, post};
 use tollgate::{AnyStore, Limiter};
 
+pub(crate) use charge::Charges;
+pub use charge::RefundArgs;
 pub use check::{CheckRequest, MAX_BODY_BYTES, MAX_HEADERS};
 pub use problem::ApiError;
 
@@ -24,6 +27,8 @@ pub struct AppState {
     pub limiter: Limiter<AnyStore>,
     /// Envoy's rate limit service, on the same store.
     pub rls: Arc<Rls>,
+    /// Issues and redeems the charge tokens refunds name.
+    pub(crate) charges: Arc<Charges>,
 }
 
 const OPENAPI: &str = include_str!("openapi.json");

@@ -30,6 +30,14 @@ impl ApiError {
         }
     }
 
+    /// A 409: the request conflicts with what already happened (a charge refunded before).
+    pub fn conflict(detail: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::CONFLICT,
+            detail: detail.into(),
+        }
+    }
+
     /// A 404: a named thing does not exist.
     pub fn not_found(detail: impl Into<String>) -> Self {
         Self {

@@ -182,6 +182,13 @@ impl Evaluation {
         ))
     }
 
+    /// Whether the request took anything from its limits, which a refund could give back.
+    pub fn took_from_limits(&self) -> bool {
+        self.charges
+            .iter()
+            .any(|charge| matches!(charge.role, Role::Limit | Role::Idempotency))
+    }
+
     /// Whether a response with `status` gives the request's cost back.
     pub fn refunds_on(&self, status: u16) -> bool {
         self.charges.iter().any(|charge| {
