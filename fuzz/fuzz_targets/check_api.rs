@@ -4,12 +4,14 @@
 #![no_main]
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::Request;
 use libfuzzer_sys::fuzz_target;
+use tollgate::secret::Secret;
 use tollgate::{AnyStore, Limiter, MemoryStore};
-use tollgate_server::api::{AppState, router};
+use tollgate_server::api::{AppState, Charges, router};
 use tollgate_server::rls::{Rls, RlsConfig};
 use tower::ServiceExt;
 
@@ -29,7 +31,13 @@ fn state() -> &'static AppState {
         let policies = tollgate_server::policies::load(None).expect("the built-in policies");
         let limiter = Limiter::with_policies(AnyStore::Memory(MemoryStore::new()), policies);
         let rls = Arc::new(Rls::new(limiter.clone(), RlsConfig::default(), false));
-        AppState { limiter, rls }
+        let charges = Charges::new(Secret::random(), Duration::from_secs(3_600))
+            .expect("a valid refund window");
+        AppState {
+            limiter,
+            rls,
+            charges: Arc::new(charges),
+        }
     })
 }
 

@@ -59,7 +59,7 @@ impl RefundArgs {
 
 /// Issues and redeems charge tokens.
 #[derive(Debug)]
-pub(crate) struct Charges {
+pub struct Charges {
     secret: Secret,
     window: Duration,
     claim: Limit,
@@ -97,7 +97,7 @@ impl From<ChargeError> for ApiError {
 
 impl Charges {
     /// Charges signed with `secret`, refundable for `window` after their check.
-    pub(crate) fn new(secret: Secret, window: Duration) -> Result<Self, String> {
+    pub fn new(secret: Secret, window: Duration) -> Result<Self, String> {
         let micros = Micros::try_from(window.as_micros()).unwrap_or(Micros::MAX);
         let quota = Quota::from_micros(1, micros.max(1_000_000))
             .map_err(|error| format!("--refund-window: {error}"))?;

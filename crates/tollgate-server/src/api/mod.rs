@@ -13,7 +13,7 @@ use axum::http::header;
 use axum::routing::{get, post};
 use tollgate::{AnyStore, Limiter};
 
-pub(crate) use charge::Charges;
+pub use charge::Charges;
 pub use charge::RefundArgs;
 pub use check::{CheckRequest, MAX_BODY_BYTES, MAX_HEADERS};
 pub use problem::ApiError;
@@ -28,7 +28,7 @@ pub struct AppState {
     /// Envoy's rate limit service, on the same store.
     pub rls: Arc<Rls>,
     /// Issues and redeems the charge tokens refunds name.
-    pub(crate) charges: Arc<Charges>,
+    pub charges: Arc<Charges>,
 }
 
 const OPENAPI: &str = include_str!("openapi.json");
