@@ -75,11 +75,16 @@ fn config_check(files: &[PathBuf], rls: Option<&PathBuf>) -> ExitCode {
     let mut failed = false;
     for file in files {
         match crate::policies::load(Some(file)) {
-            Ok(policies) => println!(
-                "{}: ok ({} policies)",
-                file.display(),
-                policies.names().count()
-            ),
+            Ok(policies) => {
+                println!(
+                    "{}: ok ({} policies)",
+                    file.display(),
+                    policies.names().count()
+                );
+                if let Some(problem) = crate::policies::empty_by_omission(file, &policies) {
+                    eprintln!("warning: {problem}; a running server refuses to reload it");
+                }
+            }
             Err(errors) => {
                 eprintln!("{errors}");
                 failed = true;

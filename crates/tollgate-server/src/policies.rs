@@ -28,3 +28,14 @@ pub fn load(path: Option<&Path>) -> Result<Policies, String> {
         }
     }
 }
+
+/// What is wrong with a file that holds no policy without saying so, if `policies` came from
+/// one: every request would pass.
+pub fn empty_by_omission(source: &Path, policies: &Policies) -> Option<String> {
+    policies.empty_by_omission().then(|| {
+        format!(
+            "{}: holds no policies and does not say so (an empty or cut-short file?): every request would pass unlimited; write `policies: []` to mean it",
+            source.display()
+        )
+    })
+}

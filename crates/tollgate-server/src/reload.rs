@@ -46,7 +46,18 @@ impl Reloader {
     /// Reloads everything once.
     pub fn reload(&self) {
         if let Some(path) = &self.config {
-            match crate::policies::load(Some(path)) {
+            let loaded = crate::policies::load(Some(path)).and_then(|policies| {
+                // Switching every limit off takes an explicit `policies: []`.
+                let had_policies = self
+                    .limiter
+                    .policies()
+                    .is_some_and(|old| old.names().next().is_some());
+                match crate::policies::empty_by_omission(path, &policies) {
+                    Some(problem) if had_policies => Err(problem),
+                    _ => Ok(policies),
+                }
+            });
+            match loaded {
                 Ok(policies) => {
                     let changed = self
                         .limiter

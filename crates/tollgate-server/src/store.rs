@@ -99,6 +99,11 @@ pub async fn open_limiter(
     flags: &StoreFlags,
 ) -> Result<(Limiter<AnyStore>, String), String> {
     let policies = crate::policies::load(config)?;
+    if let Some(problem) =
+        config.and_then(|path| crate::policies::empty_by_omission(path, &policies))
+    {
+        tracing::warn!("{problem}");
+    }
     let chosen = flags.choose(&policies.config().store);
     let store = connect(&chosen, &policies.config().redis).await?;
     let limiter = Limiter::with_policies(store, policies);

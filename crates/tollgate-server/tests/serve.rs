@@ -536,6 +536,37 @@ async fn changed_files_are_reloaded_and_bad_ones_refused_keeping_the_last_good()
     );
 }
 
+/// Truncating the policy file to 0 bytes used to reload as "0 policies", switching every limit
+/// off, and `config check` called it ok.
+#[tokio::test]
+async fn an_empty_policy_file_does_not_switch_the_limits_off() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let policies = directory.path().join("policies.yaml");
+    write(&policies, POLICY_ONE);
+    let server = Tollgate::serve(&["--config", policies.to_str().expect("UTF-8")]);
+    let base = server.http_url();
+    assert!(policy_exists(&base, "first").await);
+
+    write(&policies, "");
+    server.wait_for_log("holds no policies and does not say so");
+    assert!(
+        policy_exists(&base, "first").await,
+        "the policies in force stay"
+    );
+    let (status, _, stderr) = run(&["config", "check", policies.to_str().expect("UTF-8")]);
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning:") && stderr.contains("write `policies: []` to mean it"),
+        "{stderr}"
+    );
+
+    write(&policies, "# no limits on purpose\npolicies: []\n");
+    eventually("an explicit empty list is taken", || async {
+        !policy_exists(&base, "first").await
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn sighup_reloads_when_files_are_not_watched() {
     let directory = tempfile::tempdir().expect("a temporary directory");

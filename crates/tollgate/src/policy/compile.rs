@@ -159,6 +159,12 @@ impl Policies {
         self.policies.iter().map(|policy| &*policy.name)
     }
 
+    /// Whether there is no policy and the file does not say so (`policies: []`): an empty or
+    /// truncated file, which would switch every limit off.
+    pub fn empty_by_omission(&self) -> bool {
+        self.policies.is_empty() && !self.config.policies_listed
+    }
+
     /// Every limit of every policy (all tiers), for inspection.
     pub fn limits(&self) -> impl Iterator<Item = (&str, &PolicyLimit)> {
         self.policies.iter().flat_map(|policy| {

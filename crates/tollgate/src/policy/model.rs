@@ -137,6 +137,10 @@ pub struct Config {
     pub idempotency: Option<IdempotencyConfig>,
     /// The policies, in order.
     pub policies: Vec<PolicyConfig>,
+    /// Whether the file says `policies:` at all, an empty list included. A file that holds no
+    /// policy without saying so (empty, or cut short) is taken for a mistake where it would
+    /// switch every limit off.
+    pub policies_listed: bool,
 }
 
 impl Default for Config {
@@ -156,6 +160,7 @@ impl Default for Config {
             max_delayed: 1024,
             idempotency: None,
             policies: Vec::new(),
+            policies_listed: false,
         }
     }
 }

@@ -144,7 +144,9 @@ fn read_config(root: Node<'_, '_>) -> Config {
     if let Some(node) = map.get("idempotency") {
         config.idempotency = read_idempotency(node);
     }
-    if let Some(node) = map.get("policies")
+    let listed = map.get("policies");
+    config.policies_listed = listed.is_some();
+    if let Some(node) = listed
         && let Some(items) = node.strict_list("policies")
     {
         if items.len() > MAX_POLICIES {
