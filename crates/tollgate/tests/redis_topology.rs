@@ -53,6 +53,25 @@ fn is_master(node: &RedisServer) -> bool {
     )
 }
 
+/// Writes `key` on `master` and waits until a replica has acknowledged it, and with it every
+/// earlier write of the master's replication stream.
+fn replicated(master: &RedisServer, key: &str) {
+    let mut connection = redis::Client::open(master.url())
+        .and_then(|client| client.get_connection())
+        .expect("a connection to the master");
+    let acknowledged: (i64,) = redis::pipe()
+        .cmd("SET")
+        .arg(key)
+        .arg(1)
+        .ignore()
+        .cmd("WAIT")
+        .arg(1)
+        .arg(30_000)
+        .query(&mut connection)
+        .expect("WAIT");
+    assert!(acknowledged.0 >= 1, "no replica acknowledged the writes");
+}
+
 /// Checks until one is answered, counting the typed errors met on the way.
 async fn until_answered(store: &RedisStore, check: &Check<'_>) -> (tollgate::Verdict, usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -84,10 +103,12 @@ async fn a_killed_master_is_replaced_by_its_replica_and_checks_resume() {
     let limit = hourly(Algorithm::FixedWindow);
     let check = Check::one("tenant:acme", &limit);
     admit(&store, &check, 10).await;
-    // Let the replica catch up, so the failover keeps the count.
     cluster.wait_until_formed();
     let slot = slot_of(&cluster, &store.key_of("tenant:acme", &limit));
     let port = cluster.master_of(slot).port();
+    // Replication is asynchronous: only a write the replica has acknowledged survives the
+    // failover, so wait for it to acknowledge everything up to a write made after the checks.
+    replicated(cluster.master_of(slot), "{tenant:acme}:replicated");
     let master = cluster
         .nodes_mut()
         .iter_mut()
