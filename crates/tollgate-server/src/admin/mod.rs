@@ -179,6 +179,8 @@ async fn config(State(state): State<AdminState>) -> Response {
         )
     });
     let version = loaded.as_ref().map(|p| p.version());
+    // The file may name a Redis with its password.
+    let text = tollgate::redact_credentials(&text).into_owned();
     Json(json!({
         "source": source,
         "version": version.map(|v| format!("{v:016x}")),
