@@ -102,12 +102,9 @@ pub async fn connect(store: &StoreConfig, options: &RedisOptions) -> Result<AnyS
     let patience = options.connect_timeout.saturating_mul(4);
     let _ = tokio::time::timeout(patience, redis.first_attempt()).await;
     if !redis.is_connected() {
-        let why = redis
-            .connection_error()
-            .map_or_else(|| "no answer yet".to_owned(), |error| error.to_string());
         tracing::warn!(
-            "{}: not connected ({why}); serving by each policy's on_store_error and retrying \
-             in the background, /readyz answers 503 until connected",
+            "{}: not connected yet; serving by each policy's on_store_error meanwhile and \
+             retrying in the background; /readyz answers 503 until connected",
             describe(store)
         );
     }

@@ -207,3 +207,138 @@ async fn a_server_started_while_redis_is_down_serves_by_failure_mode_and_connect
         server.stderr()
     );
 }
+
+const PASSWORD: &str = "Sup3r-s3cret-pw";
+const WRONG_PASSWORD: &str = "Wr0ng-s3cret-pw";
+
+fn assert_no_password(what: &str, text: &str) {
+    for secret in [PASSWORD, WRONG_PASSWORD] {
+        assert!(!text.contains(secret), "{what} shows a password:\n{text}");
+    }
+}
+
+/// Everything a server shows: its start-up lines, what the HTTP API and the admin API answer
+/// after a check, and its logs.
+async fn everything_shown(server: &Tollgate) -> String {
+    let base = server.http_url();
+    let admin = format!("http://{}", server.address("admin"));
+    let mut shown = format!("{:?}\n", server.printed);
+    let (_, answer) = check(
+        &base,
+        &json!({"policy": "login", "attributes": {"ip": "192.0.2.9"}}),
+    )
+    .await;
+    shown.push_str(&answer.to_string());
+    for url in [
+        format!("{base}/readyz"),
+        format!("{base}/metrics"),
+        format!("{admin}/admin/config"),
+        format!("{admin}/admin/stats"),
+        format!("{admin}/admin/top"),
+        format!("{admin}/metrics"),
+    ] {
+        let response = reqwest::get(&url).await.expect("an answer");
+        shown.push_str(&format!("\n{url}: {}\n", response.status()));
+        shown.push_str(&response.text().await.expect("a body"));
+    }
+    shown.push_str(&server.stderr());
+    shown
+}
+
+#[tokio::test]
+async fn a_redis_password_is_shown_nowhere() {
+    let redis = RedisServer::start();
+    redis
+        .query::<()>(
+            redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg("tollgate")
+                .arg("on")
+                .arg(format!(">{PASSWORD}"))
+                .arg("~*")
+                .arg("+@all"),
+        )
+        .expect("the user is made");
+    // From here on the server requires a password, as with --requirepass.
+    redis
+        .query::<()>(
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("requirepass")
+                .arg(PASSWORD),
+        )
+        .expect("requirepass is set");
+    let port = redis.port();
+    let shown_url = format!("redis://tollgate:***@127.0.0.1:{port}");
+
+    // The right password, in the policy file.
+    let directory = tempfile::tempdir().expect("a directory");
+    let config = directory.path().join("policies.yaml");
+    let built_in = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/policies.yaml"
+    ))
+    .expect("the example policies");
+    let with_redis = built_in.replacen(
+        "store: memory",
+        &format!("store: redis://tollgate:{PASSWORD}@127.0.0.1:{port}"),
+        1,
+    );
+    assert_ne!(with_redis, built_in);
+    std::fs::write(&config, with_redis).expect("the policy file is written");
+    let server = Tollgate::serve(&["--config", config.to_str().expect("UTF-8")]);
+    assert_eq!(server.printed["store"], format!("redis at {shown_url}"));
+    let ready = reqwest::get(format!("{}/readyz", server.http_url()))
+        .await
+        .expect("an answer");
+    assert_eq!(ready.status(), StatusCode::OK, "the password works");
+    let shown = everything_shown(&server).await;
+    assert!(shown.contains(&format!("store: {shown_url}")), "{shown}");
+    assert_no_password("a server with the right password", &shown);
+
+    // A wrong password, and a port nothing listens on, given on the command line.
+    let nowhere = tollgate_testkit::free_port();
+    for (url, shown_url) in [
+        (
+            format!("redis://tollgate:{WRONG_PASSWORD}@127.0.0.1:{port}"),
+            shown_url.clone(),
+        ),
+        (
+            format!("redis://tollgate:{PASSWORD}@127.0.0.1:{nowhere}"),
+            format!("redis://tollgate:***@127.0.0.1:{nowhere}"),
+        ),
+    ] {
+        let server = Tollgate::serve(&["--redis", &url]);
+        server.wait_for_log(&format!("cannot connect to Redis at {shown_url}"));
+        let unready = reqwest::get(format!("{}/readyz", server.http_url()))
+            .await
+            .expect("an answer");
+        assert_eq!(unready.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let problem: Value = unready.json().await.expect("JSON");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .expect("a detail")
+                .contains(&format!("not connected to Redis at {shown_url} yet")),
+            "{problem}"
+        );
+        assert_no_password(&shown_url, &everything_shown(&server).await);
+    }
+
+    // --help shows the flags' environment variables, but not their values.
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["serve", "--help"])
+        .env(
+            "TOLLGATE_REDIS",
+            format!("redis://tollgate:{PASSWORD}@127.0.0.1:{port}"),
+        )
+        .env(
+            "TOLLGATE_REDIS_CLUSTER",
+            format!("redis://tollgate:{PASSWORD}@127.0.0.1:{port}"),
+        )
+        .output()
+        .expect("tollgate runs");
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("TOLLGATE_REDIS"), "{help}");
+    assert_no_password("serve --help", &help);
+}
