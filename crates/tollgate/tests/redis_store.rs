@@ -230,6 +230,19 @@ async fn a_store_opened_while_redis_is_down_connects_by_itself_when_it_comes_up(
         "{message}"
     );
     assert!(!message.contains("pa55word"), "{message}");
+    let cluster =
+        RedisStore::open_cluster(&[url.as_str()], fresh_config()).expect("URLs that parse");
+    cluster.first_attempt().await;
+    assert!(!cluster.is_connected());
+    let reason = cluster.connection_error().expect("the attempt failed");
+    assert!(!reason.to_string().contains("pa55word"), "{reason}");
+    let error = cluster
+        .check(&Check::one("k", &limit), None)
+        .await
+        .expect_err("no cluster");
+    assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
+    assert!(!error.to_string().contains("pa55word"), "{error}");
+    drop(cluster);
 
     let redis = tollgate_testkit::RedisServer::start_on(port, &[]);
     redis

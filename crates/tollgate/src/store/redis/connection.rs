@@ -150,6 +150,9 @@ async fn connect_until_up(link: Weak<Link>, target: Target, timeout: Duration) {
     let mut delay = FIRST_RETRY_DELAY;
     let mut failures = 0u64;
     loop {
+        if link.strong_count() == 0 {
+            return;
+        }
         let attempt = match &target {
             Target::Node(client, config) => {
                 ConnectionManager::new_with_config(client.clone(), config.clone())
