@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use tollgate::policy::{RedisOptions, StoreConfig};
-use tollgate::{AnyStore, Limiter, MemoryStore, RedisConfig, RedisStore, RedisUrl};
+use tollgate::{AnyStore, Limiter, MemoryStore, RedisConfig, RedisStore, RedisUrl, StoreError};
 
 /// `--log-keys`: how refused keys appear in logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -87,14 +87,17 @@ pub async fn connect(store: &StoreConfig, options: &RedisOptions) -> Result<AnyS
         connect_timeout: options.connect_timeout,
         max_batch: options.max_batch,
     };
+    // Only configuration is wrong here (the URL, the prefix): say what, not "the store failed".
+    let refused = |error: StoreError| match error {
+        StoreError::Failed(message) => format!("bad redis store: {message}"),
+        other => format!("bad redis store: {other}"),
+    };
     let redis = match store {
         StoreConfig::Memory => return Ok(AnyStore::Memory(MemoryStore::new())),
-        StoreConfig::Redis(url) => RedisStore::open(url.expose(), config)
-            .map_err(|error| format!("bad redis store {url}: {error}"))?,
+        StoreConfig::Redis(url) => RedisStore::open(url.expose(), config).map_err(refused)?,
         StoreConfig::RedisCluster(urls) => {
             let exposed: Vec<&str> = urls.iter().map(RedisUrl::expose).collect();
-            RedisStore::open_cluster(&exposed, config)
-                .map_err(|error| format!("bad redis cluster store: {error}"))?
+            RedisStore::open_cluster(&exposed, config).map_err(refused)?
         }
     };
     // A server that does not answer at all (not even a refusal) takes the connect timeout, and

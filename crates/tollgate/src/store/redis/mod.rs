@@ -130,7 +130,7 @@ impl RedisStore {
         let shown = RedisUrl::from(url);
         let client = redis::Client::open(url).map_err(|error| {
             invalid_config(format!(
-                "redis url {shown}: {}",
+                "redis url {shown} does not parse: {}",
                 shown.redact(&error.to_string())
             ))
         })?;
@@ -175,7 +175,7 @@ impl RedisStore {
                 let message = shown
                     .iter()
                     .fold(error.to_string(), |text, url| url.redact(&text));
-                invalid_config(format!("redis cluster {listed:?}: {message}"))
+                invalid_config(format!("redis cluster {}: {message}", listed.join(", ")))
             })?;
         let connection = Connection::connect(
             Target::Cluster(client),
