@@ -16,6 +16,11 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+/// The address a connection was accepted on (this side of the socket), in every request's
+/// extensions, so that a handler can tell which of the host's addresses the client reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalAddr(pub std::net::SocketAddr);
+
 /// Bounds on connections and slow clients.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ConnectionLimits {
@@ -72,10 +77,14 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
+        let local = stream.local_addr().ok().map(LocalAddr);
         let service = tower::ServiceBuilder::new()
             .map_request(
                 move |mut request: axum::http::Request<hyper::body::Incoming>| {
                     request.extensions_mut().insert(ConnectInfo(peer));
+                    if let Some(local) = local {
+                        request.extensions_mut().insert(local);
+                    }
                     request
                 },
             )

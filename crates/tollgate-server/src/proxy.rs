@@ -58,6 +58,7 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
     args.admin.validate()?;
     let (listener, address) = listen(args.listen, "the proxy").await?;
     let (admin, admin_address) = listen(args.admin.admin, "the admin API").await?;
+    let admin_hosts = args.admin.allowed_hosts(admin_address)?;
     println!("tollgate proxying");
     println!("  listen: http://{address}");
     println!("  upstream: {upstream}");
@@ -92,6 +93,7 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
             config: Some(args.config.clone()),
         },
         args.admin.admin_token.clone(),
+        admin_hosts,
     );
     tokio::join!(
         serve(listener, app, &args.connections, crate::shutdown::signal()),

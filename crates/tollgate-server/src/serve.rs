@@ -86,6 +86,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     let charges = Arc::new(args.refunds.charges()?);
     let (http, http_address) = listen(args.http, "HTTP").await?;
     let (admin, admin_address) = listen(args.admin.admin, "the admin API").await?;
+    let admin_hosts = args.admin.allowed_hosts(admin_address)?;
     let (grpc, grpc_address) = listen(args.grpc, "gRPC").await?;
     let config = args.config.as_ref().map_or_else(
         || "built-in example (examples/policies.yaml)".to_owned(),
@@ -131,6 +132,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
             config: args.config.clone(),
         },
         args.admin.admin_token.clone(),
+        admin_hosts,
     );
     let http_server = serve(http, app, &args.connections, crate::shutdown::signal());
     let admin_server = serve(

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use tollgate::policy::{RedisOptions, StoreConfig};
-use tollgate::{AnyStore, Limiter, MemoryStore, RedisConfig, RedisStore};
+use tollgate::{AnyStore, Limiter, MemoryStore, RedisConfig, RedisStore, RedisUrl, StoreError};
 
 /// `--log-keys`: how refused keys appear in logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -35,17 +35,19 @@ pub struct StoreFlags {
         long,
         env = "TOLLGATE_REDIS",
         conflicts_with = "redis_cluster",
-        value_name = "URL"
+        value_name = "URL",
+        hide_env_values = true
     )]
-    pub redis: Option<String>,
+    pub redis: Option<RedisUrl>,
     /// Use the Redis Cluster reached through these node URLs, comma-separated.
     #[arg(
         long,
         env = "TOLLGATE_REDIS_CLUSTER",
         value_delimiter = ',',
-        value_name = "URL,..."
+        value_name = "URL,...",
+        hide_env_values = true
     )]
-    pub redis_cluster: Vec<String>,
+    pub redis_cluster: Vec<RedisUrl>,
     /// How refused keys appear in the logs.
     #[arg(long, env = "TOLLGATE_LOG_KEYS", value_enum, default_value = "hashed")]
     pub log_keys: LogKeys,
@@ -62,16 +64,22 @@ impl StoreFlags {
     }
 }
 
-/// A short description for the start-up line.
+/// A short description for the start-up line; passwords in URLs are masked.
 pub fn describe(store: &StoreConfig) -> String {
     match store {
         StoreConfig::Memory => "memory (in process)".to_owned(),
         StoreConfig::Redis(url) => format!("redis at {url}"),
-        StoreConfig::RedisCluster(urls) => format!("redis cluster via {}", urls.join(", ")),
+        StoreConfig::RedisCluster(urls) => {
+            let urls: Vec<String> = urls.iter().map(ToString::to_string).collect();
+            format!("redis cluster via {}", urls.join(", "))
+        }
     }
 }
 
-/// Connects to the store.
+/// Builds the store. A Redis store connects in the background and keeps trying while Redis is
+/// unreachable, so the server starts and answers by the policies' failure modes meanwhile;
+/// this waits for the first attempt only, to say how it went. A URL that does not parse is an
+/// error.
 pub async fn connect(store: &StoreConfig, options: &RedisOptions) -> Result<AnyStore, String> {
     let config = RedisConfig {
         prefix: options.prefix.clone(),
@@ -79,17 +87,31 @@ pub async fn connect(store: &StoreConfig, options: &RedisOptions) -> Result<AnyS
         connect_timeout: options.connect_timeout,
         max_batch: options.max_batch,
     };
-    match store {
-        StoreConfig::Memory => Ok(AnyStore::Memory(MemoryStore::new())),
-        StoreConfig::Redis(url) => RedisStore::connect(url, config)
-            .await
-            .map(AnyStore::Redis)
-            .map_err(|error| format!("cannot connect to redis at {url}: {error}")),
-        StoreConfig::RedisCluster(urls) => RedisStore::connect_cluster(urls, config)
-            .await
-            .map(AnyStore::Redis)
-            .map_err(|error| format!("cannot connect to the redis cluster: {error}")),
+    // Only configuration is wrong here (the URL, the prefix): say what, not "the store failed".
+    let refused = |error: StoreError| match error {
+        StoreError::Failed(message) => format!("bad redis store: {message}"),
+        other => format!("bad redis store: {other}"),
+    };
+    let redis = match store {
+        StoreConfig::Memory => return Ok(AnyStore::Memory(MemoryStore::new())),
+        StoreConfig::Redis(url) => RedisStore::open(url.expose(), config).map_err(refused)?,
+        StoreConfig::RedisCluster(urls) => {
+            let exposed: Vec<&str> = urls.iter().map(RedisUrl::expose).collect();
+            RedisStore::open_cluster(&exposed, config).map_err(refused)?
+        }
+    };
+    // A server that does not answer at all (not even a refusal) takes the connect timeout, and
+    // the client retries a few times within an attempt: give it that, not more.
+    let patience = options.connect_timeout.saturating_mul(4);
+    let _ = tokio::time::timeout(patience, redis.first_attempt()).await;
+    if !redis.is_connected() {
+        tracing::warn!(
+            "{}: not connected yet; serving by each policy's on_store_error meanwhile and \
+             retrying in the background; /readyz answers 503 until connected",
+            describe(store)
+        );
     }
+    Ok(AnyStore::Redis(redis))
 }
 
 /// Loads the policies (or the built-in example), connects to the store the flags or the
@@ -106,9 +128,15 @@ pub async fn open_limiter(
     }
     let chosen = flags.choose(&policies.config().store);
     let store = connect(&chosen, &policies.config().redis).await?;
+    let mut description = describe(&chosen);
+    if let AnyStore::Redis(redis) = &store
+        && !redis.is_connected()
+    {
+        description.push_str(" (not connected yet; retrying)");
+    }
     let limiter = Limiter::with_policies(store, policies);
     limiter.set_key_logging(flags.log_keys.into());
-    Ok((limiter, describe(&chosen)))
+    Ok((limiter, description))
 }
 
 /// Sweeps expired entries out of a memory store every `every`, so that keys seen once do not

@@ -124,7 +124,8 @@ async fn a_token_guards_the_admin_api_and_an_open_listener_needs_one() {
         .await
         .expect("an answer");
     assert_eq!(allowed.status(), StatusCode::OK);
-    let page = reqwest::get(format!("{admin}/dashboard?token=s3cret"))
+    // The page holds no data: it is served without the token and sends the one after # itself.
+    let page = reqwest::get(format!("{admin}/dashboard"))
         .await
         .expect("an answer");
     assert_eq!(page.status(), StatusCode::OK);
@@ -135,6 +136,229 @@ async fn a_token_guards_the_admin_api_and_an_open_listener_needs_one() {
         stderr.contains("is not a loopback address: give --admin-token"),
         "{stderr}"
     );
+}
+
+/// The key that `load` pushed over its limit, as the admin calls name it.
+fn loaded_key(ip: &str) -> Value {
+    json!({"policy": "login", "attributes": {"ip": ip}})
+}
+
+async fn remaining(admin: &str, key: &Value, token: Option<&str>) -> Value {
+    let (status, state) = post(&format!("{admin}/admin/inspect"), key, token).await;
+    assert_eq!(status, StatusCode::OK, "{state}");
+    state["decisions"][0]["remaining"].clone()
+}
+
+fn assert_no_cors(response: &reqwest::Response) {
+    let cors: Vec<_> = response
+        .headers()
+        .keys()
+        .filter(|name| name.as_str().starts_with("access-control-"))
+        .collect();
+    assert!(cors.is_empty(), "CORS headers sent: {cors:?}");
+}
+
+#[tokio::test]
+async fn a_cross_site_text_plain_post_cannot_reset_a_key_or_lift_a_penalty() {
+    let server = Tollgate::serve(&[]);
+    let admin = admin_url(&server);
+    load(&server, "203.0.113.50").await;
+    let key = loaded_key("203.0.113.50");
+    let client = reqwest::Client::new();
+    // What a form or a no-cors fetch on any web page can send without a preflight.
+    for path in ["/admin/reset", "/admin/lift", "/admin/inspect"] {
+        for content_type in [
+            Some("text/plain"),
+            Some("application/x-www-form-urlencoded"),
+            None,
+        ] {
+            let mut request = client
+                .post(format!("{admin}{path}"))
+                .header("origin", "https://attacker.example")
+                .body(key.to_string());
+            if let Some(content_type) = content_type {
+                request = request.header("content-type", content_type);
+            }
+            let response = request.send().await.expect("an answer");
+            assert_no_cors(&response);
+            let status = response.status();
+            assert!(
+                status == StatusCode::UNSUPPORTED_MEDIA_TYPE || status == StatusCode::FORBIDDEN,
+                "{path} {content_type:?}: {status}"
+            );
+        }
+        // Without an Origin (an older browser, a plain form post): the media type alone refuses.
+        let response = client
+            .post(format!("{admin}{path}"))
+            .header("content-type", "text/plain;charset=UTF-8")
+            .body(key.to_string())
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(
+            response.status(),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "{path}"
+        );
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/problem+json"
+        );
+    }
+    // JSON from another origin would need a preflight, and the preflight is refused.
+    let preflight = client
+        .request(reqwest::Method::OPTIONS, format!("{admin}/admin/reset"))
+        .header("origin", "https://attacker.example")
+        .header("access-control-request-method", "POST")
+        .header("access-control-request-headers", "content-type")
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(preflight.status(), StatusCode::FORBIDDEN);
+    assert_no_cors(&preflight);
+    let cross_origin_json = client
+        .post(format!("{admin}/admin/reset"))
+        .header("origin", "https://attacker.example")
+        .json(&key)
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(cross_origin_json.status(), StatusCode::FORBIDDEN);
+    assert_no_cors(&cross_origin_json);
+
+    assert_eq!(remaining(&admin, &key, None).await, 0, "nothing was reset");
+    // The dashboard's own origin, with JSON, still works.
+    let own = client
+        .post(format!("{admin}/admin/reset"))
+        .header("origin", admin.as_str())
+        .json(&key)
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(own.status(), StatusCode::OK);
+    assert_no_cors(&own);
+    assert_eq!(remaining(&admin, &key, None).await, 5);
+}
+
+async fn get_with_host(admin: &str, path: &str, host: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .get(format!("{admin}{path}"))
+        .header("host", host)
+        .send()
+        .await
+        .expect("an answer")
+}
+
+#[tokio::test]
+async fn a_rebound_host_name_cannot_read_the_admin_api() {
+    let server = Tollgate::serve(&[]);
+    let admin = admin_url(&server);
+    let port = server.address("admin").port();
+    // A page whose DNS name now points at 127.0.0.1 sends its own name.
+    for host in [
+        format!("attacker.example:{port}"),
+        "attacker.example".to_owned(),
+        format!("localhost.attacker.example:{port}"),
+        format!("localhost:{}", port.wrapping_add(1)),
+    ] {
+        for path in [
+            "/admin/config",
+            "/admin/top",
+            "/admin/stats",
+            "/metrics",
+            "/dashboard",
+        ] {
+            let response = get_with_host(&admin, path, &host).await;
+            assert_eq!(
+                response.status(),
+                StatusCode::MISDIRECTED_REQUEST,
+                "{host} {path}"
+            );
+            assert_eq!(
+                response.headers()["content-type"],
+                "application/problem+json"
+            );
+            let problem: Value = response.json().await.expect("JSON");
+            assert!(
+                !problem.to_string().contains("name: login"),
+                "no configuration in the refusal"
+            );
+        }
+    }
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("LocalHost:{port}"),
+        format!("[::1]:{port}"),
+    ] {
+        let response = get_with_host(&admin, "/admin/config", &host).await;
+        assert_eq!(response.status(), StatusCode::OK, "{host}");
+    }
+
+    // A name the operator gives is accepted, alone or with the listener's port.
+    let named = Tollgate::serve(&["--admin-host", "admin.internal"]);
+    let admin = admin_url(&named);
+    let port = named.address("admin").port();
+    for host in [
+        "admin.internal".to_owned(),
+        format!("Admin.Internal:{port}"),
+    ] {
+        let response = get_with_host(&admin, "/admin/config", &host).await;
+        assert_eq!(response.status(), StatusCode::OK, "{host}");
+    }
+    let other_port = format!("admin.internal:{}", port.wrapping_add(1));
+    let response = get_with_host(&admin, "/admin/config", &other_port).await;
+    assert_eq!(response.status(), StatusCode::MISDIRECTED_REQUEST);
+}
+
+#[tokio::test]
+async fn the_admin_token_is_taken_from_a_bearer_header_in_any_case_never_the_query() {
+    let server = Tollgate::serve(&["--admin-token", "s3cret"]);
+    let admin = admin_url(&server);
+    let client = reqwest::Client::new();
+    let in_query = client
+        .get(format!("{admin}/admin/stats?token=s3cret"))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(in_query.status(), StatusCode::BAD_REQUEST);
+    let detail: Value = in_query.json().await.expect("JSON");
+    assert!(
+        detail["detail"]
+            .as_str()
+            .expect("a detail")
+            .contains("Authorization header"),
+        "{detail}"
+    );
+    let in_query_too = client
+        .get(format!("{admin}/admin/stats?n=1&token=s3cret"))
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(in_query_too.status(), StatusCode::BAD_REQUEST);
+    for authorization in ["bearer s3cret", "BEARER s3cret", "Bearer s3cret"] {
+        let response = client
+            .get(format!("{admin}/admin/stats"))
+            .header("authorization", authorization)
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(response.status(), StatusCode::OK, "{authorization}");
+    }
+    for authorization in ["Basic s3cret", "bearer", "bearer s3cret2", "s3cret"] {
+        let response = client
+            .get(format!("{admin}/admin/stats"))
+            .header("authorization", authorization)
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(
+            response.status(),
+            StatusCode::UNAUTHORIZED,
+            "{authorization}"
+        );
+    }
 }
 
 /// Chromium from Debian's package; the test command installs it.
@@ -229,4 +453,20 @@ async fn the_dashboard_shows_a_known_load_and_updates_in_a_real_browser() {
     let bytes = std::fs::read(&screenshot).expect("a screenshot");
     assert!(bytes.starts_with(b"\x89PNG"), "the screenshot is a PNG");
     eprintln!("dashboard screenshot: {}", screenshot.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_sends_the_token_from_its_fragment_in_a_real_browser() {
+    let server = Tollgate::serve(&["--admin-token", "s3cret"]);
+    let url = format!("{}/dashboard#token=s3cret", admin_url(&server));
+    let (dom, log) = tokio::task::spawn_blocking(move || headless(&url, &["--dump-dom"]))
+        .await
+        .expect("joined");
+    for problem in ["Uncaught", "CONSOLE", "Failed to load resource"] {
+        assert!(!log.contains(problem), "the page logged {problem}:\n{log}");
+    }
+    assert!(
+        dom.contains("<span id=\"status\">live</span>"),
+        "the page reads the stats with the token: {dom}"
+    );
 }

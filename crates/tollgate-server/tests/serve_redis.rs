@@ -100,14 +100,245 @@ async fn a_redis_that_is_gone_makes_the_server_unready_and_checks_unavailable() 
 }
 
 #[test]
-fn an_unreachable_redis_at_start_up_is_a_clear_error() {
-    let redis = RedisServer::start();
-    let url = redis.url();
-    drop(redis);
-    let (status, _, stderr) = support::run(&support::serve_args(&["--redis", &url]));
-    assert!(!status.success());
-    assert!(
-        stderr.contains(&format!("cannot connect to redis at {url}")),
-        "{stderr}"
+fn a_redis_url_that_does_not_parse_refuses_to_start_with_a_clear_error() {
+    for url in ["redis://127.0.0.1:notaport", "redis://:secret-pass@"] {
+        let (status, _, stderr) = support::run(&support::serve_args(&["--redis", url]));
+        assert!(!status.success(), "{url}");
+        assert!(stderr.contains("bad redis store"), "{url}: {stderr}");
+        assert!(!stderr.contains("secret-pass"), "{stderr}");
+    }
+}
+
+/// A policy file on the Redis at `port`: one policy for each failure mode, by client address.
+fn failure_modes(port: u16, directory: &std::path::Path) -> std::path::PathBuf {
+    let path = directory.join("policies.yaml");
+    let limit = |name: &str, quota: &str| {
+        format!("[{{ name: {name}, algorithm: fixed_window, quota: {quota} }}]")
+    };
+    let text = format!(
+        "store: redis://127.0.0.1:{port}\n\
+         policies:\n\
+         \x20 - {{ name: open, key: [ip], limits: {}, on_store_error: allow }}\n\
+         \x20 - {{ name: closed, key: [ip], limits: {}, on_store_error: deny }}\n\
+         \x20 - {{ name: fallback, key: [ip], limits: {}, on_store_error: local }}\n",
+        limit("open-rate", "100/m"),
+        limit("closed-rate", "100/m"),
+        limit("fallback-rate", "2/h"),
     );
+    std::fs::write(&path, text).expect("the policy file is written");
+    path
+}
+
+async fn check_policy(base: &str, policy: &str, ip: &str) -> (StatusCode, Value) {
+    check(base, &json!({"policy": policy, "attributes": {"ip": ip}})).await
+}
+
+#[tokio::test]
+async fn a_server_started_while_redis_is_down_serves_by_failure_mode_and_connects_when_it_is_up() {
+    let port = tollgate_testkit::free_port();
+    let directory = tempfile::tempdir().expect("a directory");
+    let config = failure_modes(port, directory.path());
+    let server = Tollgate::serve(&["--config", config.to_str().expect("UTF-8")]);
+    let base = server.http_url();
+    assert!(
+        server.printed["store"].contains("not connected yet"),
+        "{:?}",
+        server.printed
+    );
+
+    let unready = reqwest::get(format!("{base}/readyz"))
+        .await
+        .expect("an answer");
+    assert_eq!(unready.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let problem: Value = unready.json().await.expect("JSON");
+    let detail = problem["detail"].as_str().expect("a detail");
+    assert!(
+        detail.contains(&format!(
+            "not connected to Redis at redis://127.0.0.1:{port} yet"
+        )),
+        "{detail}"
+    );
+
+    // Meanwhile every policy answers by its failure mode.
+    let (status, open) = check_policy(&base, "open", "192.0.2.1").await;
+    assert_eq!(status, StatusCode::OK, "{open}");
+    assert_eq!(open["allowed"], true);
+    assert_eq!(open["decided_by"], "fail_open");
+    let (_, closed) = check_policy(&base, "closed", "192.0.2.1").await;
+    assert_eq!(closed["allowed"], false, "{closed}");
+    assert_eq!(closed["decided_by"], "fail_closed");
+    assert_eq!(closed["status"], 503);
+    let mut fallback = Vec::new();
+    for _ in 0..3 {
+        let (_, answer) = check_policy(&base, "fallback", "192.0.2.1").await;
+        assert_eq!(answer["decided_by"], "local", "{answer}");
+        fallback.push(answer["allowed"] == true);
+    }
+    assert_eq!(
+        fallback,
+        [true, true, false],
+        "the local limiter enforces 2/h"
+    );
+
+    // Redis comes up on the port the server has been trying.
+    let redis = RedisServer::start_on(port, &[]);
+    support::eventually("/readyz answers 200 once Redis is up", || async {
+        reqwest::get(format!("{base}/readyz"))
+            .await
+            .is_ok_and(|response| response.status() == StatusCode::OK)
+    })
+    .await;
+    support::eventually("a check is decided by Redis and counted there", || async {
+        let (status, answer) = check_policy(&base, "closed", "192.0.2.2").await;
+        let keys: Vec<String> = redis
+            .query(redis::cmd("KEYS").arg("tg:*closed-rate*"))
+            .unwrap_or_default();
+        status == StatusCode::OK && answer["decided_by"] == "store" && !keys.is_empty()
+    })
+    .await;
+    let (_, answer) = check_policy(&base, "open", "192.0.2.2").await;
+    assert_eq!(answer["decided_by"], "store", "{answer}");
+    assert_eq!(answer["decisions"][0]["remaining"], 99);
+    assert!(
+        server.stderr().contains(&format!(
+            "cannot connect to Redis at redis://127.0.0.1:{port}"
+        )),
+        "the outage was logged: {}",
+        server.stderr()
+    );
+}
+
+const PASSWORD: &str = "Sup3r-s3cret-pw";
+const WRONG_PASSWORD: &str = "Wr0ng-s3cret-pw";
+
+fn assert_no_password(what: &str, text: &str) {
+    for secret in [PASSWORD, WRONG_PASSWORD] {
+        assert!(!text.contains(secret), "{what} shows a password:\n{text}");
+    }
+}
+
+/// Everything a server shows: its start-up lines, what the HTTP API and the admin API answer
+/// after a check, and its logs.
+async fn everything_shown(server: &Tollgate) -> String {
+    let base = server.http_url();
+    let admin = format!("http://{}", server.address("admin"));
+    let mut shown = format!("{:?}\n", server.printed);
+    let (_, answer) = check(
+        &base,
+        &json!({"policy": "login", "attributes": {"ip": "192.0.2.9"}}),
+    )
+    .await;
+    shown.push_str(&answer.to_string());
+    for url in [
+        format!("{base}/readyz"),
+        format!("{base}/metrics"),
+        format!("{admin}/admin/config"),
+        format!("{admin}/admin/stats"),
+        format!("{admin}/admin/top"),
+        format!("{admin}/metrics"),
+    ] {
+        let response = reqwest::get(&url).await.expect("an answer");
+        shown.push_str(&format!("\n{url}: {}\n", response.status()));
+        shown.push_str(&response.text().await.expect("a body"));
+    }
+    shown.push_str(&server.stderr());
+    shown
+}
+
+#[tokio::test]
+async fn a_redis_password_is_shown_nowhere() {
+    let redis = RedisServer::start();
+    redis
+        .query::<()>(
+            redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg("tollgate")
+                .arg("on")
+                .arg(format!(">{PASSWORD}"))
+                .arg("~*")
+                .arg("+@all"),
+        )
+        .expect("the user is made");
+    // From here on the server requires a password, as with --requirepass.
+    redis
+        .query::<()>(
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("requirepass")
+                .arg(PASSWORD),
+        )
+        .expect("requirepass is set");
+    let port = redis.port();
+    let shown_url = format!("redis://tollgate:***@127.0.0.1:{port}");
+
+    // The right password, in the policy file.
+    let directory = tempfile::tempdir().expect("a directory");
+    let config = directory.path().join("policies.yaml");
+    let built_in = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/policies.yaml"
+    ))
+    .expect("the example policies");
+    let with_redis = built_in.replacen(
+        "store: memory",
+        &format!("store: redis://tollgate:{PASSWORD}@127.0.0.1:{port}"),
+        1,
+    );
+    assert_ne!(with_redis, built_in);
+    std::fs::write(&config, with_redis).expect("the policy file is written");
+    let server = Tollgate::serve(&["--config", config.to_str().expect("UTF-8")]);
+    assert_eq!(server.printed["store"], format!("redis at {shown_url}"));
+    let ready = reqwest::get(format!("{}/readyz", server.http_url()))
+        .await
+        .expect("an answer");
+    assert_eq!(ready.status(), StatusCode::OK, "the password works");
+    let shown = everything_shown(&server).await;
+    assert!(shown.contains(&format!("store: {shown_url}")), "{shown}");
+    assert_no_password("a server with the right password", &shown);
+
+    // A wrong password, and a port nothing listens on, given on the command line.
+    let nowhere = tollgate_testkit::free_port();
+    for (url, shown_url) in [
+        (
+            format!("redis://tollgate:{WRONG_PASSWORD}@127.0.0.1:{port}"),
+            shown_url.clone(),
+        ),
+        (
+            format!("redis://tollgate:{PASSWORD}@127.0.0.1:{nowhere}"),
+            format!("redis://tollgate:***@127.0.0.1:{nowhere}"),
+        ),
+    ] {
+        let server = Tollgate::serve(&["--redis", &url]);
+        server.wait_for_log(&format!("cannot connect to Redis at {shown_url}"));
+        let unready = reqwest::get(format!("{}/readyz", server.http_url()))
+            .await
+            .expect("an answer");
+        assert_eq!(unready.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let problem: Value = unready.json().await.expect("JSON");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .expect("a detail")
+                .contains(&format!("not connected to Redis at {shown_url} yet")),
+            "{problem}"
+        );
+        assert_no_password(&shown_url, &everything_shown(&server).await);
+    }
+
+    // --help shows the flags' environment variables, but not their values.
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["serve", "--help"])
+        .env(
+            "TOLLGATE_REDIS",
+            format!("redis://tollgate:{PASSWORD}@127.0.0.1:{port}"),
+        )
+        .env(
+            "TOLLGATE_REDIS_CLUSTER",
+            format!("redis://tollgate:{PASSWORD}@127.0.0.1:{port}"),
+        )
+        .output()
+        .expect("tollgate runs");
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("TOLLGATE_REDIS"), "{help}");
+    assert_no_password("serve --help", &help);
 }

@@ -10,4 +10,5 @@ mod ports;
 mod server;
 
 pub use cluster::RedisCluster;
+pub use ports::free_port;
 pub use server::RedisServer;

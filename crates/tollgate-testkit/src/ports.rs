@@ -11,8 +11,9 @@ fn is_free(port: u16) -> bool {
     TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
 
-/// A free port `p` whose cluster bus port `p + 10000` is free too.
-pub(crate) fn free_port() -> u16 {
+/// A free loopback port `p` whose cluster bus port `p + 10000` is free too, not handed out
+/// before by this process.
+pub fn free_port() -> u16 {
     if NEXT.load(Ordering::Relaxed) == 0 {
         // Start somewhere different in each test process: they run in parallel.
         let start = 20_000 + (std::process::id() % 2_000) as u16 * 10;

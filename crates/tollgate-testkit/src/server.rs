@@ -47,6 +47,16 @@ impl RedisServer {
         server
     }
 
+    /// Starts a plain server on `port`, one chosen with [`free_port`](crate::free_port)
+    /// beforehand (a test that starts a client first, with nothing listening there yet).
+    pub fn start_on(port: u16, extra: &[&str]) -> Self {
+        let tempdir = tempfile::tempdir().expect("a temporary directory for redis-server");
+        let dir = tempdir.path().to_path_buf();
+        let mut server = Self::spawn(port, &dir, extra);
+        server._tempdir = Some(tempdir);
+        server
+    }
+
     /// Starts a server on `port` in `dir` (a cluster node, say).
     pub(crate) fn spawn(port: u16, dir: &Path, extra: &[&str]) -> Self {
         let (watchdog, pid) = launch(port, dir, extra);

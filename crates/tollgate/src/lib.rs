@@ -74,6 +74,6 @@ pub use limit::{Limit, LimitBuilder, LimitError, MAX_SLIDING_LOG_COUNT};
 pub use limiter::{BreakerConfig, KeyLogging, Limiter};
 pub use policy::{Config, Evaluation, Identity, Policies, Request};
 pub use quota::{MAX_COUNT, MAX_PERIOD_MICROS, Quota, QuotaError, parse_duration};
-pub use store::{AnyStore, MemoryStore, Store, StoreError};
+pub use store::{AnyStore, MemoryStore, RedisUrl, Store, StoreError, redact_credentials};
 #[cfg(feature = "redis")]
 pub use store::{RedisConfig, RedisStats, RedisStore};

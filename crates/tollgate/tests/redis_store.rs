@@ -246,6 +246,72 @@ async fn a_refused_connection_is_a_typed_error() {
 }
 
 #[tokio::test]
+async fn a_store_opened_while_redis_is_down_connects_by_itself_when_it_comes_up() {
+    let port = tollgate_testkit::free_port();
+    let url = format!("redis://app:pa55word@127.0.0.1:{port}");
+    let store = RedisStore::open(&url, fresh_config()).expect("a URL that parses");
+    store.first_attempt().await;
+    assert!(!store.is_connected());
+    let reason = store.connection_error().expect("the attempt failed");
+    assert!(matches!(reason, StoreError::Unavailable(_)), "{reason:?}");
+    let limit = Limit::new("l", Algorithm::FixedWindow, "10/s".parse().unwrap()).unwrap();
+    let error = store
+        .check(&Check::one("k", &limit), None)
+        .await
+        .expect_err("no Redis yet");
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!(
+            "not connected to Redis at redis://app:***@127.0.0.1:{port} yet"
+        )),
+        "{message}"
+    );
+    assert!(!message.contains("pa55word"), "{message}");
+    let cluster =
+        RedisStore::open_cluster(&[url.as_str()], fresh_config()).expect("URLs that parse");
+    cluster.first_attempt().await;
+    assert!(!cluster.is_connected());
+    let reason = cluster.connection_error().expect("the attempt failed");
+    assert!(!reason.to_string().contains("pa55word"), "{reason}");
+    let error = cluster
+        .check(&Check::one("k", &limit), None)
+        .await
+        .expect_err("no cluster");
+    assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
+    assert!(!error.to_string().contains("pa55word"), "{error}");
+    drop(cluster);
+
+    let redis = tollgate_testkit::RedisServer::start_on(port, &[]);
+    redis
+        .query::<()>(
+            redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg("app")
+                .arg("on")
+                .arg(">pa55word")
+                .arg("~*")
+                .arg("+@all"),
+        )
+        .expect("the user is made");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !store.is_connected() {
+        assert!(std::time::Instant::now() < deadline, "never connected");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(store.connection_error().is_none());
+    let verdict = store.check(&Check::one("k", &limit), None).await.unwrap();
+    assert_eq!(verdict.decisions()[0].remaining(), 9);
+    let held: i64 = redis
+        .query(redis::cmd("EXISTS").arg(store.key_of("k", "l")))
+        .unwrap();
+    assert_eq!(held, 1, "counted in Redis");
+    assert!(
+        RedisStore::open("redis://127.0.0.1:notaport", fresh_config()).is_err(),
+        "a URL that does not parse is an error at once"
+    );
+}
+
+#[tokio::test]
 async fn a_stalled_server_is_a_timeout_not_a_hang() {
     let mut stalled = tollgate_testkit::RedisServer::start();
     let config = RedisConfig {

@@ -1,9 +1,11 @@
 //! The admin API and the live dashboard, on a listener of their own (loopback by default):
 //! inspect a key's state for a policy, reset it, lift its penalty, list the most refused keys
 //! and hottest routes, show the loaded configuration. Bound anywhere else, it requires a bearer
-//! token.
+//! token. Whatever the token, it answers only to its own address and to no other web site
+//! ([`origin`]).
 
 mod auth;
+pub mod origin;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -23,6 +25,7 @@ use crate::api::ApiError;
 use crate::api::check::{Attributes, evaluation_answer, header_list, request_of};
 use crate::api::problem::{parse_json, read_body};
 use crate::rls::Rls;
+pub use origin::AllowedHosts;
 
 /// The dashboard: one page, its script and styles inline, nothing fetched from elsewhere.
 const DASHBOARD: &str = include_str!("dashboard.html");
@@ -50,6 +53,16 @@ pub struct AdminArgs {
         hide_env_values = true
     )]
     pub admin_token: Option<String>,
+    /// A further name the admin listener answers to (its own address, localhost, 127.0.0.1 and
+    /// [::1] with its port always work); repeat for more. Without a port, the name alone and
+    /// the name with the listener's port match.
+    #[arg(
+        long = "admin-host",
+        env = "TOLLGATE_ADMIN_HOSTS",
+        value_delimiter = ',',
+        value_name = "NAME[:PORT]"
+    )]
+    pub admin_hosts: Vec<String>,
 }
 
 impl AdminArgs {
@@ -62,6 +75,11 @@ impl AdminArgs {
             ));
         }
         Ok(())
+    }
+
+    /// The addresses and names the listener bound at `bound` answers to.
+    pub fn allowed_hosts(&self, bound: SocketAddr) -> Result<AllowedHosts, String> {
+        AllowedHosts::new(bound, &self.admin_hosts)
     }
 }
 
@@ -161,6 +179,8 @@ async fn config(State(state): State<AdminState>) -> Response {
         )
     });
     let version = loaded.as_ref().map(|p| p.version());
+    // The file may name a Redis with its password.
+    let text = tollgate::redact_credentials(&text).into_owned();
     Json(json!({
         "source": source,
         "version": version.map(|v| format!("{v:016x}")),
@@ -209,8 +229,9 @@ async fn metrics(State(state): State<AdminState>) -> Response {
         .into_response()
 }
 
-/// The admin routes, behind the token when there is one.
-pub fn router(state: AdminState, token: Option<String>) -> Router {
+/// The admin routes: only for requests to one of `hosts` that no other web site could have
+/// made, and behind the token when there is one.
+pub fn router(state: AdminState, token: Option<String>, hosts: AllowedHosts) -> Router {
     Router::new()
         .route(
             "/admin/inspect",
@@ -236,6 +257,10 @@ pub fn router(state: AdminState, token: Option<String>) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             Arc::new(token),
             auth::require_token,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(hosts),
+            origin::same_site_only,
         ))
         .with_state(state)
 }

@@ -18,9 +18,9 @@ pub enum StoreConfig {
     #[default]
     Memory,
     /// A single Redis at this URL.
-    Redis(String),
+    Redis(crate::RedisUrl),
     /// A Redis Cluster reached through these node URLs.
-    RedisCluster(Vec<String>),
+    RedisCluster(Vec<crate::RedisUrl>),
 }
 
 /// Options of a Redis store.

@@ -173,7 +173,7 @@ fn read_store(node: Node<'_, '_>) -> StoreConfig {
     if items.len() == 1 && items[0].origin() == node.origin() {
         return match node.text("store").as_deref() {
             Some("memory") => StoreConfig::Memory,
-            Some(url) if is_url(url) => StoreConfig::Redis(url.to_owned()),
+            Some(url) if is_url(url) => StoreConfig::Redis(url.into()),
             Some(_) => {
                 node.error(expected);
                 StoreConfig::Memory
@@ -184,7 +184,7 @@ fn read_store(node: Node<'_, '_>) -> StoreConfig {
     let mut urls = Vec::new();
     for item in items {
         match item.text("store") {
-            Some(url) if is_url(&url) => urls.push(url.into_owned()),
+            Some(url) if is_url(&url) => urls.push(url.into_owned().into()),
             Some(_) => item.error(expected),
             None => {}
         }

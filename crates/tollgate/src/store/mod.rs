@@ -8,6 +8,7 @@ mod any;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
+mod url;
 
 use std::future::Future;
 use std::time::Duration;
@@ -20,6 +21,7 @@ use crate::clock::Micros;
 pub use self::redis::{RedisConfig, RedisStats, RedisStore};
 pub use any::AnyStore;
 pub use memory::MemoryStore;
+pub use url::{RedisUrl, redact_credentials};
 
 /// Why a store could not decide.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

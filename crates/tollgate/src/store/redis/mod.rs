@@ -24,17 +24,17 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use redis::Script;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManagerConfig;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_routing::Slot;
 use smallvec::SmallVec;
 use tokio::sync::{mpsc, oneshot};
 
 use self::batcher::{Job, PartReply};
-use self::connection::{Connection, store_error};
+use self::connection::{Connection, Status, Target, store_error};
 pub use self::keys::{BadPrefix, MAX_PART_BYTES};
 use self::wire::{Part, PartItem, encode_adjustments};
-use super::{Store, StoreError};
+use super::{RedisUrl, Store, StoreError};
 use crate::algorithm::Adjustment;
 use crate::check::{Check, Verdict};
 use crate::clock::Micros;
@@ -105,54 +105,114 @@ struct Shared {
     adjust_script: Script,
 }
 
-fn unavailable(error: &redis::RedisError, config: &RedisConfig) -> StoreError {
-    store_error(error, config.connect_timeout)
-}
-
 fn invalid_config(message: String) -> StoreError {
     StoreError::Failed(message)
 }
 
+/// The runtime a store's background tasks run on.
+fn runtime() -> Result<tokio::runtime::Handle, StoreError> {
+    tokio::runtime::Handle::try_current()
+        .map_err(|_| invalid_config("a Redis store is made inside a Tokio runtime".to_owned()))
+}
+
 impl RedisStore {
-    /// Connects to a single Redis at `url` (`redis://host:port/db`).
+    /// Connects to a single Redis at `url` (`redis://[user:password@]host:port[/db]`), and
+    /// fails if the first attempt does. [`RedisStore::open`] does not wait.
     pub async fn connect(url: &str, config: RedisConfig) -> Result<Self, StoreError> {
+        Self::open(url, config)?.first_connection().await
+    }
+
+    /// A store on a single Redis at `url` that connects in the background, retrying with
+    /// backoff until Redis answers: checks fail with [`StoreError::Unavailable`] (saying why)
+    /// until then, so the caller's failure policy decides them. Only a configuration error (a
+    /// URL that does not parse, a bad prefix) is an error here. Call it inside a Tokio runtime.
+    pub fn open(url: &str, config: RedisConfig) -> Result<Self, StoreError> {
         keys::validate_prefix(&config.prefix).map_err(|error| invalid_config(error.to_string()))?;
-        let client = redis::Client::open(url)
-            .map_err(|error| invalid_config(format!("redis url {url:?}: {error}")))?;
+        let shown = RedisUrl::from(url);
+        let client = redis::Client::open(url).map_err(|error| {
+            invalid_config(format!(
+                "redis url {shown} does not parse: {}",
+                shown.redact(&error.to_string())
+            ))
+        })?;
         let manager_config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(config.timeout))
             .set_connection_timeout(Some(config.connect_timeout))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
-        let manager = ConnectionManager::new_with_config(client, manager_config)
-            .await
-            .map_err(|error| unavailable(&error, &config))?;
-        Ok(Self::with_connection(Connection::Node(manager), config))
+        let connection = Connection::connect(
+            Target::Node(client, manager_config),
+            vec![shown],
+            config.connect_timeout,
+            &runtime()?,
+        );
+        Ok(Self::with_connection(connection, config))
     }
 
-    /// Connects to a Redis Cluster through any of its nodes (`redis://host:port` each).
+    /// Connects to a Redis Cluster through any of its nodes (`redis://host:port` each), and
+    /// fails if the first attempt does. [`RedisStore::open_cluster`] does not wait.
     pub async fn connect_cluster(
         urls: &[impl AsRef<str>],
         config: RedisConfig,
     ) -> Result<Self, StoreError> {
+        Self::open_cluster(urls, config)?.first_connection().await
+    }
+
+    /// A store on a Redis Cluster that connects in the background, as [`RedisStore::open`]
+    /// does for a single Redis.
+    pub fn open_cluster(urls: &[impl AsRef<str>], config: RedisConfig) -> Result<Self, StoreError> {
         keys::validate_prefix(&config.prefix).map_err(|error| invalid_config(error.to_string()))?;
         let nodes: Vec<&str> = urls.iter().map(AsRef::as_ref).collect();
-        let client = ClusterClientBuilder::new(nodes.clone())
+        let shown: Vec<RedisUrl> = nodes.iter().map(|url| RedisUrl::from(*url)).collect();
+        let client = ClusterClientBuilder::new(nodes)
             .connection_timeout(config.connect_timeout)
             .response_timeout(config.timeout)
             .retries(3)
             .min_retry_wait(10)
             .max_retry_wait(200)
             .build()
-            .map_err(|error| invalid_config(format!("redis cluster {nodes:?}: {error}")))?;
-        let connection = client
-            .get_async_connection()
-            .await
-            .map_err(|error| unavailable(&error, &config))?;
-        Ok(Self::with_connection(
-            Connection::Cluster(connection),
-            config,
-        ))
+            .map_err(|error| {
+                let listed: Vec<String> = shown.iter().map(ToString::to_string).collect();
+                let message = shown
+                    .iter()
+                    .fold(error.to_string(), |text, url| url.redact(&text));
+                invalid_config(format!("redis cluster {}: {message}", listed.join(", ")))
+            })?;
+        let connection = Connection::connect(
+            Target::Cluster(client),
+            shown,
+            config.connect_timeout,
+            &runtime()?,
+        );
+        Ok(Self::with_connection(connection, config))
+    }
+
+    /// Waits for the first connection attempt: the store if it connected, else its error.
+    async fn first_connection(self) -> Result<Self, StoreError> {
+        self.shared.connection.first_attempt().await;
+        match self.shared.connection.status() {
+            Status::Failed(error) => Err(error),
+            Status::Connecting | Status::Connected => Ok(self),
+        }
+    }
+
+    /// Waits until the first connection attempt has finished, whether it connected or not.
+    pub async fn first_attempt(&self) {
+        self.shared.connection.first_attempt().await;
+    }
+
+    /// Whether the store has connected (it reconnects by itself after that).
+    pub fn is_connected(&self) -> bool {
+        self.shared.connection.status() == Status::Connected
+    }
+
+    /// Why the store is not connected yet: the last attempt's error, passwords masked. `None`
+    /// once connected, or before the first attempt has finished.
+    pub fn connection_error(&self) -> Option<StoreError> {
+        match self.shared.connection.status() {
+            Status::Failed(error) => Some(error),
+            Status::Connecting | Status::Connected => None,
+        }
     }
 
     fn with_connection(connection: Connection, config: RedisConfig) -> Self {
