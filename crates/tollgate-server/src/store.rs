@@ -10,7 +10,7 @@ use tollgate::{AnyStore, Limiter, MemoryStore, RedisConfig, RedisStore, RedisUrl
 pub enum LogKeys {
     /// As they are.
     Plain,
-    /// As a short SHA-256 pseudonym.
+    /// As a short keyed pseudonym (HMAC-SHA-256 under a secret).
     #[default]
     Hashed,
     /// Not at all.
@@ -51,9 +51,30 @@ pub struct StoreFlags {
     /// How refused keys appear in the logs.
     #[arg(long, env = "TOLLGATE_LOG_KEYS", value_enum, default_value = "hashed")]
     pub log_keys: LogKeys,
+    /// A file holding the secret hashed keys are keyed with (at least 16 bytes), so that
+    /// several nodes show a key under the same pseudonym; `TOLLGATE_LOG_KEYS_SECRET` gives it
+    /// directly. Without either, each process keys with a random secret of its own.
+    #[arg(long, env = "TOLLGATE_LOG_KEYS_SECRET_FILE", value_name = "FILE")]
+    pub log_keys_secret_file: Option<std::path::PathBuf>,
 }
 
 impl StoreFlags {
+    /// The secret hashed keys are keyed with, when one is configured.
+    fn log_keys_secret(&self) -> Result<Option<tollgate::secret::Secret>, String> {
+        let bytes = match (
+            &self.log_keys_secret_file,
+            std::env::var_os("TOLLGATE_LOG_KEYS_SECRET"),
+        ) {
+            (Some(path), _) => std::fs::read(path)
+                .map_err(|error| format!("--log-keys-secret-file {}: {error}", path.display()))?,
+            (None, Some(value)) => value.into_encoded_bytes(),
+            (None, None) => return Ok(None),
+        };
+        tollgate::secret::Secret::from_bytes(bytes.trim_ascii())
+            .map(Some)
+            .map_err(|error| format!("the log keys secret: {error}"))
+    }
+
     /// The store the flags ask for, else the configuration's.
     pub fn choose(&self, configured: &StoreConfig) -> StoreConfig {
         match (&self.redis, self.redis_cluster.is_empty()) {
@@ -136,6 +157,9 @@ pub async fn open_limiter(
     }
     let limiter = Limiter::with_policies(store, policies);
     limiter.set_key_logging(flags.log_keys.into());
+    if let Some(secret) = flags.log_keys_secret()? {
+        limiter.set_key_log_secret(secret);
+    }
     Ok((limiter, description))
 }
 

@@ -766,3 +766,44 @@ async fn slow_clients_are_cut_off_and_connections_are_capped() {
     let status = second.await.expect("joined").expect("answered");
     assert_eq!(status, StatusCode::OK);
 }
+
+/// Refuses `ip` on the built-in login policy and returns the key its refusal was logged under.
+async fn logged_key_of(server: &Tollgate, ip: &str) -> String {
+    let check = format!("{}/v1/check", server.http_url());
+    let body = json!({"policy": "login", "attributes": {"ip": ip}});
+    while post(&check, &body).await.2["allowed"] == true {}
+    server.wait_for_log("refused");
+    let stderr = server.stderr();
+    let line = stderr
+        .lines()
+        .find(|line| line.contains("refused"))
+        .expect("a refusal line");
+    let start = line.find("key=").expect("a key field") + 4;
+    line[start..start + 16].to_owned()
+}
+
+#[tokio::test]
+async fn nodes_given_one_secret_agree_on_hashed_keys_and_others_do_not() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let secret = directory.path().join("log-keys-secret");
+    write(&secret, "a secret shared by the fleet\n");
+    let shared = ["--log-keys-secret-file", secret.to_str().expect("UTF-8")];
+    let one = logged_key_of(&Tollgate::serve(&shared), "203.0.113.7").await;
+    let two = logged_key_of(&Tollgate::serve(&shared), "203.0.113.7").await;
+    let alone = logged_key_of(&Tollgate::serve(&[]), "203.0.113.7").await;
+    assert_eq!(one, two);
+    assert_ne!(one, alone);
+    assert!(!one.contains("203.0.113.7"));
+
+    write(&secret, "short");
+    let (status, _, stderr) = run(&[
+        "serve",
+        "--log-keys-secret-file",
+        secret.to_str().expect("UTF-8"),
+    ]);
+    assert!(!status.success());
+    assert!(
+        stderr.contains("the log keys secret: the secret is 5 bytes long"),
+        "{stderr}"
+    );
+}

@@ -302,7 +302,7 @@ async fn a_store_opened_while_redis_is_down_connects_by_itself_when_it_comes_up(
     let verdict = store.check(&Check::one("k", &limit), None).await.unwrap();
     assert_eq!(verdict.decisions()[0].remaining(), 9);
     let held: i64 = redis
-        .query(redis::cmd("EXISTS").arg(store.key_of("k", "l")))
+        .query(redis::cmd("EXISTS").arg(store.key_of("k", &limit)))
         .unwrap();
     assert_eq!(held, 1, "counted in Redis");
     assert!(
