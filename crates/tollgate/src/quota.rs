@@ -210,7 +210,7 @@ fn period_text(period: Micros) -> String {
     let (names, micros) = UNITS
         .iter()
         .rev()
-        .find(|(_, micros)| period >= *micros && period % micros == 0)
+        .find(|(_, micros)| period >= *micros && period.is_multiple_of(*micros))
         .unwrap_or(&UNITS[0]);
     let short = names[0];
     match period / micros {

@@ -190,7 +190,7 @@ async fn connect_until_up(link: Weak<Link>, target: Target, timeout: Duration) {
                 };
                 failures += 1;
                 // The first failure and then one in a hundred: an outage must not flood the log.
-                if failures == 1 || failures % 100 == 0 {
+                if failures == 1 || failures.is_multiple_of(100) {
                     tracing::warn!(
                         target: "tollgate::store",
                         "cannot connect to Redis at {} ({error}); retrying, failed {failures} times so far",
