@@ -92,7 +92,11 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "policies:\n  - name: x\n    limits:\n      - { name: a, algorithm: gcra, quota: 0/m }\n",
-        "bad.yaml:4:9: policy \"x\", limit \"a\": gcra needs a quota count of at least 1 (a rate of zero never refills)",
+        "bad.yaml:4:9: policy \"x\", limit \"a\": gcra needs a quota count of at least 1 (a quota of 0 admits nothing, ever; to refuse a client, put it on the deny list)",
+    ),
+    (
+        "policies:\n  - name: x\n    limits:\n      - { name: a, algorithm: fixed_window, quota: 0/m }\n",
+        "bad.yaml:4:9: policy \"x\", limit \"a\": fixed_window needs a quota count of at least 1",
     ),
     (
         "policies:\n  - name: x\n    limits:\n      - { name: a, algorithm: fixed_window, quota: 5/m, burst: 10 }\n",
