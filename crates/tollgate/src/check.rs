@@ -270,6 +270,7 @@ pub struct Verdict {
     decisions: SmallVec<[Decision; 2]>,
     binding: u32,
     at: Micros,
+    replayed: bool,
 }
 
 /// `binding` of a verdict without decisions.
@@ -291,7 +292,20 @@ impl Verdict {
             decisions,
             binding,
             at,
+            replayed: false,
         }
+    }
+
+    /// The same verdict, answered again without asking the store (by the over-limit cache).
+    pub(crate) fn replayed(mut self) -> Self {
+        self.replayed = true;
+        self
+    }
+
+    /// Whether the store was not asked: the over-limit cache gave a denial the store gave
+    /// moments ago for the same check. Such a denial is not a new violation.
+    pub fn is_replayed(&self) -> bool {
+        self.replayed
     }
 
     /// The same verdict `elapsed` later, with nothing else happening (the over-limit cache).
@@ -301,6 +315,7 @@ impl Verdict {
             decisions: self.decisions.iter().map(|d| d.aged(micros)).collect(),
             binding: self.binding,
             at: self.at.saturating_add(micros),
+            replayed: self.replayed,
         }
     }
 
@@ -312,6 +327,7 @@ impl Verdict {
             decisions,
             binding: 0,
             at,
+            replayed: false,
         }
     }
 

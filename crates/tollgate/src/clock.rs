@@ -36,6 +36,7 @@ impl SystemClock {
 }
 
 impl Clock for SystemClock {
+    #[allow(clippy::disallowed_methods)] // The one place that reads the wall clock.
     fn now(&self) -> Micros {
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -78,6 +79,24 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> Micros {
         self.now.load(Ordering::SeqCst)
+    }
+}
+
+/// Measures how long something took, for metrics: a monotonic stopwatch, never a decision
+/// time (decisions read a [`Clock`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stopwatch(std::time::Instant);
+
+impl Stopwatch {
+    /// Starts measuring.
+    #[allow(clippy::disallowed_methods)] // The one place that reads the monotonic clock.
+    pub(crate) fn start() -> Self {
+        Self(std::time::Instant::now())
+    }
+
+    /// How long since the start.
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.0.elapsed()
     }
 }
 

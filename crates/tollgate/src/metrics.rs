@@ -14,6 +14,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::check::Verdict;
+use crate::observer::Observer;
+use crate::policy::{Action, DecidedBy, Evaluation, Request};
 use crate::store::StoreError;
 
 /// What became of one limit (or one policy, for the outcomes that decide without limits).
@@ -306,6 +309,117 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
+    }
+}
+
+impl Observer for Metrics {
+    fn store_called(&self, took: Duration, error: Option<&StoreError>) {
+        self.observe_store(took);
+        if let Some(error) = error {
+            self.record_store_error(error);
+        }
+    }
+
+    fn store_skipped(&self) {
+        self.record_store_error(&StoreError::CircuitOpen);
+    }
+
+    fn cache_hit(&self) {
+        self.record_cache_hit();
+    }
+
+    /// Checks name their limits themselves (the check API takes them from clients), so they
+    /// are counted without labels of their own.
+    fn checked(&self, verdict: &Verdict, took: Duration) {
+        self.observe_check(took);
+        let outcome = match verdict.outcome() {
+            crate::Outcome::Allow => MetricOutcome::Allowed,
+            crate::Outcome::Delay(_) => MetricOutcome::Delayed,
+            crate::Outcome::Deny { retry_after } => {
+                if let Some(retry_after) = retry_after {
+                    self.observe_retry_after(retry_after);
+                }
+                MetricOutcome::Denied
+            }
+        };
+        self.record_decision("", "", outcome);
+        self.record_policy("", outcome);
+    }
+
+    /// For an admitted request every limit that applied, for a refused one the limits (or
+    /// policies) that refused it.
+    fn evaluated(&self, _request: &Request<'_>, evaluation: &Evaluation, took: Duration) {
+        self.observe_check(took);
+        self.record_evaluation(evaluation);
+    }
+}
+
+impl Metrics {
+    fn record_evaluation(&self, evaluation: &Evaluation) {
+        let per_policy = |outcome: MetricOutcome, policies: &[std::sync::Arc<str>]| {
+            for policy in policies {
+                self.record_decision(policy, "", outcome);
+                self.record_policy(policy, outcome);
+            }
+        };
+        per_policy(MetricOutcome::ShadowDenied, &evaluation.shadow_denied);
+        if let Action::Refuse(refusal) = &evaluation.action
+            && let Some(retry_after) = refusal.retry_after
+        {
+            self.observe_retry_after(retry_after);
+        }
+        match evaluation.decided_by {
+            DecidedBy::FailOpen => per_policy(MetricOutcome::FailedOpen, &evaluation.matched),
+            DecidedBy::FailClosed => per_policy(MetricOutcome::FailedClosed, &evaluation.matched),
+            DecidedBy::Store | DecidedBy::Cache | DecidedBy::Local => {
+                self.record_decided(evaluation, per_policy);
+            }
+        }
+    }
+
+    fn record_decided(
+        &self,
+        evaluation: &Evaluation,
+        per_policy: impl Fn(MetricOutcome, &[std::sync::Arc<str>]),
+    ) {
+        let local = evaluation.decided_by == DecidedBy::Local;
+        let admitted = evaluation.is_admitted();
+        let mut refused_by_a_limit = false;
+        for applied in &evaluation.applied {
+            let outcome = match (local, admitted, &evaluation.action) {
+                (true, _, _) => MetricOutcome::LocalFallback,
+                (false, true, Action::Delay(_)) => MetricOutcome::Delayed,
+                (false, true, _) => MetricOutcome::Allowed,
+                (false, false, _) if !applied.decision.allowed() => {
+                    refused_by_a_limit = true;
+                    MetricOutcome::Denied
+                }
+                (false, false, _) => continue,
+            };
+            self.record_decision(&applied.policy, &applied.label, outcome);
+        }
+        if !admitted && !refused_by_a_limit && !local {
+            // Refused before any limit (penalty box, waiting room): counted per policy.
+            per_policy(MetricOutcome::Denied, &evaluation.violated);
+            return;
+        }
+        // The summary counts requests: once for each policy that applied limits.
+        let request_outcome = match (local, admitted, &evaluation.action) {
+            (true, _, _) => MetricOutcome::LocalFallback,
+            (false, true, Action::Delay(_)) => MetricOutcome::Delayed,
+            (false, true, _) => MetricOutcome::Allowed,
+            (false, false, _) => MetricOutcome::Denied,
+        };
+        let mut counted: Vec<&str> = Vec::new();
+        for applied in &evaluation.applied {
+            let policy: &str = &applied.policy;
+            let refused_here = evaluation.violated.iter().any(|v| &**v == policy);
+            if counted.contains(&policy) || (!admitted && !refused_here) {
+                continue;
+            }
+            counted.push(policy);
+            self.record_policy(policy, request_outcome);
+        }
     }
 }
 

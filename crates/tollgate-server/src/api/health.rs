@@ -15,14 +15,15 @@ pub(crate) async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// `GET /readyz`: a look-only check against the store proves it answers.
+/// `GET /readyz`: a look-only check through the store's guards proves it answers (a resting
+/// breaker is not ready).
 pub(crate) async fn readyz(
     State(state): State<AppState>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let quota = Quota::per_second(1).map_err(|e| ApiError::invalid(e.to_string()))?;
     let probe = Limit::new("tollgate:readyz", Algorithm::FixedWindow, quota)
         .map_err(|e| ApiError::invalid(e.to_string()))?;
-    let store = state.limiter.store();
+    let store = state.limiter.guarded();
     store
         .check(&Check::new(0).limit("readyz", &probe), None)
         .await

@@ -75,7 +75,6 @@ impl<S: Store> Limiter<S> {
         if check.is_empty() {
             return Ok(());
         }
-        self.inner.deny_cache.forget_keys(check);
         Ok(self.inner.store.forget(check).await?)
     }
 }

@@ -7,12 +7,13 @@ use std::time::Duration;
 use futures_util::future::{OptionFuture, join};
 use smallvec::SmallVec;
 
-use super::{Limiter, Source};
+use super::Limiter;
 use crate::algorithm::Adjustment;
 use crate::check::{Check, Verdict};
 use crate::error::Error;
 use crate::headers::{ProblemKind, retry_after_seconds};
-use crate::metrics::MetricOutcome;
+use crate::clock::Stopwatch;
+use crate::observer::{Observer, Refused};
 use crate::policy::{
     Action, Applied, Charge, DecidedBy, Evaluation, FailureMode, Gate, Planned, Policies, Refusal,
     Request, Role, Scope,
@@ -58,78 +59,14 @@ impl<S: Store> Limiter<S> {
         request: &Request<'_>,
         cost: Option<u64>,
     ) -> Result<Evaluation, Error> {
-        let started = std::time::Instant::now();
-        self.inner
-            .hot_routes
-            .record(request.route.unwrap_or(request.path));
+        let watch = Stopwatch::start();
         let result = self.decide_request(scope, request, cost).await;
-        self.inner.metrics.observe_check(started.elapsed());
         if let Ok(evaluation) = &result {
-            self.record(evaluation);
+            self.inner
+                .observers
+                .evaluated(request, evaluation, watch.elapsed());
         }
         result
-    }
-
-    /// Counts an evaluation in the metrics: for an admitted request every limit that applied,
-    /// for a refused one the limits (or policies) that refused it.
-    fn record(&self, evaluation: &Evaluation) {
-        let metrics = &self.inner.metrics;
-        let per_policy = |outcome: MetricOutcome, policies: &[Arc<str>]| {
-            for policy in policies {
-                metrics.record_decision(policy, "", outcome);
-                metrics.record_policy(policy, outcome);
-            }
-        };
-        per_policy(MetricOutcome::ShadowDenied, &evaluation.shadow_denied);
-        if let Action::Refuse(refusal) = &evaluation.action
-            && let Some(retry_after) = refusal.retry_after
-        {
-            metrics.observe_retry_after(retry_after);
-        }
-        match evaluation.decided_by {
-            DecidedBy::FailOpen => per_policy(MetricOutcome::FailedOpen, &evaluation.matched),
-            DecidedBy::FailClosed => per_policy(MetricOutcome::FailedClosed, &evaluation.matched),
-            DecidedBy::Store | DecidedBy::Cache | DecidedBy::Local => {
-                let local = evaluation.decided_by == DecidedBy::Local;
-                let admitted = evaluation.is_admitted();
-                let mut refused_by_a_limit = false;
-                for applied in &evaluation.applied {
-                    let outcome = match (local, admitted, &evaluation.action) {
-                        (true, _, _) => MetricOutcome::LocalFallback,
-                        (false, true, Action::Delay(_)) => MetricOutcome::Delayed,
-                        (false, true, _) => MetricOutcome::Allowed,
-                        (false, false, _) if !applied.decision.allowed() => {
-                            refused_by_a_limit = true;
-                            MetricOutcome::Denied
-                        }
-                        (false, false, _) => continue,
-                    };
-                    metrics.record_decision(&applied.policy, &applied.label, outcome);
-                }
-                if !admitted && !refused_by_a_limit && !local {
-                    // Refused before any limit (penalty box, waiting room): counted per policy.
-                    per_policy(MetricOutcome::Denied, &evaluation.violated);
-                    return;
-                }
-                // The summary counts requests: once for each policy that applied limits.
-                let request_outcome = match (local, admitted, &evaluation.action) {
-                    (true, _, _) => MetricOutcome::LocalFallback,
-                    (false, true, Action::Delay(_)) => MetricOutcome::Delayed,
-                    (false, true, _) => MetricOutcome::Allowed,
-                    (false, false, _) => MetricOutcome::Denied,
-                };
-                let mut counted: Vec<&str> = Vec::new();
-                for applied in &evaluation.applied {
-                    let policy: &str = &applied.policy;
-                    let refused_here = evaluation.violated.iter().any(|v| &**v == policy);
-                    if counted.contains(&policy) || (!admitted && !refused_here) {
-                        continue;
-                    }
-                    counted.push(policy);
-                    metrics.record_policy(policy, request_outcome);
-                }
-            }
-        }
     }
 
     pub(super) async fn decide_request(
@@ -170,13 +107,17 @@ impl<S: Store> Limiter<S> {
         }
         let enforced_check = check_of(&plan.enforced);
         let shadow_check = check_of(&plan.shadow);
-        // Shadow checks only report, so they skip a store that is resting.
+        // Shadow checks only report, so they skip a store that is resting, and its guards.
         let shadow_future: OptionFuture<_> = (!plan.shadow.is_empty() && !self.store_resting())
-            .then(|| self.inner.store.check(&shadow_check, None))
+            .then(|| self.store().check(&shadow_check, None))
             .into();
-        let (enforced, shadow) = join(self.store_check(&enforced_check), shadow_future).await;
-        let (verdict, source) = match enforced {
-            Ok(answer) => answer,
+        let (enforced, shadow) = join(
+            self.inner.store.check(&enforced_check, None),
+            shadow_future,
+        )
+        .await;
+        let verdict = match enforced {
+            Ok(verdict) => verdict,
             Err(error) if error.is_store_failure() => {
                 let mut evaluation = self
                     .fail_over(&policies, &plan.enforced, &enforced_check, &error)
@@ -198,7 +139,7 @@ impl<S: Store> Limiter<S> {
         // violation, and it costs no store call.
         // Nor is a request refused by a running block: only what the limits themselves refuse
         // counts, or a client would climb the levels by knocking on a block it already serves.
-        if source == Source::Cache {
+        if verdict.is_replayed() {
             evaluation.decided_by = DecidedBy::Cache;
         } else if !evaluation.violated.is_empty()
             && denied(&plan.enforced, &verdict, Role::PenaltyBox)
@@ -213,9 +154,7 @@ impl<S: Store> Limiter<S> {
         Ok(evaluation)
     }
 
-    /// Counts each refusing limit's key among the most refused, and logs the refusal when the
-    /// denial log's sampling lets it: the first of a key and limit in each period, with how many
-    /// went unlogged since, within a global budget of lines.
+    /// Tells the observers of each limit that refused.
     fn note_denials(&self, policies: &Policies, items: &[Planned], verdict: &Verdict) {
         if verdict.is_admitted() {
             return;
@@ -224,25 +163,14 @@ impl<S: Store> Limiter<S> {
             if decision.allowed() || item.role == Role::Idempotency {
                 continue;
             }
-            self.inner.denied_keys.record(&item.key);
-            let Some(unlogged) =
-                self.inner
-                    .denial_log
-                    .admit(&item.key, item.limit.state_name(), verdict.at())
-            else {
-                continue;
-            };
-            tracing::info!(
-                target: "tollgate::denial",
-                policy = &*policies.policies[item.policy].name,
-                limit = &*item.label,
-                algorithm = item.limit.algorithm().as_str(),
-                remaining = decision.remaining(),
-                retry_after_ms = decision.retry_after_micros().map(|micros| micros.div_ceil(1_000)),
-                key = %self.key_for_logs(&item.key),
-                unlogged_since_last = unlogged,
-                "refused"
-            );
+            self.inner.observers.refused(&Refused {
+                policy: &policies.policies[item.policy].name,
+                label: &item.label,
+                limit: &item.limit,
+                key: &item.key,
+                decision,
+                at: verdict.at(),
+            });
         }
     }
 
@@ -274,7 +202,7 @@ impl<S: Store> Limiter<S> {
                 let refusal = Refusal {
                     status: 503,
                     kind: ProblemKind::TemporaryReducedCapacity,
-                    retry_after: Some(self.inner.breaker.cooldown()),
+                    retry_after: Some(self.breaker().cooldown()),
                     detail: format!("the rate limiter cannot decide ({error}) and fails closed"),
                 };
                 let mut evaluation = Evaluation::plain(Action::Refuse(refusal), Vec::new());

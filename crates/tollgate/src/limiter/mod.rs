@@ -1,11 +1,10 @@
-//! The one entry point: a store and, optionally, policies, shared by every clone.
+//! The one entry point: policies, a store behind its guards (see [`crate::layer`]), and the
+//! observers that watch decisions, shared by every clone.
 
 mod admin;
-mod breaker;
 mod denial_log;
-mod deny_cache;
+mod denials;
 mod evaluate;
-mod lease;
 mod penalty;
 
 use std::sync::Arc;
@@ -16,19 +15,19 @@ use smallvec::SmallVec;
 
 use crate::algorithm::Adjustment;
 use crate::check::{Check, Verdict};
+use crate::clock::{Clock, Stopwatch, SystemClock};
 use crate::error::Error;
+use crate::layer::{BreakerConfig, Guards, guard};
 use crate::limit::Limit;
 use crate::metrics::Metrics;
+use crate::observer::{Observer, Observers};
 use crate::policy::Policies;
 use crate::secret::Secret;
 use crate::store::{MemoryStore, Store, StoreError};
-use crate::top_keys::{TopKey, TopKeys};
+use crate::top_keys::TopKey;
 
-pub use breaker::BreakerConfig;
-use breaker::{Breaker, Call};
-use denial_log::DenialLog;
-use deny_cache::DenyCache;
-use lease::{Leases, Unspent};
+use denials::Denials;
+pub use denials::KeyLogging;
 
 /// Decides checks against a store, and requests against policies. Cheap to clone: every clone
 /// shares the same store and policies, so one limiter per process enforces one set of limits
@@ -38,47 +37,24 @@ pub struct Limiter<S = MemoryStore> {
 }
 
 struct Inner<S> {
-    store: S,
+    /// The store behind the guards: every decision goes this way.
+    store: Guards<S>,
     /// Decides for policies whose failure mode is `local` while the store cannot.
     local: MemoryStore,
-    breaker: Breaker,
-    deny_cache: DenyCache,
-    leases: Leases,
-    metrics: Metrics,
-    /// The keys most often refused, and the routes most often asked for.
-    denied_keys: TopKeys,
-    hot_routes: TopKeys,
-    key_logging: std::sync::atomic::AtomicU8,
-    /// Keys the hashed key logging with, so that pseudonyms cannot be guessed back.
-    key_log_secret: std::sync::RwLock<Secret>,
-    denial_log: DenialLog,
+    metrics: Arc<Metrics>,
+    denials: Arc<Denials>,
+    /// Everything that watches decisions: the metrics, the denials, and the caller's own.
+    observers: Observers,
     policies: ArcSwapOption<Policies>,
 }
 
-/// How refused keys appear in logs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum KeyLogging {
-    /// As they are.
-    Plain,
-    /// As the first 16 hex digits of their HMAC-SHA-256 under a secret (random per process
-    /// unless set with `Limiter::set_key_log_secret`): the same key always looks the same in
-    /// one process's logs, and without the secret no key can be found from its pseudonym, not
-    /// even by hashing every IPv4 address.
-    #[default]
-    Hashed,
-    /// Not at all.
-    Omitted,
-}
-
-/// How many keys and routes the top lists track.
-const TOP_CAPACITY: usize = 200;
-
-/// Where a verdict came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Source {
-    Store,
-    /// The over-limit cache: a denial the store gave for the same check moments ago.
-    Cache,
+impl<S> std::fmt::Debug for Limiter<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limiter")
+            .field("store", &self.inner.store)
+            .field("policies", &self.inner.policies.load().is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl<S> Clone for Limiter<S> {
@@ -96,26 +72,79 @@ impl Limiter<MemoryStore> {
     }
 }
 
+/// Builds a [`Limiter`] with a clock or observers of its own.
+pub struct LimiterBuilder<S> {
+    store: S,
+    clock: Option<Arc<dyn Clock>>,
+    observers: Observers,
+}
+
+impl<S> std::fmt::Debug for LimiterBuilder<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LimiterBuilder")
+            .field("observers", &self.observers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Store> LimiterBuilder<S> {
+    /// The clock the guards (breaker, over-limit cache, leases) read. Default: the store's own
+    /// clock when it keeps one in process (the memory store), else the system clock.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Adds an observer of decisions, called after the limiter's own metrics.
+    pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observers.push(observer);
+        self
+    }
+
+    /// The limiter.
+    pub fn build(self) -> Limiter<S> {
+        let clock = self.clock.unwrap_or_else(|| {
+            self.store
+                .own_clock()
+                .cloned()
+                .unwrap_or_else(|| Arc::new(SystemClock::new()))
+        });
+        let metrics = Arc::new(Metrics::new());
+        let denials = Arc::new(Denials::new());
+        let mut observers = Observers::new();
+        observers.push(Arc::clone(&metrics) as Arc<dyn Observer>);
+        observers.push(Arc::clone(&denials) as Arc<dyn Observer>);
+        observers.extend(self.observers);
+        let store = guard(
+            self.store,
+            Arc::clone(&clock),
+            Arc::new(observers.clone()),
+        );
+        Limiter {
+            inner: Arc::new(Inner {
+                store,
+                local: MemoryStore::builder().clock(clock).build(),
+                metrics,
+                denials,
+                observers,
+                policies: ArcSwapOption::empty(),
+            }),
+        }
+    }
+}
+
 impl<S: Store> Limiter<S> {
     /// A limiter on `store`, without policies.
     pub fn new(store: S) -> Self {
-        // In process, the store is as quick as a cache would be.
-        let cache = store.kind() != "memory";
-        Self {
-            inner: Arc::new(Inner {
-                store,
-                local: MemoryStore::new(),
-                breaker: Breaker::new(BreakerConfig::default()),
-                deny_cache: DenyCache::new(cache),
-                leases: Leases::default(),
-                metrics: Metrics::new(),
-                denied_keys: TopKeys::new(TOP_CAPACITY),
-                hot_routes: TopKeys::new(TOP_CAPACITY),
-                key_logging: std::sync::atomic::AtomicU8::new(KeyLogging::Hashed as u8),
-                key_log_secret: std::sync::RwLock::new(Secret::random()),
-                denial_log: DenialLog::new(),
-                policies: ArcSwapOption::empty(),
-            }),
+        Self::builder(store).build()
+    }
+
+    /// A builder for a limiter on `store` with a clock or observers of its own.
+    pub fn builder(store: S) -> LimiterBuilder<S> {
+        LimiterBuilder {
+            store,
+            clock: None,
+            observers: Observers::new(),
         }
     }
 
@@ -131,7 +160,7 @@ impl<S: Store> Limiter<S> {
     pub fn set_policies(&self, policies: Policies) {
         let options = &policies.config().redis;
         self.set_breaker(options.breaker);
-        self.set_deny_cache(options.deny_cache && self.inner.store.kind() != "memory");
+        self.set_deny_cache(options.deny_cache && self.store().kind() != "memory");
         self.inner.policies.store(Some(Arc::new(policies)));
     }
 
@@ -140,82 +169,68 @@ impl<S: Store> Limiter<S> {
         self.inner.policies.load_full()
     }
 
-    /// The store.
+    /// The store itself, under the guards.
     pub fn store(&self) -> &S {
+        self.breaker().inner()
+    }
+
+    /// The store behind its guards, as every decision reaches it (a readiness probe asks it).
+    pub fn guarded(&self) -> &Guards<S> {
         &self.inner.store
+    }
+
+    fn breaker(&self) -> &crate::layer::CircuitBreaker<S> {
+        self.inner.store.inner().inner()
     }
 
     /// Sets when the store's circuit breaker opens and for how long (default: after 5
     /// consecutive failures, for 1 s).
     pub fn set_breaker(&self, config: BreakerConfig) {
-        self.inner.breaker.configure(config);
+        self.breaker().configure(config);
     }
 
     /// Whether the circuit breaker is open: the store failed repeatedly and is not being called.
     pub fn store_resting(&self) -> bool {
-        self.inner.breaker.is_open()
+        self.breaker().is_open()
     }
 
     /// How many times the circuit breaker has opened.
     pub fn breaker_openings(&self) -> u64 {
-        self.inner.breaker.times_opened()
+        self.breaker().times_opened()
     }
 
     /// Turns the local over-limit cache on or off (on by default for stores outside the
     /// process): while a check is denied until T, the same check is denied until T without
     /// asking the store.
     pub fn set_deny_cache(&self, enabled: bool) {
-        self.inner.deny_cache.set_enabled(enabled);
+        self.inner.store.inner().set_enabled(enabled);
     }
 
     /// Checks denied by the over-limit cache without asking the store.
     pub fn deny_cache_hits(&self) -> u64 {
-        self.inner.deny_cache.hits()
+        self.inner.store.inner().hits()
     }
 
     /// The `n` keys most often refused (policy keys such as `ip:203.0.113.7`), from a bounded
     /// summary.
     pub fn top_denied_keys(&self, n: usize) -> Vec<TopKey> {
-        self.inner.denied_keys.top(n)
+        self.inner.denials.top_denied_keys(n)
     }
 
     /// The `n` routes (or paths) most often asked for.
     pub fn top_routes(&self, n: usize) -> Vec<TopKey> {
-        self.inner.hot_routes.top(n)
+        self.inner.denials.top_routes(n)
     }
 
     /// Sets how refused keys appear in logs (hashed by default).
     pub fn set_key_logging(&self, logging: KeyLogging) {
-        self.inner
-            .key_logging
-            .store(logging as u8, std::sync::atomic::Ordering::Relaxed);
+        self.inner.denials.set_key_logging(logging);
     }
 
     /// Sets the secret hashed key logging uses, so that several processes given the same secret
     /// show a key under the same pseudonym (by default each process has a random one).
     pub fn set_key_log_secret(&self, secret: Secret) {
-        *self
-            .inner
-            .key_log_secret
-            .write()
-            .unwrap_or_else(|e| e.into_inner()) = secret;
-    }
-
-    fn key_for_logs(&self, key: &str) -> String {
-        match self
-            .inner
-            .key_logging
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            x if x == KeyLogging::Plain as u8 => key.to_owned(),
-            x if x == KeyLogging::Omitted as u8 => String::new(),
-            _ => self
-                .inner
-                .key_log_secret
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .digest_hex(&[b"log key", key.as_bytes()], 8),
-        }
+        self.inner.denials.set_key_log_secret(secret);
     }
 
     /// The limiter's metrics.
@@ -227,194 +242,31 @@ impl<S: Store> Limiter<S> {
     pub fn metrics_text(&self) -> String {
         self.inner
             .metrics
-            .set_gauges(self.store_resting(), self.inner.store.held_keys());
+            .set_gauges(self.store_resting(), self.store().held_keys());
         self.inner.metrics.encode()
-    }
-
-    /// Asks the over-limit cache, then the store (through leases for leased limits).
-    async fn store_check(&self, check: &Check<'_>) -> Result<(Verdict, Source), StoreError> {
-        let now = std::time::Instant::now();
-        if let Some(verdict) = self.inner.deny_cache.lookup(check, now) {
-            self.inner.metrics.record_cache_hit();
-            return Ok((verdict, Source::Cache));
-        }
-        let verdict = if check
-            .items()
-            .iter()
-            .any(|item| item.limit.lease().is_some())
-        {
-            self.leased_check(check, now).await?
-        } else {
-            self.breaker_check(check).await?
-        };
-        self.inner
-            .deny_cache
-            .remember(check, &verdict, std::time::Instant::now());
-        Ok((verdict, Source::Store))
-    }
-
-    /// Asks the store through the circuit breaker: while the breaker is open the store is not
-    /// called and the answer is [`StoreError::CircuitOpen`] at once.
-    async fn breaker_check(&self, check: &Check<'_>) -> Result<Verdict, StoreError> {
-        let started = std::time::Instant::now();
-        let call = self.inner.breaker.call(started);
-        if call == Call::Skip {
-            self.inner
-                .metrics
-                .record_store_error(&StoreError::CircuitOpen);
-            return Err(StoreError::CircuitOpen);
-        }
-        let result = self.inner.store.check(check, None).await;
-        let ended = std::time::Instant::now();
-        self.inner.metrics.observe_store(ended - started);
-        if let Err(error) = &result {
-            self.inner.metrics.record_store_error(error);
-        }
-        let healthy = !matches!(&result, Err(error) if error.is_store_failure());
-        self.inner.breaker.record(call, healthy, ended);
-        result
-    }
-
-    /// A check with leased limits: items a held lease covers are decided here; the rest go to
-    /// the store, taking a new lease where one is due (or just the request's cost when a whole
-    /// lease no longer fits). Units spent locally are put back when the check is denied.
-    async fn leased_check(
-        &self,
-        check: &Check<'_>,
-        now: std::time::Instant,
-    ) -> Result<Verdict, StoreError> {
-        let items = check.items();
-        let leases = &self.inner.leases;
-        let mut unspent = Vec::new();
-        let mut local: SmallVec<[Option<(crate::Decision, crate::clock::Micros)>; 4]> = items
-            .iter()
-            .map(|item| {
-                item.limit
-                    .lease()
-                    .and_then(|_| leases.spend(&item.key, item.limit, item.cost, now, &mut unspent))
-            })
-            .collect();
-        self.give_back_unspent(unspent).await;
-        let pending: SmallVec<[usize; 4]> =
-            (0..items.len()).filter(|&i| local[i].is_none()).collect();
-        let put_back = |local: &[Option<(crate::Decision, crate::clock::Micros)>]| {
-            for (item, spent) in items.iter().zip(local) {
-                if spent.is_some() {
-                    leases.unspend(&item.key, item.limit, item.cost);
-                }
-            }
-        };
-        if pending.is_empty() {
-            let at = local.iter().flatten().map(|(_, at)| *at).max().unwrap_or(0);
-            return Ok(Verdict::from_decisions(
-                at,
-                local.iter().flatten().map(|(decision, _)| *decision),
-            ));
-        }
-        let request = |whole_leases: bool| {
-            let mut asked = Check::new(0);
-            for &i in &pending {
-                let item = &items[i];
-                let cost = match item.limit.lease() {
-                    Some(units) if whole_leases => units.max(item.cost),
-                    _ => item.cost,
-                };
-                asked.push(item.key.as_ref(), item.limit, cost);
-            }
-            asked
-        };
-        let mut leasing = true;
-        let mut answer = self.breaker_check(&request(true)).await;
-        if matches!(&answer, Ok(verdict) if verdict.is_denied()) {
-            // A whole lease no longer fits: ask for this request alone.
-            leasing = false;
-            answer = self.breaker_check(&request(false)).await;
-        }
-        let verdict = match answer {
-            Ok(verdict) => verdict,
-            Err(error) => {
-                put_back(&local);
-                return Err(error);
-            }
-        };
-        if verdict.is_denied() {
-            put_back(&local);
-        } else if leasing {
-            let mut replaced = Vec::new();
-            for (&i, decision) in pending.iter().zip(verdict.decisions()) {
-                let item = &items[i];
-                if let Some(units) = item.limit.lease() {
-                    let taken = units.max(item.cost);
-                    replaced.extend(leases.hold(item, taken, *decision, verdict.at(), now));
-                }
-            }
-            self.give_back_unspent(replaced).await;
-        }
-        for (&i, decision) in pending.iter().zip(verdict.decisions()) {
-            local[i] = Some((*decision, verdict.at()));
-        }
-        Ok(Verdict::from_decisions(
-            verdict.at(),
-            local.iter().flatten().map(|(decision, _)| *decision),
-        ))
-    }
-
-    /// Gives the unspent units of leases back to the store. A failure only strands them until
-    /// their window or refill restores them, so it is not the caller's error.
-    async fn give_back_unspent(&self, unspent: Vec<Unspent>) {
-        let unspent: Vec<Unspent> = unspent.into_iter().filter(|u| u.units > 0).collect();
-        if unspent.is_empty() {
-            return;
-        }
-        let mut check = Check::new(0);
-        let mut refunds: SmallVec<[Adjustment; 4]> = SmallVec::new();
-        for lease in &unspent {
-            check.push(lease.key.as_str(), &lease.limit, lease.units);
-            refunds.push(Adjustment::Refund {
-                charged_at: lease.taken_at,
-            });
-        }
-        let _ = self.store_adjust(&check, &refunds).await;
     }
 
     /// Gives every lease this node holds back to the store (at shutdown, say), so that no
     /// quota stays stranded here.
     pub async fn return_leases(&self) {
-        let unspent = self.inner.leases.drain();
-        self.give_back_unspent(unspent).await;
+        self.inner.store.return_leases().await;
     }
 
-    /// Refunds or charges through the store, invalidating what the over-limit cache holds for
-    /// the keys involved.
+    /// Refunds or charges through the guarded store (which forgets the over-limit cache's
+    /// entries for the keys involved).
     async fn store_adjust(
         &self,
         check: &Check<'_>,
         adjustments: &[Adjustment],
     ) -> Result<(), StoreError> {
-        self.inner.deny_cache.forget_keys(check);
         self.inner.store.adjust(check, adjustments, None).await
     }
 
     /// Decides a check all-or-nothing.
     pub async fn check(&self, check: &Check<'_>) -> Result<Verdict, Error> {
-        let started = std::time::Instant::now();
-        let verdict = self.store_check(check).await?.0;
-        let metrics = &self.inner.metrics;
-        metrics.observe_check(started.elapsed());
-        // Checks name their limits themselves (the check API takes them from clients), so
-        // they are counted without labels of their own.
-        let outcome = match verdict.outcome() {
-            crate::Outcome::Allow => crate::metrics::MetricOutcome::Allowed,
-            crate::Outcome::Delay(_) => crate::metrics::MetricOutcome::Delayed,
-            crate::Outcome::Deny { retry_after } => {
-                if let Some(retry_after) = retry_after {
-                    metrics.observe_retry_after(retry_after);
-                }
-                crate::metrics::MetricOutcome::Denied
-            }
-        };
-        metrics.record_decision("", "", outcome);
-        metrics.record_policy("", outcome);
+        let watch = Stopwatch::start();
+        let verdict = self.inner.store.check(check, None).await?;
+        self.inner.observers.checked(&verdict, watch.elapsed());
         Ok(verdict)
     }
 

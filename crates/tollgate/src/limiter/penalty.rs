@@ -48,7 +48,8 @@ impl<S: Store> Limiter<S> {
     /// Counts one violation of `key`; blocks it, and returns for how long, when that violation
     /// completes a level.
     async fn escalate(&self, penalty: &Penalty, key: &str) -> Result<Option<Duration>, Error> {
-        let store = &self.inner.store;
+        // The store itself: penalty state needs no guard, and must not be cached.
+        let store = self.store();
         let strikes = store
             .check(&Check::new(0).limit(key, &penalty.strikes), None)
             .await?;

@@ -52,6 +52,14 @@ impl Store for AnyStore {
         }
     }
 
+    fn own_clock(&self) -> Option<&std::sync::Arc<dyn crate::clock::Clock>> {
+        match self {
+            AnyStore::Memory(store) => store.own_clock(),
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(store) => store.own_clock(),
+        }
+    }
+
     fn held_keys(&self) -> Option<u64> {
         match self {
             AnyStore::Memory(store) => store.held_keys(),

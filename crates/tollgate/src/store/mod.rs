@@ -11,11 +11,12 @@ pub mod redis;
 mod url;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::algorithm::Adjustment;
 use crate::check::{Check, CheckError, Verdict};
-use crate::clock::Micros;
+use crate::clock::{Clock, Micros};
 
 #[cfg(feature = "redis")]
 pub use self::redis::{RedisConfig, RedisStats, RedisStore};
@@ -82,6 +83,13 @@ pub trait Store: Send + Sync + 'static {
     /// How many (key, limit) states the store holds, when it can tell cheaply (the in-process
     /// store); for metrics.
     fn held_keys(&self) -> Option<u64> {
+        None
+    }
+
+    /// The clock the store decides by, when it keeps one in process (the memory store); a
+    /// limiter's guards then read the same clock. `None` for stores with a clock of their own
+    /// elsewhere (Redis decides by the server's `TIME`).
+    fn own_clock(&self) -> Option<&Arc<dyn Clock>> {
         None
     }
 }

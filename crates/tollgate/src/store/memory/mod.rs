@@ -422,6 +422,10 @@ impl Store for MemoryStore {
     fn held_keys(&self) -> Option<u64> {
         u64::try_from(self.stats().keys).ok()
     }
+
+    fn own_clock(&self) -> Option<&Arc<dyn Clock>> {
+        Some(&self.clock)
+    }
 }
 
 #[cfg(test)]

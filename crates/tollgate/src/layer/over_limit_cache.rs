@@ -1,70 +1,99 @@
-//! The local over-limit cache: once a check is denied until T, the same check is denied in
-//! process until T without asking the store. A client flooding past its limit then costs no
-//! store round trips, exactly when they would hurt most.
+//! The local over-limit cache, a store layer: once a check is denied until T, the same check is
+//! denied in process until T without asking the store. A client flooding past its limit then
+//! costs no store round trips, exactly when they would hurt most.
 //!
 //! It stays correct because an entry is only ever reused for the very same check: the same
 //! keys, the same limits (name, algorithm, quota, burst and mode, so a reload or a per-request
 //! override that changes a limit misses) and the same costs. A refund or charge through this
-//! limiter bumps a generation for each key it touches, which invalidates every entry holding
+//! layer bumps a generation for each key it touches, which invalidates every entry holding
 //! that key. A refund or a released concurrency slot on another node is not seen, so an entry
 //! is held at most [`MAX_HOLD`] (then the store is asked again, and the denial cached anew if
-//! it stands): that is the longest the cache can deny a request the store would admit.
+//! it stands): that is the longest the cache can deny a request the store would admit. Time
+//! comes from the injected clock.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use crate::algorithm::Adjustment;
 use crate::check::{Check, Verdict};
+use crate::clock::{Clock, Micros, duration_to_micros};
 use crate::limit::Limit;
+use crate::observer::Observer;
+use crate::store::{Store, StoreError};
 
 /// Shards of the entry map, so that threads rarely meet.
 const SHARDS: usize = 16;
 /// Entries per shard; a full shard drops what has expired, and skips caching if still full.
 const MAX_ENTRIES_PER_SHARD: usize = 4_096;
 /// The longest an entry is trusted, whatever its retry time.
-pub(crate) const MAX_HOLD: Duration = Duration::from_secs(1);
+pub const MAX_HOLD: Duration = Duration::from_secs(1);
 /// Generation slots for keys; a collision only causes a miss.
 const GENERATIONS: usize = 1_024;
 
 struct Entry {
     verdict: Verdict,
-    cached_at: Instant,
-    until: Instant,
+    cached_at: Micros,
+    until: Micros,
     generations: u64,
 }
 
-/// The cache; see the module documentation.
-pub(crate) struct DenyCache {
+/// A store behind an over-limit cache; see the module documentation.
+pub struct OverLimitCache<S> {
+    inner: S,
     enabled: AtomicBool,
     hasher: RandomState,
     shards: Vec<Mutex<HashMap<u64, Entry>>>,
     generations: Vec<AtomicU64>,
     hits: AtomicU64,
+    clock: Arc<dyn Clock>,
+    observer: Arc<dyn Observer>,
+}
+
+impl<S> std::fmt::Debug for OverLimitCache<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OverLimitCache")
+            .field("enabled", &self.enabled)
+            .field("hits", &self.hits)
+            .finish_non_exhaustive()
+    }
 }
 
 fn hash_limit(limit: &Limit, hasher: &mut impl Hasher) {
+    limit.state_id().hash(hasher);
     limit.name().hash(hasher);
-    limit.algorithm().hash(hasher);
-    limit.count().hash(hasher);
-    limit.period().hash(hasher);
-    limit.capacity().hash(hasher);
-    limit.mode().hash(hasher);
 }
 
-impl DenyCache {
-    pub(crate) fn new(enabled: bool) -> Self {
+impl<S: Store> OverLimitCache<S> {
+    /// `inner` behind a cache, on (`enabled`) or off, that reads `clock` and reports its hits
+    /// to `observer`.
+    pub fn new(
+        inner: S,
+        enabled: bool,
+        clock: Arc<dyn Clock>,
+        observer: Arc<dyn Observer>,
+    ) -> Self {
         Self {
+            inner,
             enabled: AtomicBool::new(enabled),
             hasher: RandomState::new(),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             generations: (0..GENERATIONS).map(|_| AtomicU64::new(0)).collect(),
             hits: AtomicU64::new(0),
+            clock,
+            observer,
         }
     }
 
-    pub(crate) fn set_enabled(&self, enabled: bool) {
+    /// The store behind the cache.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// Turns the cache on or off; off forgets everything it held.
+    pub fn set_enabled(&self, enabled: bool) {
         self.enabled.store(enabled, Ordering::Release);
         if !enabled {
             for shard in &self.shards {
@@ -73,7 +102,8 @@ impl DenyCache {
         }
     }
 
-    pub(crate) fn hits(&self) -> u64 {
+    /// Checks it denied without asking the store.
+    pub fn hits(&self) -> u64 {
         self.hits.load(Ordering::Relaxed)
     }
 
@@ -102,7 +132,7 @@ impl DenyCache {
     }
 
     /// The cached denial of this check, aged to `now`, if one still holds.
-    pub(crate) fn lookup(&self, check: &Check<'_>, now: Instant) -> Option<Verdict> {
+    fn lookup(&self, check: &Check<'_>, now: Micros) -> Option<Verdict> {
         if !self.enabled.load(Ordering::Acquire) {
             return None;
         }
@@ -115,13 +145,13 @@ impl DenyCache {
         }
         let verdict = entry
             .verdict
-            .aged(now.saturating_duration_since(entry.cached_at));
+            .aged(Duration::from_micros(now.saturating_sub(entry.cached_at)));
         self.hits.fetch_add(1, Ordering::Relaxed);
-        Some(verdict)
+        Some(verdict.replayed())
     }
 
     /// Remembers a denied verdict until a request of the same check could be admitted.
-    pub(crate) fn remember(&self, check: &Check<'_>, verdict: &Verdict, now: Instant) {
+    fn remember(&self, check: &Check<'_>, verdict: &Verdict, now: Micros) {
         if !self.enabled.load(Ordering::Acquire) || !verdict.is_denied() {
             return;
         }
@@ -142,16 +172,60 @@ impl DenyCache {
             Entry {
                 verdict: verdict.clone(),
                 cached_at: now,
-                until: now + wait.min(MAX_HOLD),
+                until: now.saturating_add(duration_to_micros(wait.min(MAX_HOLD))),
                 generations,
             },
         );
     }
 
     /// Invalidates every entry holding one of `check`'s keys (after a refund or a charge).
-    pub(crate) fn forget_keys(&self, check: &Check<'_>) {
+    fn forget_keys(&self, check: &Check<'_>) {
         for item in check.items() {
             self.generations[self.key_slot(&item.key)].fetch_add(1, Ordering::AcqRel);
         }
+    }
+}
+
+impl<S: Store> Store for OverLimitCache<S> {
+    async fn check(&self, check: &Check<'_>, at: Option<Micros>) -> Result<Verdict, StoreError> {
+        // A check at an explicit time is a replay or a test: the cache, on the clock, stays out.
+        if at.is_none()
+            && let Some(verdict) = self.lookup(check, self.clock.now())
+        {
+            self.observer.cache_hit();
+            return Ok(verdict);
+        }
+        let verdict = self.inner.check(check, at).await?;
+        if at.is_none() {
+            self.remember(check, &verdict, self.clock.now());
+        }
+        Ok(verdict)
+    }
+
+    async fn adjust(
+        &self,
+        check: &Check<'_>,
+        adjustments: &[Adjustment],
+        at: Option<Micros>,
+    ) -> Result<(), StoreError> {
+        self.forget_keys(check);
+        self.inner.adjust(check, adjustments, at).await
+    }
+
+    async fn forget(&self, check: &Check<'_>) -> Result<(), StoreError> {
+        self.forget_keys(check);
+        self.inner.forget(check).await
+    }
+
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    fn held_keys(&self) -> Option<u64> {
+        self.inner.held_keys()
+    }
+
+    fn own_clock(&self) -> Option<&Arc<dyn Clock>> {
+        self.inner.own_clock()
     }
 }

@@ -1,0 +1,273 @@
+//! The circuit breaker, a store layer: after repeated failures it stops calling the store for
+//! a cool-down and fails at once with [`StoreError::CircuitOpen`], so that the policies'
+//! failure modes answer instead of every request waiting out a timeout; then one probe goes
+//! through, and the store is used again as soon as it answers. Time comes from the injected
+//! clock.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::algorithm::Adjustment;
+use crate::check::{Check, Verdict};
+use crate::clock::{Clock, Micros, Stopwatch, duration_to_micros};
+use crate::observer::Observer;
+use crate::store::{Store, StoreError};
+
+/// When the breaker opens and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerConfig {
+    /// Consecutive store failures that open the breaker. Default 5.
+    pub failures: u32,
+    /// How long it stays open before a probe. Default 1 s.
+    pub cooldown: Duration,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        Self {
+            failures: 5,
+            cooldown: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Whether to call the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    /// The breaker is closed: call.
+    Normal,
+    /// The cool-down is over: this call probes the store.
+    Probe,
+    /// Open: do not call.
+    Skip,
+}
+
+/// The breaker's state, lock-free; `open_until` is a clock time, and 0 means closed.
+#[derive(Debug)]
+struct State {
+    threshold: AtomicU32,
+    cooldown_micros: AtomicU64,
+    failures: AtomicU32,
+    open_until: AtomicU64,
+    probing: AtomicBool,
+    opened: AtomicU64,
+}
+
+impl State {
+    fn new(config: BreakerConfig) -> Self {
+        Self {
+            threshold: AtomicU32::new(config.failures.max(1)),
+            cooldown_micros: AtomicU64::new(duration_to_micros(config.cooldown)),
+            failures: AtomicU32::new(0),
+            open_until: AtomicU64::new(0),
+            probing: AtomicBool::new(false),
+            opened: AtomicU64::new(0),
+        }
+    }
+
+    fn configure(&self, config: BreakerConfig) {
+        self.threshold
+            .store(config.failures.max(1), Ordering::Release);
+        self.cooldown_micros
+            .store(duration_to_micros(config.cooldown), Ordering::Release);
+    }
+
+    /// Whether a call at `now` should go to the store.
+    fn call(&self, now: Micros) -> Call {
+        let open_until = self.open_until.load(Ordering::Acquire);
+        if open_until == 0 {
+            return Call::Normal;
+        }
+        if now < open_until {
+            return Call::Skip;
+        }
+        match self
+            .probing
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => Call::Probe,
+            Err(_) => Call::Skip,
+        }
+    }
+
+    /// Records how a call that went to the store ended.
+    fn record(&self, call: Call, succeeded: bool, now: Micros) {
+        if succeeded {
+            self.failures.store(0, Ordering::Release);
+            if call == Call::Probe || self.open_until.load(Ordering::Acquire) != 0 {
+                self.open_until.store(0, Ordering::Release);
+                self.probing.store(false, Ordering::Release);
+            }
+            return;
+        }
+        let failures = self
+            .failures
+            .fetch_add(1, Ordering::AcqRel)
+            .saturating_add(1);
+        if call == Call::Probe || failures >= self.threshold.load(Ordering::Acquire) {
+            // Never 0, which means closed.
+            let until = now
+                .saturating_add(self.cooldown_micros.load(Ordering::Acquire))
+                .max(1);
+            if self.open_until.swap(until, Ordering::AcqRel) == 0 {
+                self.opened.fetch_add(1, Ordering::Relaxed);
+            }
+            self.probing.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// A store behind a circuit breaker.
+pub struct CircuitBreaker<S> {
+    inner: S,
+    state: State,
+    clock: Arc<dyn Clock>,
+    observer: Arc<dyn Observer>,
+}
+
+impl<S> std::fmt::Debug for CircuitBreaker<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CircuitBreaker")
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Store> CircuitBreaker<S> {
+    /// `inner` behind a breaker that reads `clock` and reports store calls to `observer`.
+    pub fn new(
+        inner: S,
+        config: BreakerConfig,
+        clock: Arc<dyn Clock>,
+        observer: Arc<dyn Observer>,
+    ) -> Self {
+        Self {
+            inner,
+            state: State::new(config),
+            clock,
+            observer,
+        }
+    }
+
+    /// The store behind the breaker.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// Changes when it opens and for how long, from the next failure on.
+    pub fn configure(&self, config: BreakerConfig) {
+        self.state.configure(config);
+    }
+
+    /// How long it stays open.
+    pub fn cooldown(&self) -> Duration {
+        Duration::from_micros(self.state.cooldown_micros.load(Ordering::Acquire))
+    }
+
+    /// Whether the breaker is open (or probing): the store failed repeatedly and is resting.
+    pub fn is_open(&self) -> bool {
+        self.state.open_until.load(Ordering::Acquire) != 0
+    }
+
+    /// How many times it has opened.
+    pub fn times_opened(&self) -> u64 {
+        self.state.opened.load(Ordering::Relaxed)
+    }
+}
+
+impl<S: Store> Store for CircuitBreaker<S> {
+    async fn check(&self, check: &Check<'_>, at: Option<Micros>) -> Result<Verdict, StoreError> {
+        let call = self.state.call(self.clock.now());
+        if call == Call::Skip {
+            self.observer.store_skipped();
+            return Err(StoreError::CircuitOpen);
+        }
+        let watch = Stopwatch::start();
+        let result = self.inner.check(check, at).await;
+        self.observer
+            .store_called(watch.elapsed(), result.as_ref().err());
+        let healthy = !matches!(&result, Err(error) if error.is_store_failure());
+        self.state.record(call, healthy, self.clock.now());
+        result
+    }
+
+    /// Adjustments go through whatever the breaker says: a refund that reaches a recovering
+    /// store is one less unit stranded.
+    async fn adjust(
+        &self,
+        check: &Check<'_>,
+        adjustments: &[Adjustment],
+        at: Option<Micros>,
+    ) -> Result<(), StoreError> {
+        self.inner.adjust(check, adjustments, at).await
+    }
+
+    async fn forget(&self, check: &Check<'_>) -> Result<(), StoreError> {
+        self.inner.forget(check).await
+    }
+
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    fn held_keys(&self) -> Option<u64> {
+        self.inner.held_keys()
+    }
+
+    fn own_clock(&self) -> Option<&Arc<dyn Clock>> {
+        self.inner.own_clock()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Micros = 1_700_000_000_000_000;
+
+    fn state() -> State {
+        State::new(BreakerConfig {
+            failures: 3,
+            cooldown: Duration::from_secs(1),
+        })
+    }
+
+    #[test]
+    fn opens_after_consecutive_failures_and_a_success_resets_the_count() {
+        let state = state();
+        state.record(Call::Normal, false, T);
+        state.record(Call::Normal, false, T);
+        state.record(Call::Normal, true, T);
+        state.record(Call::Normal, false, T);
+        state.record(Call::Normal, false, T);
+        assert_eq!(state.call(T), Call::Normal, "two failures in a row, not three");
+        state.record(Call::Normal, false, T);
+        assert_eq!(state.call(T), Call::Skip);
+        assert_eq!(state.opened.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn after_the_cooldown_one_probe_goes_through_and_decides() {
+        let state = state();
+        for _ in 0..3 {
+            state.record(Call::Normal, false, T);
+        }
+        assert_eq!(state.call(T + 999_999), Call::Skip);
+        let after = T + 1_000_000;
+        assert_eq!(state.call(after), Call::Probe);
+        assert_eq!(state.call(after), Call::Skip, "one probe at a time");
+        // A failed probe opens it for another cool-down.
+        state.record(Call::Probe, false, after);
+        assert_eq!(state.call(after + 500_000), Call::Skip);
+        let again = after + 1_000_000;
+        assert_eq!(state.call(again), Call::Probe);
+        state.record(Call::Probe, true, again);
+        assert_eq!(state.call(again), Call::Normal);
+        assert_eq!(
+            state.opened.load(Ordering::Relaxed),
+            1,
+            "a failed probe re-opens, it does not open anew"
+        );
+    }
+}

@@ -1,0 +1,44 @@
+//! Store layers: guards that wrap a [`Store`] and are stores themselves, as tower middleware
+//! wraps a service. Each does one thing on the way to the store and knows nothing of policies
+//! or HTTP:
+//!
+//! - [`CircuitBreaker`] rests a store that keeps failing;
+//! - [`OverLimitCache`] answers a check the store denied moments ago without asking again;
+//! - [`Leasing`] spends leased limits from units taken in advance.
+//!
+//! A [`Limiter`](crate::Limiter) puts its store behind [`Guards`] (outermost first: leasing,
+//! the over-limit cache, the breaker). A new layer (a global tier, say) is another `Store`
+//! wrapping the store the limiter is given, so the limiter needs no change for it.
+
+mod breaker;
+mod leasing;
+mod over_limit_cache;
+
+use std::sync::Arc;
+
+pub use breaker::{BreakerConfig, CircuitBreaker};
+pub use leasing::{HOLD as LEASE_HOLD, Leasing};
+pub use over_limit_cache::{MAX_HOLD as CACHE_MAX_HOLD, OverLimitCache};
+
+use crate::clock::Clock;
+use crate::observer::Observer;
+use crate::store::Store;
+
+/// A store behind the guards every limiter uses, outermost first: leasing, the over-limit
+/// cache, the circuit breaker.
+pub type Guards<S> = Leasing<OverLimitCache<CircuitBreaker<S>>>;
+
+/// Puts `store` behind the guards: the breaker with its default settings, the over-limit cache
+/// on for stores outside the process (in process, the store is as quick as a cache), all on
+/// `clock`, reporting to `observer`.
+pub fn guard<S: Store>(store: S, clock: Arc<dyn Clock>, observer: Arc<dyn Observer>) -> Guards<S> {
+    let cache = store.kind() != "memory";
+    let breaker = CircuitBreaker::new(
+        store,
+        BreakerConfig::default(),
+        Arc::clone(&clock),
+        Arc::clone(&observer),
+    );
+    let cached = OverLimitCache::new(breaker, cache, Arc::clone(&clock), observer);
+    Leasing::new(cached, clock)
+}
