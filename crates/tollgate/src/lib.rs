@@ -72,8 +72,8 @@ pub use clock::{
 pub use config::{ConfigError, ConfigErrors};
 pub use decision::Decision;
 pub use error::Error;
-pub use limit::{Limit, LimitBuilder, LimitError, MAX_SLIDING_LOG_COUNT};
 pub use layer::BreakerConfig;
+pub use limit::{Limit, LimitBuilder, LimitError, MAX_SLIDING_LOG_COUNT};
 pub use limiter::{KeyLogging, Limiter, LimiterBuilder};
 pub use policy::{Config, Evaluation, Identity, Policies, Request};
 pub use quota::{MAX_COUNT, MAX_PERIOD_MICROS, Quota, QuotaError, parse_duration};

@@ -1,11 +1,18 @@
-//! The local over-limit cache on a real Redis: a denied check is denied again without a store
-//! call until it could be admitted, and not after; refunds and reloads that change the answer
-//! are honoured at once. Store calls are counted with `RedisStore::stats`.
+//! The local over-limit cache: a denied check is denied again without a store call until it
+//! could be admitted, and not after (on the memory store and a manual clock, store calls
+//! counted by an observer); refunds and reloads that change the answer are honoured at once
+//! (on a real Redis, store calls counted with `RedisStore::stats`).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use tollgate::observer::Observer;
 use tollgate::policy::DecidedBy;
-use tollgate::{Algorithm, Check, Limit, Limiter, Policies, RedisConfig, RedisStore, Request};
+use tollgate::{
+    Algorithm, Check, Limit, Limiter, ManualClock, MemoryStore, Policies, RedisConfig, RedisStore,
+    Request, StoreError,
+};
 use tollgate_testkit::RedisServer;
 
 async fn limiter(redis: &RedisServer) -> Limiter<RedisStore> {
@@ -15,14 +22,28 @@ async fn limiter(redis: &RedisServer) -> Limiter<RedisStore> {
     Limiter::new(store)
 }
 
-fn calls(limiter: &Limiter<RedisStore>) -> u64 {
-    limiter.store().stats().calls
+/// Counts the calls that reach the store.
+#[derive(Default)]
+struct StoreCalls(AtomicU64);
+
+impl Observer for StoreCalls {
+    fn store_called(&self, _took: Duration, _error: Option<&StoreError>) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 #[tokio::test]
 async fn a_denied_check_is_denied_locally_until_it_could_pass_and_not_after() {
-    let redis = RedisServer::start();
-    let limiter = limiter(&redis).await;
+    let clock = ManualClock::new(1_700_000_000_000_000);
+    let calls = Arc::new(StoreCalls::default());
+    let store = MemoryStore::builder()
+        .clock(Arc::new(clock.clone()))
+        .build();
+    let limiter = Limiter::builder(store)
+        .observer(Arc::clone(&calls) as Arc<dyn Observer>)
+        .build();
+    limiter.set_deny_cache(true);
+    let calls = || calls.0.load(Ordering::Relaxed);
     let limit =
         Limit::new("burst", Algorithm::Gcra, "5/s".parse().expect("a quota")).expect("a limit");
     let check = Check::one("flooder", &limit);
@@ -35,17 +56,19 @@ async fn a_denied_check_is_denied_locally_until_it_could_pass_and_not_after() {
         admitted += 1;
     };
     assert_eq!(admitted, 5);
-    let before = calls(&limiter);
+    let before = calls();
     for _ in 0..1_000 {
+        clock.advance(Duration::from_micros(50));
         let verdict = limiter.check(&check).await.expect("an answer");
         assert!(verdict.is_denied());
+        assert!(verdict.is_replayed());
         assert!(
-            verdict.retry_after() <= denial.retry_after(),
+            verdict.retry_after() < denial.retry_after(),
             "the wait shrinks with time"
         );
     }
     assert_eq!(
-        calls(&limiter),
+        calls(),
         before,
         "a flood past the limit makes no store calls"
     );
@@ -56,14 +79,15 @@ async fn a_denied_check_is_denied_locally_until_it_could_pass_and_not_after() {
         .check(&Check::one("someone-else", &limit))
         .await
         .expect("an answer");
-    assert_eq!(calls(&limiter), before + 1);
+    assert_eq!(calls(), before + 1);
 
     // Once the store would admit it again, the cache lets the store decide.
-    let wait = denial.retry_after().expect("a retry time");
-    tokio::time::sleep(wait + Duration::from_millis(20)).await;
+    let waited = Duration::from_micros(50_000);
+    let wait = denial.retry_after().expect("a retry time") - waited;
+    clock.advance(wait);
     let verdict = limiter.check(&check).await.expect("an answer");
     assert!(verdict.is_admitted(), "{verdict:?}");
-    assert_eq!(calls(&limiter), before + 2);
+    assert_eq!(calls(), before + 2);
 
     // Turned off, every check asks the store.
     limiter.set_deny_cache(false);
@@ -73,9 +97,9 @@ async fn a_denied_check_is_denied_locally_until_it_could_pass_and_not_after() {
         .expect("an answer")
         .is_admitted()
     {}
-    let before = calls(&limiter);
+    let before = calls();
     limiter.check(&check).await.expect("an answer");
-    assert_eq!(calls(&limiter), before + 1);
+    assert_eq!(calls(), before + 1);
 }
 
 #[tokio::test]

@@ -241,7 +241,11 @@ mod tests {
         state.record(Call::Normal, true, T);
         state.record(Call::Normal, false, T);
         state.record(Call::Normal, false, T);
-        assert_eq!(state.call(T), Call::Normal, "two failures in a row, not three");
+        assert_eq!(
+            state.call(T),
+            Call::Normal,
+            "two failures in a row, not three"
+        );
         state.record(Call::Normal, false, T);
         assert_eq!(state.call(T), Call::Skip);
         assert_eq!(state.opened.load(Ordering::Relaxed), 1);

@@ -292,7 +292,10 @@ impl<S: Store> Leasing<S> {
 
 impl<S: Store> Store for Leasing<S> {
     async fn check(&self, check: &Check<'_>, at: Option<Micros>) -> Result<Verdict, StoreError> {
-        let leased = check.items().iter().any(|item| item.limit.lease().is_some());
+        let leased = check
+            .items()
+            .iter()
+            .any(|item| item.limit.lease().is_some());
         if leased && at.is_none() {
             return self.leased_check(check).await;
         }

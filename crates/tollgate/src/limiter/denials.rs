@@ -92,7 +92,8 @@ impl Denials {
 
 impl Observer for Denials {
     fn evaluated(&self, request: &Request<'_>, _evaluation: &Evaluation, _took: Duration) {
-        self.hot_routes.record(request.route.unwrap_or(request.path));
+        self.hot_routes
+            .record(request.route.unwrap_or(request.path));
     }
 
     /// Counts the key among the most refused, and logs the refusal when the denial log's

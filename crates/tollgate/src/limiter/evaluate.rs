@@ -10,9 +10,9 @@ use smallvec::SmallVec;
 use super::Limiter;
 use crate::algorithm::Adjustment;
 use crate::check::{Check, Verdict};
+use crate::clock::Stopwatch;
 use crate::error::Error;
 use crate::headers::{ProblemKind, retry_after_seconds};
-use crate::clock::Stopwatch;
 use crate::observer::{Observer, Refused};
 use crate::policy::{
     Action, Applied, Charge, DecidedBy, Evaluation, FailureMode, Gate, Planned, Policies, Refusal,
@@ -111,11 +111,8 @@ impl<S: Store> Limiter<S> {
         let shadow_future: OptionFuture<_> = (!plan.shadow.is_empty() && !self.store_resting())
             .then(|| self.store().check(&shadow_check, None))
             .into();
-        let (enforced, shadow) = join(
-            self.inner.store.check(&enforced_check, None),
-            shadow_future,
-        )
-        .await;
+        let (enforced, shadow) =
+            join(self.inner.store.check(&enforced_check, None), shadow_future).await;
         let verdict = match enforced {
             Ok(verdict) => verdict,
             Err(error) if error.is_store_failure() => {

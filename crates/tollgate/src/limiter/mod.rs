@@ -115,11 +115,7 @@ impl<S: Store> LimiterBuilder<S> {
         observers.push(Arc::clone(&metrics) as Arc<dyn Observer>);
         observers.push(Arc::clone(&denials) as Arc<dyn Observer>);
         observers.extend(self.observers);
-        let store = guard(
-            self.store,
-            Arc::clone(&clock),
-            Arc::new(observers.clone()),
-        );
+        let store = guard(self.store, Arc::clone(&clock), Arc::new(observers.clone()));
         Limiter {
             inner: Arc::new(Inner {
                 store,
