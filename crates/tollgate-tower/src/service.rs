@@ -92,11 +92,10 @@ where
             completion.forwarded();
             let response = inner.call(Request::from_parts(parts, body)).await?;
             let status = effective_status(&response);
+            // The refund lands before the client sees the failure, so a retry right after it
+            // finds its unit back. A refund that fails only leaves the unit spent.
             if evaluation.refunds_on(status) {
-                let (limiter, evaluation) = (layer.limiter.clone(), Arc::clone(&evaluation));
-                tokio::spawn(async move {
-                    let _ = limiter.refund_for_status(&evaluation, status).await;
-                });
+                let _ = layer.limiter.refund_for_status(&evaluation, status).await;
             }
             let (mut parts, body) = response.into_parts();
             add_fields(&mut parts.headers, evaluation.header_fields(&families));
