@@ -8,6 +8,8 @@
 //! Run: `cargo bench -p tollgate --bench memory_check`. After criterion's own report it prints a
 //! table of ns/check and the ratio to governor.
 
+#![allow(clippy::disallowed_methods)] // The benchmark times its own run.
+
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,8 @@
 //! Redis Cluster topology changes under the store: a master killed and replaced by its replica,
 //! and a slot moved to another master. Each test has a cluster of its own, as it breaks it.
 
+#![allow(clippy::disallowed_methods)] // Deadlines and timings of the run itself, not decisions.
+
 use std::time::{Duration, Instant};
 
 use tollgate::{Algorithm, Check, Limit, RedisConfig, RedisStore, Store, StoreError};

@@ -2,6 +2,8 @@
 //! calling a failing store and probes it, and the store is used again once it recovers. Real
 //! redis-server processes, killed and stopped with signals.
 
+#![allow(clippy::disallowed_methods)] // Deadlines and timings of the run itself, not decisions.
+
 use std::time::Duration;
 
 use tollgate::policy::{Action, DecidedBy};

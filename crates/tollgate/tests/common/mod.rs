@@ -1,6 +1,7 @@
 //! What the Redis tests share: one server and one cluster per test binary (their processes die
 //! with it), fresh key prefixes so tests never see each other's keys, and random workloads.
 
+#![allow(clippy::disallowed_methods)] // Deadlines and timings of the run itself, not decisions.
 #![allow(dead_code, unreachable_pub)]
 
 use std::sync::OnceLock;
