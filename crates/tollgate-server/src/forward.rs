@@ -137,6 +137,7 @@ fn add_forwarded(
 }
 
 /// The upstream client and where it sends requests.
+#[derive(Debug)]
 pub struct Forwarder {
     client: Client<HttpConnector, Body>,
     upstream: Upstream,

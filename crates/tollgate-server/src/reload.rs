@@ -14,6 +14,7 @@ use tollgate::{AnyStore, Limiter};
 use crate::rls::{Rls, RlsConfig};
 
 /// What is reloaded, and the counts of reloads (for metrics and logs).
+#[derive(Debug)]
 pub struct Reloader {
     pub(crate) limiter: Limiter<AnyStore>,
     pub(crate) rls: Option<Arc<Rls>>,

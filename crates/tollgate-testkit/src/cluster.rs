@@ -10,6 +10,7 @@ use crate::server::RedisServer;
 const FORM_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A running 3-master/3-replica Redis Cluster; stopped when dropped.
+#[derive(Debug)]
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
     _tempdir: tempfile::TempDir,

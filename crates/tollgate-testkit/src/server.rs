@@ -10,6 +10,7 @@ use crate::ports::free_port;
 const START_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A running redis-server on a free loopback port; stopped when dropped.
+#[derive(Debug)]
 pub struct RedisServer {
     port: u16,
     pid: u32,

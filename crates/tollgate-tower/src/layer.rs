@@ -9,6 +9,7 @@ use tower::Layer;
 use crate::service::RateLimitService;
 
 /// Applies a [`Limiter`]'s policies to every request of the services it wraps.
+#[derive(Debug)]
 pub struct RateLimitLayer<S = MemoryStore> {
     pub(crate) limiter: Limiter<S>,
     pub(crate) delayed: Arc<Semaphore>,

@@ -20,6 +20,7 @@ use crate::request::{Headers, attributes, is_grpc};
 use crate::response::{add_fields, effective_status, refusal, unavailable};
 
 /// The rate-limiting service around `Inner`; see [`RateLimitLayer`].
+#[derive(Debug)]
 pub struct RateLimitService<Inner, S> {
     pub(crate) inner: Inner,
     pub(crate) layer: RateLimitLayer<S>,

@@ -312,6 +312,12 @@ impl Metrics {
     }
 }
 
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
 impl Observer for Metrics {
     fn store_called(&self, took: Duration, error: Option<&StoreError>) {
         self.observe_store(took);

@@ -21,6 +21,7 @@ pub struct TopKey {
 }
 
 /// A bounded summary of the most frequent keys.
+#[derive(Debug)]
 pub struct TopKeys {
     capacity: usize,
     counters: Mutex<HashMap<String, (u64, u64)>>,

@@ -84,7 +84,7 @@ impl AdminArgs {
 }
 
 /// What the admin handlers share.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct AdminState {
     /// The limiter.
     pub limiter: Limiter<AnyStore>,

@@ -21,7 +21,7 @@ pub use problem::ApiError;
 use crate::rls::Rls;
 
 /// What the handlers share.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct AppState {
     /// The limiter with its policies and store.
     pub limiter: Limiter<AnyStore>,

@@ -8,6 +8,7 @@ use hdrhistogram::Histogram;
 use serde_json::json;
 
 /// What a run measured.
+#[derive(Debug)]
 pub struct Summary {
     /// What was driven.
     pub target: String,

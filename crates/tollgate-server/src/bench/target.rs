@@ -35,6 +35,7 @@ pub enum Answer {
 }
 
 /// A prepared target: clients and the requests they cycle through.
+#[derive(Debug)]
 pub enum Target {
     /// `POST /v1/check` with a body per key.
     Check {

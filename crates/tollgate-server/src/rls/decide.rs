@@ -34,6 +34,7 @@ pub enum RlsError {
 }
 
 /// The rate limit service: descriptor trees by domain, swapped whole on reload.
+#[derive(Debug)]
 pub struct Rls {
     limiter: Limiter<AnyStore>,
     config: ArcSwap<RlsConfig>,

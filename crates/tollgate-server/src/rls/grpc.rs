@@ -9,6 +9,7 @@ use super::proto::service::rate_limit_service_server::{RateLimitService, RateLim
 use super::proto::service::{RateLimitRequest, RateLimitResponse};
 
 /// Envoy's rate limit service over gRPC.
+#[derive(Debug)]
 pub struct RlsGrpc {
     rls: Arc<Rls>,
 }

@@ -12,6 +12,7 @@ use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
 use super::{ConfigError, ConfigErrors, MAX_CONFIG_BYTES, Origin, suggestion};
 
 /// Reads one configuration text, collecting errors.
+#[derive(Debug)]
 pub struct Reader {
     source: Arc<str>,
     errors: RefCell<Vec<ConfigError>>,
@@ -84,7 +85,7 @@ impl Reader {
 }
 
 /// One YAML node and the reader that reports on it.
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct Node<'r, 'y> {
     reader: &'r Reader,
     yaml: &'y MarkedYaml<'y>,
@@ -265,6 +266,7 @@ impl<'r, 'y> Node<'r, 'y> {
 }
 
 /// A mapping being read.
+#[derive(Debug)]
 pub struct Map<'r, 'y> {
     node: Node<'r, 'y>,
     entries: Vec<(String, Node<'r, 'y>, Node<'r, 'y>)>,

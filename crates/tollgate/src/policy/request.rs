@@ -14,6 +14,7 @@ pub trait HeaderSource {
 }
 
 /// A request without headers.
+#[derive(Debug)]
 pub struct NoHeaders;
 
 impl HeaderSource for NoHeaders {
@@ -86,6 +87,18 @@ pub struct Request<'a> {
     pub api_key: Option<&'a str>,
     /// The body size, when known in advance.
     pub content_length: Option<u64>,
+}
+
+impl std::fmt::Debug for Request<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("method", &self.method)
+            .field("host", &self.host)
+            .field("path", &self.path)
+            .field("route", &self.route)
+            .field("peer", &self.peer)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<'a> Request<'a> {

@@ -6,6 +6,7 @@ use crate::check::{Check, Verdict};
 use crate::clock::Micros;
 
 /// Any of the stores, for programs that pick one from configuration.
+#[derive(Debug)]
 pub enum AnyStore {
     /// In process.
     Memory(MemoryStore),

@@ -45,6 +45,24 @@ pub struct MemoryStore {
     evictions: AtomicU64,
 }
 
+impl std::fmt::Debug for MemoryStoreBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStoreBuilder")
+            .field("max_keys", &self.max_keys)
+            .field("shards", &self.shards)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("shards", &self.shards.len())
+            .field("evictions", &self.evictions)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Builds a [`MemoryStore`].
 pub struct MemoryStoreBuilder {
     max_keys: usize,

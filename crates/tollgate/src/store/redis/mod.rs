@@ -97,6 +97,14 @@ pub struct RedisStore {
     shared: Arc<Shared>,
 }
 
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("config", &self.shared.config)
+            .finish_non_exhaustive()
+    }
+}
+
 struct Shared {
     config: RedisConfig,
     counters: Arc<batcher::Counters>,
