@@ -43,6 +43,15 @@ pub struct ServeArgs {
     /// envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED does.
     #[arg(long, env = "TOLLGATE_RLS_RESPONSE_HEADERS")]
     pub rls_response_headers: bool,
+    /// What the rate limit service answers when the store cannot decide: `error`
+    /// (UNAVAILABLE, so that Envoy's failure_mode_deny decides), `allow` or `deny`.
+    #[arg(
+        long,
+        env = "TOLLGATE_RLS_ON_STORE_ERROR",
+        value_enum,
+        default_value = "error"
+    )]
+    pub rls_on_store_error: crate::rls::RlsFailureMode,
     #[command(flatten)]
     pub(crate) connections: ConnectionLimits,
     #[command(flatten)]
@@ -77,11 +86,10 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     let (limiter, store_description) =
         store::open_limiter(args.config.as_deref(), &args.store).await?;
     store::sweep_expired(&limiter, std::time::Duration::from_secs(10));
-    let rls = Arc::new(Rls::new(
-        limiter.clone(),
-        rls_config,
-        args.rls_response_headers,
-    ));
+    let rls = Arc::new(
+        Rls::new(limiter.clone(), rls_config, args.rls_response_headers)
+            .with_failure_mode(args.rls_on_store_error),
+    );
     args.admin.validate()?;
     let charges = Arc::new(args.refunds.charges()?);
     let (http, http_address) = listen(args.http, "HTTP").await?;

@@ -342,3 +342,111 @@ async fn a_redis_password_is_shown_nowhere() {
     assert!(help.contains("TOLLGATE_REDIS"), "{help}");
     assert_no_password("serve --help", &help);
 }
+
+/// The Envoy rate limit service used to call the store directly: no circuit breaker, no
+/// failure mode, no metrics. It now decides through the limiter like every other frontend.
+#[tokio::test]
+async fn the_envoy_service_answers_by_its_failure_mode_while_the_breaker_rests_the_store() {
+    use tollgate_server::rls::proto::common::RateLimitDescriptor;
+    use tollgate_server::rls::proto::common::rate_limit_descriptor::Entry;
+    use tollgate_server::rls::proto::service::RateLimitRequest;
+    use tollgate_server::rls::proto::service::rate_limit_response::Code;
+    use tollgate_server::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
+
+    let mut redis = RedisServer::start();
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let rls = directory.path().join("rls");
+    std::fs::create_dir(&rls).expect("a directory");
+    std::fs::write(
+        rls.join("edge.yaml"),
+        "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: { unit: minute, requests_per_unit: 2 }\n",
+    )
+    .expect("written");
+    let policies = directory.path().join("policies.yaml");
+    std::fs::write(
+        &policies,
+        "redis: { breaker: { failures: 1, cooldown: 1h } }\npolicies: []\n",
+    )
+    .expect("written");
+    let server = Tollgate::serve(&[
+        "--redis",
+        &redis.url(),
+        "--config",
+        policies.to_str().expect("UTF-8"),
+        "--rls-config",
+        rls.to_str().expect("UTF-8"),
+        "--rls-on-store-error",
+        "allow",
+    ]);
+    let mut client = RateLimitServiceClient::connect(format!("http://{}", server.address("grpc")))
+        .await
+        .expect("gRPC connects");
+    let request = RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "remote_address".to_owned(),
+                value: "10.0.0.1".to_owned(),
+            }],
+            limit: None,
+            hits_addend: None,
+        }],
+        hits_addend: 0,
+    };
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        let answer = client.should_rate_limit(request.clone()).await;
+        codes.push(answer.expect("an answer").into_inner().overall_code);
+    }
+    assert_eq!(
+        codes,
+        [Code::Ok as i32, Code::Ok as i32, Code::OverLimit as i32]
+    );
+
+    // The store goes away: the first failure opens the breaker, and from then on the service
+    // answers by its failure mode without calling the store. (Another client: the refused
+    // one's denial is still in the over-limit cache, which answers without the store too.)
+    redis.kill();
+    let mut other = request.clone();
+    other.descriptors[0].entries[0].value = "10.0.0.2".to_owned();
+    for _ in 0..5 {
+        let answer = client
+            .should_rate_limit(other.clone())
+            .await
+            .expect("an answer by the failure mode, not an error");
+        assert_eq!(answer.into_inner().overall_code, Code::Ok as i32);
+    }
+    let ready = reqwest::get(format!("{}/readyz", server.http_url()))
+        .await
+        .expect("an answer");
+    assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let metrics = reqwest::get(format!("{}/metrics", server.http_url()))
+        .await
+        .expect("an answer")
+        .text()
+        .await
+        .expect("text");
+    let sample = |prefix: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|line| line.starts_with(prefix))
+            .and_then(|line| line.rsplit(' ').next())
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(0.0)
+    };
+    assert_eq!(
+        sample(r#"tollgate_decisions_total{policy="",limit="",outcome="allowed"}"#),
+        2.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(r#"tollgate_decisions_total{policy="",limit="",outcome="failed_open"}"#),
+        5.0,
+        "{metrics}"
+    );
+    assert!(
+        sample(r#"tollgate_store_errors_total{kind="circuit_open"}"#) >= 4.0,
+        "{metrics}"
+    );
+    assert_eq!(sample("tollgate_breaker_open "), 1.0, "{metrics}");
+}

@@ -1,10 +1,12 @@
-//! Answering `ShouldRateLimit` as envoyproxy/ratelimit does, on Tollgate's store.
+//! Answering `ShouldRateLimit` as envoyproxy/ratelimit does, through the limiter: its guards
+//! (circuit breaker, over-limit cache, leases), its metrics, and a failure mode of its own.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use futures_util::future::join_all;
+use tollgate::metrics::MetricOutcome;
 use tollgate::{
     Adjustment, AnyStore, Check, Limit, Limiter, MAX_ITEMS, Quota, Store, StoreError, Verdict,
 };
@@ -33,12 +35,26 @@ pub enum RlsError {
     Unavailable(StoreError),
 }
 
+/// What the service answers when the store cannot decide (it is down, or resting behind the
+/// circuit breaker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum RlsFailureMode {
+    /// `UNAVAILABLE`, so that Envoy applies its own `failure_mode_deny`.
+    #[default]
+    Error,
+    /// `OK` for every descriptor: traffic flows unlimited until the store is back.
+    Allow,
+    /// `OVER_LIMIT` for every descriptor: traffic stops until the store is back.
+    Deny,
+}
+
 /// The rate limit service: descriptor trees by domain, swapped whole on reload.
 #[derive(Debug)]
 pub struct Rls {
     limiter: Limiter<AnyStore>,
     config: ArcSwap<RlsConfig>,
     response_headers: bool,
+    failure_mode: RlsFailureMode,
 }
 
 /// A descriptor's rule and, per entry, the value its counter key takes from a wildcard match.
@@ -71,7 +87,14 @@ impl Rls {
             limiter,
             config: ArcSwap::from_pointee(config),
             response_headers,
+            failure_mode: RlsFailureMode::default(),
         }
+    }
+
+    /// The same service, answering by `mode` when the store cannot decide.
+    pub fn with_failure_mode(mut self, mode: RlsFailureMode) -> Self {
+        self.failure_mode = mode;
+        self
     }
 
     /// Replaces the configuration; requests under way finish with the old one.
@@ -227,7 +250,11 @@ impl Rls {
         let decided = join_all(pending.iter().map(|pending| self.decide(pending.as_ref()))).await;
         let mut statuses = Vec::with_capacity(decided.len());
         for status in decided {
-            statuses.push(status.map_err(RlsError::Unavailable)?);
+            match status {
+                Ok(status) => statuses.push(status),
+                Err(RlsError::Unavailable(error)) => return self.fail_over(request, error),
+                Err(other) => return Err(other),
+            }
         }
         let over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
         let response_headers_to_add = if self.response_headers {
@@ -243,12 +270,39 @@ impl Rls {
         })
     }
 
+    /// The answer by the failure mode when the store could not decide, counted in the metrics.
+    fn fail_over(
+        &self,
+        request: &RateLimitRequest,
+        error: StoreError,
+    ) -> Result<RateLimitResponse, RlsError> {
+        let metrics = self.limiter.metrics();
+        let count = request.descriptors.len();
+        match self.failure_mode {
+            RlsFailureMode::Error => Err(RlsError::Unavailable(error)),
+            RlsFailureMode::Allow => {
+                metrics.record_decision("", "", MetricOutcome::FailedOpen);
+                metrics.record_policy("", MetricOutcome::FailedOpen);
+                Ok(Self::all_with(count, Code::Ok))
+            }
+            RlsFailureMode::Deny => {
+                metrics.record_decision("", "", MetricOutcome::FailedClosed);
+                metrics.record_policy("", MetricOutcome::FailedClosed);
+                Ok(Self::all_with(count, Code::OverLimit))
+            }
+        }
+    }
+
     fn all_ok(count: usize) -> RateLimitResponse {
+        Self::all_with(count, Code::Ok)
+    }
+
+    fn all_with(count: usize, code: Code) -> RateLimitResponse {
         RateLimitResponse {
-            overall_code: Code::Ok as i32,
+            overall_code: code as i32,
             statuses: vec![
                 DescriptorStatus {
-                    code: Code::Ok as i32,
+                    code: code as i32,
                     ..DescriptorStatus::default()
                 };
                 count
@@ -257,7 +311,7 @@ impl Rls {
         }
     }
 
-    async fn decide(&self, pending: Option<&Pending>) -> Result<DescriptorStatus, StoreError> {
+    async fn decide(&self, pending: Option<&Pending>) -> Result<DescriptorStatus, RlsError> {
         let ok = DescriptorStatus {
             code: Code::Ok as i32,
             ..DescriptorStatus::default()
@@ -293,14 +347,23 @@ impl Rls {
             }
         };
         let check = Check::new(pending.addend).limit(pending.key.as_str(), limit);
-        let store = self.limiter.store();
-        let verdict = store.check(&check, None).await?;
+        let verdict = match self.limiter.check(&check).await {
+            Ok(verdict) => verdict,
+            Err(tollgate::Error::Store(error)) if error.is_store_failure() => {
+                return Err(RlsError::Unavailable(error));
+            }
+            Err(other) => return Err(RlsError::InvalidArgument(other.to_string())),
+        };
         let allowed = verdict.is_admitted();
         if !allowed && rule.classic && pending.addend > 0 {
-            // envoyproxy/ratelimit counts every hit, over the limit too.
-            store
+            // envoyproxy/ratelimit counts every hit, over the limit too. Straight to the store:
+            // the count changes no answer within the window, so the over-limit cache keeps its
+            // denial, and a failed count is no reason to fail the request.
+            let _ = self
+                .limiter
+                .store()
                 .adjust(&check, &[Adjustment::Charge], Some(verdict.at()))
-                .await?;
+                .await;
         }
         let remaining = if allowed {
             verdict.decisions().first().map_or(0, |d| d.remaining())

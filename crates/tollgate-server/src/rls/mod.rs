@@ -12,5 +12,5 @@ mod tree;
 mod unit;
 
 pub use config::{MAX_DEPTH, MAX_FILES, RlsConfig};
-pub use decide::{MAX_ENTRIES, MAX_ENTRY_BYTES, Rls, RlsError};
+pub use decide::{MAX_ENTRIES, MAX_ENTRY_BYTES, Rls, RlsError, RlsFailureMode};
 pub use grpc::{RlsGrpc, status};
