@@ -15,6 +15,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::check::Verdict;
+use crate::layer::StoreObserver;
 use crate::observer::Observer;
 use crate::policy::{Action, DecidedBy, Evaluation, Request};
 use crate::store::StoreError;
@@ -318,7 +319,7 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
-impl Observer for Metrics {
+impl StoreObserver for Metrics {
     fn store_called(&self, took: Duration, error: Option<&StoreError>) {
         self.observe_store(took);
         if let Some(error) = error {
@@ -333,7 +334,9 @@ impl Observer for Metrics {
     fn cache_hit(&self) {
         self.record_cache_hit();
     }
+}
 
+impl Observer for Metrics {
     /// Checks name their limits themselves (the check API takes them from clients), so they
     /// are counted without labels of their own.
     fn checked(&self, verdict: &Verdict, took: Duration) {

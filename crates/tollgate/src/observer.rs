@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::check::Verdict;
 use crate::decision::Decision;
+use crate::layer::StoreObserver;
 use crate::limit::Limit;
 use crate::policy::{Evaluation, Request};
 use crate::store::StoreError;
@@ -29,15 +30,10 @@ pub struct Refused<'a> {
     pub at: crate::clock::Micros,
 }
 
-/// Receives what happens on the decision path. Calls are made inline, on the hot path: keep
+/// Receives what happens on the decision path: what the store layers see (a
+/// [`StoreObserver`]) and what the limiter decides. Calls are made inline, on the hot path: keep
 /// them cheap and never block.
-pub trait Observer: Send + Sync + 'static {
-    /// The store answered a call (or failed to) after `took`.
-    fn store_called(&self, _took: Duration, _error: Option<&StoreError>) {}
-    /// The circuit breaker answered instead of the store.
-    fn store_skipped(&self) {}
-    /// The over-limit cache answered instead of the store.
-    fn cache_hit(&self) {}
+pub trait Observer: StoreObserver {
     /// A check with its own limits was decided after `took`.
     fn checked(&self, _verdict: &Verdict, _took: Duration) {}
     /// A request was decided by the policies after `took`.
@@ -73,7 +69,7 @@ impl std::fmt::Debug for Observers {
     }
 }
 
-impl Observer for Observers {
+impl StoreObserver for Observers {
     fn store_called(&self, took: Duration, error: Option<&StoreError>) {
         self.0.iter().for_each(|o| o.store_called(took, error));
     }
@@ -83,6 +79,9 @@ impl Observer for Observers {
     fn cache_hit(&self) {
         self.0.iter().for_each(|o| o.cache_hit());
     }
+}
+
+impl Observer for Observers {
     fn checked(&self, verdict: &Verdict, took: Duration) {
         self.0.iter().for_each(|o| o.checked(verdict, took));
     }

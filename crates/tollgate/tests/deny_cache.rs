@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use tollgate::layer::StoreObserver;
 use tollgate::observer::Observer;
 use tollgate::policy::DecidedBy;
 use tollgate::{
@@ -26,11 +27,13 @@ async fn limiter(redis: &RedisServer) -> Limiter<RedisStore> {
 #[derive(Default)]
 struct StoreCalls(AtomicU64);
 
-impl Observer for StoreCalls {
+impl StoreObserver for StoreCalls {
     fn store_called(&self, _took: Duration, _error: Option<&StoreError>) {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
 }
+
+impl Observer for StoreCalls {}
 
 #[tokio::test]
 async fn a_denied_check_is_denied_locally_until_it_could_pass_and_not_after() {

@@ -11,7 +11,6 @@ use std::time::Duration;
 use crate::algorithm::Adjustment;
 use crate::check::{Check, Verdict};
 use crate::clock::{Clock, Micros, Stopwatch, duration_to_micros};
-use crate::observer::Observer;
 use crate::store::{Store, StoreError};
 
 /// When the breaker opens and for how long.
@@ -123,7 +122,7 @@ pub struct CircuitBreaker<S> {
     inner: S,
     state: State,
     clock: Arc<dyn Clock>,
-    observer: Arc<dyn Observer>,
+    observer: Arc<dyn super::StoreObserver>,
 }
 
 impl<S> std::fmt::Debug for CircuitBreaker<S> {
@@ -140,7 +139,7 @@ impl<S: Store> CircuitBreaker<S> {
         inner: S,
         config: BreakerConfig,
         clock: Arc<dyn Clock>,
-        observer: Arc<dyn Observer>,
+        observer: Arc<dyn super::StoreObserver>,
     ) -> Self {
         Self {
             inner,

@@ -15,14 +15,25 @@ mod leasing;
 mod over_limit_cache;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use breaker::{BreakerConfig, CircuitBreaker};
 pub use leasing::{HOLD as LEASE_HOLD, Leasing};
 pub use over_limit_cache::{MAX_HOLD as CACHE_MAX_HOLD, OverLimitCache};
 
 use crate::clock::Clock;
-use crate::observer::Observer;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
+
+/// What the layers see on the way to the store, for metrics to count. Every method has a
+/// default that does nothing. Calls are made inline: keep them cheap and never block.
+pub trait StoreObserver: Send + Sync + 'static {
+    /// The store answered a call (or failed to) after `took`.
+    fn store_called(&self, _took: Duration, _error: Option<&StoreError>) {}
+    /// The circuit breaker answered instead of the store.
+    fn store_skipped(&self) {}
+    /// The over-limit cache answered instead of the store.
+    fn cache_hit(&self) {}
+}
 
 /// A store behind the guards every limiter uses, outermost first: leasing, the over-limit
 /// cache, the circuit breaker.
@@ -31,7 +42,11 @@ pub type Guards<S> = Leasing<OverLimitCache<CircuitBreaker<S>>>;
 /// Puts `store` behind the guards: the breaker with its default settings, the over-limit cache
 /// on for stores outside the process (in process, the store is as quick as a cache), all on
 /// `clock`, reporting to `observer`.
-pub fn guard<S: Store>(store: S, clock: Arc<dyn Clock>, observer: Arc<dyn Observer>) -> Guards<S> {
+pub fn guard<S: Store>(
+    store: S,
+    clock: Arc<dyn Clock>,
+    observer: Arc<dyn StoreObserver>,
+) -> Guards<S> {
     let cache = store.kind() != "memory";
     let breaker = CircuitBreaker::new(
         store,

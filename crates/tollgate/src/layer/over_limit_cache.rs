@@ -21,7 +21,6 @@ use crate::algorithm::Adjustment;
 use crate::check::{Check, Verdict};
 use crate::clock::{Clock, Micros, duration_to_micros};
 use crate::limit::Limit;
-use crate::observer::Observer;
 use crate::store::{Store, StoreError};
 
 /// Shards of the entry map, so that threads rarely meet.
@@ -49,7 +48,7 @@ pub struct OverLimitCache<S> {
     generations: Vec<AtomicU64>,
     hits: AtomicU64,
     clock: Arc<dyn Clock>,
-    observer: Arc<dyn Observer>,
+    observer: Arc<dyn super::StoreObserver>,
 }
 
 impl<S> std::fmt::Debug for OverLimitCache<S> {
@@ -73,7 +72,7 @@ impl<S: Store> OverLimitCache<S> {
         inner: S,
         enabled: bool,
         clock: Arc<dyn Clock>,
-        observer: Arc<dyn Observer>,
+        observer: Arc<dyn super::StoreObserver>,
     ) -> Self {
         Self {
             inner,

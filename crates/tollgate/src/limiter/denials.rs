@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use super::denial_log::DenialLog;
+use crate::layer::StoreObserver;
 use crate::observer::{Observer, Refused};
 use crate::policy::{Evaluation, Request};
 use crate::secret::Secret;
@@ -89,6 +90,8 @@ impl Denials {
         }
     }
 }
+
+impl StoreObserver for Denials {}
 
 impl Observer for Denials {
     fn evaluated(&self, request: &Request<'_>, _evaluation: &Evaluation, _took: Duration) {

@@ -17,7 +17,7 @@ use crate::algorithm::Adjustment;
 use crate::check::{Check, Verdict};
 use crate::clock::{Clock, Stopwatch, SystemClock};
 use crate::error::Error;
-use crate::layer::{BreakerConfig, Guards, guard};
+use crate::layer::{BreakerConfig, Guards, StoreObserver, guard};
 use crate::limit::Limit;
 use crate::metrics::Metrics;
 use crate::observer::{Observer, Observers};
@@ -115,7 +115,11 @@ impl<S: Store> LimiterBuilder<S> {
         observers.push(Arc::clone(&metrics) as Arc<dyn Observer>);
         observers.push(Arc::clone(&denials) as Arc<dyn Observer>);
         observers.extend(self.observers);
-        let store = guard(self.store, Arc::clone(&clock), Arc::new(observers.clone()));
+        let store = guard(
+            self.store,
+            Arc::clone(&clock),
+            Arc::new(observers.clone()) as Arc<dyn StoreObserver>,
+        );
         Limiter {
             inner: Arc::new(Inner {
                 store,
