@@ -166,6 +166,13 @@ impl<'a> Check<'a> {
         self.items.is_empty()
     }
 
+    /// One refund per item, of what it took when it was admitted at `charged_at`: what giving
+    /// a whole check back takes.
+    pub fn refunds_at(&self, charged_at: Micros) -> SmallVec<[crate::Adjustment; 4]> {
+        let refund = crate::Adjustment::Refund { charged_at };
+        self.items.iter().map(|_| refund).collect()
+    }
+
     /// Validates the check and that `adjustments` holds one adjustment per item, as a
     /// refund or charge needs.
     pub fn validate_adjustments(

@@ -58,7 +58,7 @@ impl<S: Store> Limiter<S> {
             return Ok(false);
         };
         let levels: Vec<String> = (0..=penalty.blocks.len())
-            .map(|level| format!("{}|strike:{level}", item.key))
+            .map(|level| super::penalty::strike_key(&item.key, level as u64))
             .collect();
         let mut check = Check::new(0)
             .limit(item.key.as_str(), &penalty.block_box)

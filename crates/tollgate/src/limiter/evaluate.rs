@@ -5,10 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::{OptionFuture, join};
-use smallvec::SmallVec;
 
 use super::Limiter;
-use crate::algorithm::Adjustment;
 use crate::check::{Check, Verdict};
 use crate::clock::Stopwatch;
 use crate::error::Error;
@@ -379,12 +377,7 @@ impl<S: Store> Limiter<S> {
         if check.is_empty() {
             return Ok(());
         }
-        let refunds: SmallVec<[Adjustment; 4]> = check
-            .items()
-            .iter()
-            .map(|_| Adjustment::Refund { charged_at })
-            .collect();
-        Ok(self.store_adjust(&check, &refunds).await?)
+        self.refund_at(&check, charged_at).await
     }
 
     /// Gives back everything an admitted request took, for a request that never went ahead
@@ -412,15 +405,12 @@ impl<S: Store> Limiter<S> {
         if check.is_empty() {
             return Ok(());
         }
-        let refund = Adjustment::Refund {
-            charged_at: evaluation.at,
-        };
-        let refunds: SmallVec<[Adjustment; 4]> = check.items().iter().map(|_| refund).collect();
         // What the fallback limiter took, it gives back.
         if evaluation.decided_by == DecidedBy::Local {
+            let refunds = check.refunds_at(evaluation.at);
             return Ok(self.inner.local.adjust(&check, &refunds, None).await?);
         }
-        Ok(self.store_adjust(&check, &refunds).await?)
+        self.refund_at(&check, evaluation.at).await
     }
 }
 

@@ -294,9 +294,7 @@ impl<S: Store> Limiter<S> {
         check: &Check<'_>,
         charged_at: crate::clock::Micros,
     ) -> Result<(), Error> {
-        let refund = Adjustment::Refund { charged_at };
-        let refunds: SmallVec<[Adjustment; 4]> = check.items().iter().map(|_| refund).collect();
-        self.adjust(check, &refunds).await
+        self.adjust(check, &check.refunds_at(charged_at)).await
     }
 
     /// Settles an admitted `check` once its real cost is known: each item is charged the

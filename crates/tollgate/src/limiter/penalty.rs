@@ -17,6 +17,11 @@ use crate::error::Error;
 use crate::policy::{Penalty, Planned, Policies, Role};
 use crate::store::Store;
 
+/// The key a key's violations are counted under at one strike level.
+pub(super) fn strike_key(key: &str, level: u64) -> String {
+    format!("{key}|strike:{level}")
+}
+
 impl<S: Store> Limiter<S> {
     /// Counts a violation for every policy whose own limits denied, and blocks the keys that
     /// have now earned it. Returns the longest block placed, if any.
@@ -56,7 +61,7 @@ impl<S: Store> Limiter<S> {
         let used = strikes.decisions().first().map_or(0, |d| {
             penalty.strikes.capacity().saturating_sub(d.remaining())
         });
-        let level_key = format!("{key}|strike:{used}");
+        let level_key = strike_key(key, used);
         let violation = store
             .check(&Check::one(level_key.as_str(), &penalty.violations), None)
             .await?;
