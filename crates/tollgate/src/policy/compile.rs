@@ -8,8 +8,8 @@ use super::client_ip::TrustedProxies;
 use super::lists::AccessList;
 use super::matcher::Matcher;
 use super::model::{
-    Config, CostConfig, FailureMode, HeaderFamily, IdentityHeaders, KeyPart, LimitConfig,
-    PolicyConfig, SoftLimit, StatusRange, TierSource,
+    ConcurrencyConfig, Config, CostConfig, FailureMode, HeaderFamily, IdentityHeaders, KeyPart,
+    LimitConfig, PenaltyConfig, PolicyConfig, SoftLimit, StatusRange, TierSource,
 };
 use crate::algorithm::Algorithm;
 use crate::clock::duration_to_micros;
@@ -266,28 +266,14 @@ fn internal_limit(
     builder.build().ok()
 }
 
+/// Reports a problem of one policy, at a place in the file.
+type Report<'a> = dyn Fn(Origin, String) + 'a;
+
 fn compile_policy(policy: &PolicyConfig, config: &Config, reader: &Reader) -> Option<Policy> {
     let what = format!("policy {:?}", policy.name);
     let at = |origin: Origin, message: String| reader.error(origin, format!("{what}: {message}"));
-    if policy.name.is_empty() || policy.name.contains('/') {
-        at(
-            policy.origin,
-            "a policy name must be non-empty and may not contain '/'".to_owned(),
-        );
-    }
     let matcher = Matcher::new(&policy.matcher);
-    for part in &policy.key {
-        if let KeyPart::Param(name) = part
-            && !matcher.params().contains(&name.as_str())
-        {
-            at(
-                policy.origin,
-                format!(
-                    "key part param:{name} needs a path template with {{{name}}} in match.path"
-                ),
-            );
-        }
-    }
+    check_outline(policy, &matcher, &at);
     let limits = compile_limits(policy, &policy.limits, None, reader, &what);
     let tiers: Vec<(String, Vec<PolicyLimit>)> = policy
         .tiers
@@ -300,25 +286,7 @@ fn compile_policy(policy: &PolicyConfig, config: &Config, reader: &Reader) -> Op
             )
         })
         .collect();
-    let default_tier = match &policy.default_tier {
-        None => 0,
-        Some(name) => tiers
-            .iter()
-            .position(|(tier, _)| tier == name)
-            .unwrap_or_else(|| {
-                at(
-                    policy.origin,
-                    format!("default_tier {name:?} is not one of its tiers"),
-                );
-                0
-            }),
-    };
-    if policy.default_tier.is_some() && tiers.is_empty() {
-        at(
-            policy.origin,
-            "default_tier is set but the policy has no tiers".to_owned(),
-        );
-    }
+    let default_tier = default_tier(policy, &tiers, &at);
     if policy.limits.is_empty() && policy.tiers.is_empty() && policy.concurrency.is_none() {
         at(
             policy.origin,
@@ -331,78 +299,14 @@ fn compile_policy(policy: &PolicyConfig, config: &Config, reader: &Reader) -> Op
         .map(|l| l.limit.quota().period())
         .max()
         .unwrap_or(Duration::from_secs(60));
-    let penalty = policy.penalty.as_ref().and_then(|penalty| {
-        let longest = penalty
-            .block
-            .iter()
-            .max()
-            .copied()
-            .unwrap_or(Duration::from_secs(60));
-        let longest_ms = u64::try_from(longest.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        let within = penalty.within.unwrap_or(longest_period);
-        let decay = penalty.decay.unwrap_or(longest);
-        let built = (
-            internal_limit(
-                format!("{}/~penalty-box", policy.name),
-                Algorithm::Gcra,
-                1,
-                Duration::from_millis(1),
-                Some(longest_ms),
-            ),
-            internal_limit(
-                format!("{}/~penalty-violations", policy.name),
-                Algorithm::SlidingLog,
-                penalty.after,
-                within,
-                None,
-            ),
-            internal_limit(
-                format!("{}/~penalty-strikes", policy.name),
-                Algorithm::SlidingLog,
-                penalty.block.len() as u64,
-                decay,
-                None,
-            ),
-        );
-        match built {
-            (Some(block_box), Some(violations), Some(strikes)) => Some(Penalty {
-                block_box,
-                violations,
-                strikes,
-                blocks: penalty.block.clone(),
-            }),
-            _ => {
-                at(
-                    policy.origin,
-                    "penalty: the block durations, after, within or decay are out of range"
-                        .to_owned(),
-                );
-                None
-            }
-        }
-    });
-    let concurrency = policy.concurrency.as_ref().and_then(|concurrency| {
-        let limit = internal_limit(
-            format!("{}/~concurrency", policy.name),
-            Algorithm::SlidingLog,
-            concurrency.max,
-            concurrency.lease,
-            None,
-        );
-        if limit.is_none() {
-            at(
-                policy.origin,
-                "concurrency: max or lease out of range (max at most 10000)".to_owned(),
-            );
-        }
-        limit.map(|limit| PolicyLimit {
-            limit,
-            label: "concurrency".into(),
-            unit: QuotaUnit::ConcurrentRequests,
-        })
-    });
+    let penalty = policy
+        .penalty
+        .as_ref()
+        .and_then(|penalty| compile_penalty(policy, penalty, longest_period, &at));
+    let concurrency = policy
+        .concurrency
+        .as_ref()
+        .and_then(|concurrency| compile_concurrency(policy, concurrency, &at));
     let idempotency = match (&config.idempotency, policy.idempotency) {
         (Some(settings), true) => internal_limit(
             format!("{}/~idempotency", policy.name),
@@ -433,5 +337,136 @@ fn compile_policy(policy: &PolicyConfig, config: &Config, reader: &Reader) -> Op
         local_nodes: policy.local_nodes,
         allow: AccessList::new(&policy.allow),
         deny: AccessList::new(&policy.deny),
+    })
+}
+
+/// The policy's name and its key's path parameters.
+fn check_outline(policy: &PolicyConfig, matcher: &Matcher, at: &Report<'_>) {
+    if policy.name.is_empty() || policy.name.contains('/') {
+        at(
+            policy.origin,
+            "a policy name must be non-empty and may not contain '/'".to_owned(),
+        );
+    }
+    for part in &policy.key {
+        if let KeyPart::Param(name) = part
+            && !matcher.params().contains(&name.as_str())
+        {
+            at(
+                policy.origin,
+                format!(
+                    "key part param:{name} needs a path template with {{{name}}} in match.path"
+                ),
+            );
+        }
+    }
+}
+
+/// The position of the default tier among `tiers` (the first when none is named).
+fn default_tier(
+    policy: &PolicyConfig,
+    tiers: &[(String, Vec<PolicyLimit>)],
+    at: &Report<'_>,
+) -> usize {
+    let Some(name) = &policy.default_tier else {
+        return 0;
+    };
+    let position = tiers.iter().position(|(tier, _)| tier == name);
+    if position.is_none() {
+        at(
+            policy.origin,
+            format!("default_tier {name:?} is not one of its tiers"),
+        );
+    }
+    if tiers.is_empty() {
+        at(
+            policy.origin,
+            "default_tier is set but the policy has no tiers".to_owned(),
+        );
+    }
+    position.unwrap_or(0)
+}
+
+/// The three limits a penalty keeps its state in: the box, the violations and the strikes.
+fn compile_penalty(
+    policy: &PolicyConfig,
+    penalty: &PenaltyConfig,
+    longest_period: Duration,
+    at: &Report<'_>,
+) -> Option<Penalty> {
+    let longest = penalty
+        .block
+        .iter()
+        .max()
+        .copied()
+        .unwrap_or(Duration::from_secs(60));
+    let longest_ms = u64::try_from(longest.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    let within = penalty.within.unwrap_or(longest_period);
+    let decay = penalty.decay.unwrap_or(longest);
+    let built = (
+        internal_limit(
+            format!("{}/~penalty-box", policy.name),
+            Algorithm::Gcra,
+            1,
+            Duration::from_millis(1),
+            Some(longest_ms),
+        ),
+        internal_limit(
+            format!("{}/~penalty-violations", policy.name),
+            Algorithm::SlidingLog,
+            penalty.after,
+            within,
+            None,
+        ),
+        internal_limit(
+            format!("{}/~penalty-strikes", policy.name),
+            Algorithm::SlidingLog,
+            penalty.block.len() as u64,
+            decay,
+            None,
+        ),
+    );
+    match built {
+        (Some(block_box), Some(violations), Some(strikes)) => Some(Penalty {
+            block_box,
+            violations,
+            strikes,
+            blocks: penalty.block.clone(),
+        }),
+        _ => {
+            at(
+                policy.origin,
+                "penalty: the block durations, after, within or decay are out of range".to_owned(),
+            );
+            None
+        }
+    }
+}
+
+/// The limit a policy's concurrency slots are counted in.
+fn compile_concurrency(
+    policy: &PolicyConfig,
+    concurrency: &ConcurrencyConfig,
+    at: &Report<'_>,
+) -> Option<PolicyLimit> {
+    let limit = internal_limit(
+        format!("{}/~concurrency", policy.name),
+        Algorithm::SlidingLog,
+        concurrency.max,
+        concurrency.lease,
+        None,
+    );
+    if limit.is_none() {
+        at(
+            policy.origin,
+            "concurrency: max or lease out of range (max at most 10000)".to_owned(),
+        );
+    }
+    limit.map(|limit| PolicyLimit {
+        limit,
+        label: "concurrency".into(),
+        unit: QuotaUnit::ConcurrentRequests,
     })
 }
