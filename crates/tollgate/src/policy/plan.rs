@@ -136,15 +136,7 @@ impl Policies {
     }
 
     fn plan_selected(&self, named: Option<usize>, request: &Request<'_>) -> Plan {
-        let client = request.peer.map(|peer| {
-            let header = self.config.forwarded_header;
-            client_ip(
-                peer,
-                request.headers.joined(header.as_str()).as_deref(),
-                header,
-                &self.trusted,
-            )
-        });
+        let client = self.client_of(request);
         let who = self.who(request);
         let identity = [
             ("user", who.user.as_deref()),
@@ -171,21 +163,8 @@ impl Policies {
             |address| group_key(address, self.config.ipv4_prefix, self.config.ipv6_prefix),
         );
         for (index, policy) in self.policies.iter().enumerate() {
-            // A named policy applies whatever the request's method and path; its template
-            // parameters still come from the path when it fits.
-            let params = match named {
-                Some(chosen) if chosen != index => continue,
-                Some(_) => policy
-                    .matcher
-                    .matches(request.method, request.host, request.path)
-                    .unwrap_or_default(),
-                None => match policy
-                    .matcher
-                    .matches(request.method, request.host, request.path)
-                {
-                    Some(params) => params,
-                    None => continue,
-                },
+            let Some(params) = params_for(policy, index, named, request) else {
+                continue;
             };
             if policy.allow.contains(client, &identity) {
                 continue;
@@ -197,64 +176,65 @@ impl Policies {
             }
             let key = key_of(policy, request, &who, &client_key, &params);
             let cost = cost_of(&policy.cost, request);
-            let planned = |limit: &PolicyLimit, key: String, cost: u64, role: Role| Planned {
-                key,
-                limit: limit.limit.clone(),
-                cost,
-                role,
-                policy: index,
-                label: Arc::clone(&limit.label),
-                unit: limit.unit,
-            };
             let target = if policy.shadow {
                 &mut plan.shadow
             } else {
                 &mut plan.enforced
             };
             for limit in policy.limits.iter().chain(tier_of(policy, request, &who)) {
-                target.push(planned(limit, key.clone(), cost, Role::Limit));
+                target.push(planned(index, limit, key.clone(), cost, Role::Limit));
             }
-            if policy.shadow {
-                continue;
-            }
-            let internal = |limit: &Limit, key: String, cost: u64, role: Role, unit| Planned {
-                key,
-                limit: limit.clone(),
-                cost,
-                role,
-                policy: index,
-                label: Arc::clone(&policy.name),
-                unit,
-            };
-            if let Some(penalty) = &policy.penalty {
-                let item = internal(
-                    &penalty.block_box,
-                    key.clone(),
-                    0,
-                    Role::PenaltyBox,
-                    QuotaUnit::Requests,
-                );
-                plan.enforced.push(item);
-            }
-            if let (Some(record), Some(header)) = (&policy.idempotency, &self.idempotency_header)
-                && let Some(value) = request.headers.first(header)
-            {
-                let mut record_key = key.clone();
-                key::push(&mut record_key, "idempotency", value);
-                plan.enforced.push(internal(
-                    record,
-                    record_key,
-                    1,
-                    Role::Idempotency,
-                    QuotaUnit::Requests,
-                ));
-            }
-            if let Some(slot) = &policy.concurrency {
-                plan.enforced
-                    .push(planned(slot, key.clone(), 1, Role::Concurrency));
+            if !policy.shadow {
+                self.plan_guards(&mut plan.enforced, index, policy, &key, request);
             }
         }
         plan
+    }
+
+    /// The client's address, through the trusted proxies' forwarding header.
+    fn client_of(&self, request: &Request<'_>) -> Option<std::net::IpAddr> {
+        request.peer.map(|peer| {
+            let header = self.config.forwarded_header;
+            client_ip(
+                peer,
+                request.headers.joined(header.as_str()).as_deref(),
+                header,
+                &self.trusted,
+            )
+        })
+    }
+
+    /// The items of an enforced policy beyond its limits: its penalty box (looked at without
+    /// counting), the idempotency record of a request that carries a key, a concurrency slot.
+    fn plan_guards(
+        &self,
+        enforced: &mut Vec<Planned>,
+        index: usize,
+        policy: &Policy,
+        key: &str,
+        request: &Request<'_>,
+    ) {
+        if let Some(penalty) = &policy.penalty {
+            let item = internal(index, policy, &penalty.block_box, key.to_owned(), 0);
+            enforced.push(Planned {
+                role: Role::PenaltyBox,
+                ..item
+            });
+        }
+        if let (Some(record), Some(header)) = (&policy.idempotency, &self.idempotency_header)
+            && let Some(value) = request.headers.first(header)
+        {
+            let mut record_key = key.to_owned();
+            key::push(&mut record_key, "idempotency", value);
+            let item = internal(index, policy, record, record_key, 1);
+            enforced.push(Planned {
+                role: Role::Idempotency,
+                ..item
+            });
+        }
+        if let Some(slot) = &policy.concurrency {
+            enforced.push(planned(index, slot, key.to_owned(), 1, Role::Concurrency));
+        }
     }
 }
 
@@ -345,6 +325,54 @@ fn cost_of(cost: &CostConfig, request: &Request<'_>) -> u64 {
             .and_then(|value| value.trim().parse::<u64>().ok())
             .map_or(*default, |cost| cost.min(*max)),
         CostConfig::Body => request.content_length.unwrap_or(0).min(MAX_COST),
+    }
+}
+
+/// The template parameters of a policy that applies to the request, or `None` when it does
+/// not. A named policy applies whatever the request's method and path; its template parameters
+/// still come from the path when it fits.
+fn params_for<'m, 'p>(
+    policy: &'m Policy,
+    index: usize,
+    named: Option<usize>,
+    request: &Request<'p>,
+) -> Option<Params<'m, 'p>> {
+    let matched = || {
+        policy
+            .matcher
+            .matches(request.method, request.host, request.path)
+    };
+    match named {
+        Some(chosen) if chosen != index => None,
+        Some(_) => Some(matched().unwrap_or_default()),
+        None => matched(),
+    }
+}
+
+/// One of a policy's limits as an item of the check.
+fn planned(index: usize, limit: &PolicyLimit, key: String, cost: u64, role: Role) -> Planned {
+    Planned {
+        key,
+        limit: limit.limit.clone(),
+        cost,
+        role,
+        policy: index,
+        label: Arc::clone(&limit.label),
+        unit: limit.unit,
+    }
+}
+
+/// One of a policy's internal limits (penalty box, idempotency record) as an item of the
+/// check, labelled with the policy's name.
+fn internal(index: usize, policy: &Policy, limit: &Limit, key: String, cost: u64) -> Planned {
+    Planned {
+        key,
+        limit: limit.clone(),
+        cost,
+        role: Role::Limit,
+        policy: index,
+        label: Arc::clone(&policy.name),
+        unit: QuotaUnit::Requests,
     }
 }
 
