@@ -79,7 +79,11 @@ pub struct ConnectionLimits {
     pub shutdown_timeout: Duration,
 }
 
-fn count_in(text: &str, range: std::ops::RangeInclusive<usize>, why: &str) -> Result<usize, String> {
+fn count_in(
+    text: &str,
+    range: std::ops::RangeInclusive<usize>,
+    why: &str,
+) -> Result<usize, String> {
     let value: usize = text
         .parse()
         .map_err(|_| format!("{text:?} is not a whole number"))?;
@@ -96,11 +100,7 @@ fn count_in(text: &str, range: std::ops::RangeInclusive<usize>, why: &str) -> Re
 
 /// `--max-connections`: 0 would accept no client at all.
 fn connection_count(text: &str) -> Result<usize, String> {
-    count_in(
-        text,
-        1..=1_000_000,
-        "0 would accept no connection at all",
-    )
+    count_in(text, 1..=1_000_000, "0 would accept no connection at all")
 }
 
 /// `--max-header-bytes`.
@@ -263,7 +263,9 @@ async fn limit_head(State(limits): State<HeadLimits>, request: Request, next: Ne
     if target > MAX_URI_BYTES {
         return ApiError {
             status: StatusCode::URI_TOO_LONG,
-            detail: format!("the request target is {target} bytes long, the maximum is {MAX_URI_BYTES}"),
+            detail: format!(
+                "the request target is {target} bytes long, the maximum is {MAX_URI_BYTES}"
+            ),
         }
         .into_response();
     }
@@ -303,15 +305,15 @@ pub async fn serve(
     limits: &ConnectionLimits,
     shutdown: impl Future<Output = ()>,
 ) {
-    let app = app
-        .layer(axum::middleware::from_fn(track_requests))
-        .layer(axum::middleware::from_fn_with_state(
+    let app = app.layer(axum::middleware::from_fn(track_requests)).layer(
+        axum::middleware::from_fn_with_state(
             HeadLimits {
                 bytes: limits.max_header_bytes,
                 fields: limits.max_header_fields,
             },
             limit_head,
-        ));
+        ),
+    );
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let registry = Arc::new(Registry::default());
     let (stop, stopping) = watch::channel(false);
@@ -349,8 +351,7 @@ pub async fn serve(
         let permit = match Arc::clone(&permits).try_acquire_owned() {
             Ok(permit) => permit,
             Err(_) => {
-                let Some(permit) = make_room(&permits, &registry, peer, &mut shutdown).await
-                else {
+                let Some(permit) = make_room(&permits, &registry, peer, &mut shutdown).await else {
                     break;
                 };
                 permit
@@ -365,11 +366,13 @@ pub async fn serve(
             registry: Arc::clone(&registry),
         };
         let service = tower::ServiceBuilder::new()
-            .map_request(move |mut request: axum::http::Request<hyper::body::Incoming>| {
-                request.extensions_mut().insert(ConnectInfo(peer));
-                request.extensions_mut().insert(handle.clone());
-                request
-            })
+            .map_request(
+                move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                    request.extensions_mut().insert(ConnectInfo(peer));
+                    request.extensions_mut().insert(handle.clone());
+                    request
+                },
+            )
             .service(app.clone());
         let connection = builder
             .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))

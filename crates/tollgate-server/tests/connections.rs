@@ -83,14 +83,20 @@ async fn silent_connections_are_closed_after_the_header_timeout() {
     };
     let (silent, preface_only, half_preface, keep_alive) = tokio::join!(
         closed_by_server(silent, "a connection that sends nothing"),
-        closed_by_server(h2_preface_only, "an HTTP/2 connection with only the preface"),
+        closed_by_server(
+            h2_preface_only,
+            "an HTTP/2 connection with only the preface"
+        ),
         closed_by_server(h2_half_preface, "an HTTP/2 connection with half a preface"),
         closed_by_server(keep_alive, "an idle keep-alive connection"),
     );
     assert!(silent.is_empty(), "{silent:?}");
     assert!(half_preface.is_empty(), "{half_preface:?}");
     // The server's SETTINGS frame (type 4), perhaps a GOAWAY (type 7), nothing else.
-    assert!(preface_only.len() >= 9 && preface_only[3] == 4, "{preface_only:?}");
+    assert!(
+        preface_only.len() >= 9 && preface_only[3] == 4,
+        "{preface_only:?}"
+    );
     assert!(
         keep_alive.starts_with(b"HTTP/1.1 200"),
         "{}",
@@ -138,7 +144,9 @@ async fn silent_sockets_filling_the_connection_cap_are_closed_to_serve_clients()
     closed_by_server(silent, "the silent connection").await;
     closed_by_server(h2_silent, "the silent HTTP/2 connection").await;
     assert!(
-        server.stderr().contains("closing an idle connection to make room"),
+        server
+            .stderr()
+            .contains("closing an idle connection to make room"),
         "{}",
         server.stderr()
     );
@@ -153,7 +161,10 @@ policies:
 ";
 
 /// An upstream whose `/held` answers only when the test lets it, and says when a request came.
-async fn held_upstream(arrived: mpsc::UnboundedSender<()>, release: &'static Semaphore) -> SocketAddr {
+async fn held_upstream(
+    arrived: mpsc::UnboundedSender<()>,
+    release: &'static Semaphore,
+) -> SocketAddr {
     let app = Router::new().route(
         "/held",
         get(move || {

@@ -386,6 +386,66 @@ async fn envoy_rate_limit_service_over_grpc_and_json_shares_the_counters() {
     assert_eq!(error.code(), tonic::Code::InvalidArgument);
 }
 
+#[tokio::test]
+async fn an_oversized_hits_addend_is_invalid_argument_naming_the_field() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    write(&directory.path().join("edge.yaml"), RLS_CONFIG);
+    let long_domain = "x".repeat(2_000);
+    write(
+        &directory.path().join("long.yaml"),
+        &RLS_CONFIG.replace("domain: edge", &format!("domain: {long_domain}")),
+    );
+    let dir = directory.path().to_str().expect("UTF-8");
+    let server = Tollgate::serve(&["--rls-config", dir]);
+    let mut client = RateLimitServiceClient::connect(format!("http://{}", server.address("grpc")))
+        .await
+        .expect("gRPC connects");
+    let oversized = RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors: vec![RateLimitDescriptor {
+            hits_addend: Some(u64::MAX),
+            ..descriptor("remote_address", "10.0.0.1")
+        }],
+        hits_addend: 0,
+    };
+    let error = client
+        .should_rate_limit(oversized)
+        .await
+        .expect_err("refused");
+    assert_eq!(error.code(), tonic::Code::InvalidArgument, "{error:?}");
+    assert!(
+        error.message().contains("descriptors[0].hits_addend"),
+        "{error:?}"
+    );
+
+    // A counter key over the store's size cap is the caller's mistake too, not an outage.
+    let long_key = RateLimitRequest {
+        domain: long_domain,
+        descriptors: vec![descriptor("remote_address", "10.0.0.1")],
+        hits_addend: 0,
+    };
+    let error = client
+        .should_rate_limit(long_key)
+        .await
+        .expect_err("refused");
+    assert_eq!(error.code(), tonic::Code::InvalidArgument, "{error:?}");
+    assert!(error.message().contains("descriptors[0]"), "{error:?}");
+
+    // The same over HTTP: a 400 problem detail, not a 503.
+    let json_url = format!("{}/json", server.http_url());
+    let body = json!({"domain": "edge", "descriptors": [{"entries": [{"key": "remote_address", "value": "10.0.0.1"}], "hitsAddend": "18446744073709551615"}]});
+    let (status, headers, problem) = post(&json_url, &body).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .expect("a detail")
+            .contains("descriptors[0].hits_addend"),
+        "{problem}"
+    );
+}
+
 const POLICY_ONE: &str = "
 policies:
   - name: first

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use futures_util::future::join_all;
 use tollgate::{
-    Adjustment, AnyStore, Check, Limit, Limiter, MAX_ITEMS, Quota, Store, StoreError, Verdict,
+    Adjustment, AnyStore, Check, Limit, Limiter, MAX_COST, MAX_ITEMS, Quota, Store, StoreError,
+    Verdict,
 };
 
 use super::config::RlsConfig;
@@ -107,6 +108,13 @@ impl Rls {
                     descriptor.entries.len()
                 ));
             }
+            if let Some(addend) = descriptor.hits_addend
+                && addend > MAX_COST
+            {
+                return invalid(format!(
+                    "descriptors[{index}].hits_addend: {addend} is above the maximum of {MAX_COST}"
+                ));
+            }
             for (position, entry) in descriptor.entries.iter().enumerate() {
                 if entry.key.is_empty() {
                     return invalid(format!(
@@ -127,25 +135,33 @@ impl Rls {
     fn rule_of(
         domain: &str,
         root: &tree::Node,
+        index: usize,
         descriptor: &RateLimitDescriptor,
     ) -> Result<Option<RuleMatch>, RlsError> {
         if let Some(limit) = &descriptor.limit {
             let unit = unit::from_override(limit.unit).ok_or_else(|| {
-                RlsError::InvalidArgument("a limit override needs a known unit".to_owned())
+                RlsError::InvalidArgument(format!(
+                    "descriptors[{index}].limit.unit: a limit override needs a known unit"
+                ))
             })?;
             let seconds = unit::seconds(unit).unwrap_or(1);
             let quota = Quota::new(
                 u64::from(limit.requests_per_unit),
                 std::time::Duration::from_secs(seconds),
             )
-            .map_err(|e| RlsError::InvalidArgument(e.to_string()))?;
+            .map_err(|e| {
+                RlsError::InvalidArgument(format!(
+                    "descriptors[{index}].limit.requests_per_unit: {e}"
+                ))
+            })?;
             let name = format!(
                 "rls:{domain}:override:{}/{}",
                 limit.requests_per_unit,
                 unit.as_str_name()
             );
-            let built = Limit::new(name, tollgate::Algorithm::FixedWindow, quota)
-                .map_err(|e| RlsError::InvalidArgument(e.to_string()))?;
+            let built = Limit::new(name, tollgate::Algorithm::FixedWindow, quota).map_err(|e| {
+                RlsError::InvalidArgument(format!("descriptors[{index}].limit: {e}"))
+            })?;
             let rule = Rule {
                 requests_per_unit: limit.requests_per_unit,
                 unit,
@@ -178,8 +194,8 @@ impl Rls {
             return Ok(Self::all_ok(request.descriptors.len()));
         };
         let mut rules = Vec::with_capacity(request.descriptors.len());
-        for descriptor in &request.descriptors {
-            rules.push(Self::rule_of(&request.domain, root, descriptor)?);
+        for (index, descriptor) in request.descriptors.iter().enumerate() {
+            rules.push(Self::rule_of(&request.domain, root, index, descriptor)?);
         }
         // A matched rule named in another matched rule's `replaces` is dropped for this request.
         let replaced: HashSet<&str> = rules
@@ -219,8 +235,15 @@ impl Rls {
             .collect();
         let decided = join_all(pending.iter().map(|pending| self.decide(pending.as_ref()))).await;
         let mut statuses = Vec::with_capacity(decided.len());
-        for status in decided {
-            statuses.push(status.map_err(RlsError::Unavailable)?);
+        for (index, status) in decided.into_iter().enumerate() {
+            // A check the store refuses as malformed (a counter key over the size cap, say) is
+            // the caller's mistake, not an outage: Envoy must not apply its failure mode to it.
+            statuses.push(status.map_err(|error| match error {
+                StoreError::Invalid(invalid) => {
+                    RlsError::InvalidArgument(format!("descriptors[{index}]: {invalid}"))
+                }
+                other => RlsError::Unavailable(other),
+            })?);
         }
         let over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
         let response_headers_to_add = if self.response_headers {
