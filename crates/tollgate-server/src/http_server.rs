@@ -121,7 +121,7 @@ impl ConnectionLimits {
     }
 
     fn stack_header_fields(&self) -> usize {
-        2 * self.max_header_fields + 16
+        2 * self.max_header_fields + 100
     }
 }
 
