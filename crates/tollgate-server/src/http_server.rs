@@ -1,43 +1,306 @@
 //! The HTTP accept loop shared by `serve` and `proxy`, with the bounds a public listener needs:
-//! at most `max_connections` connections at once (more wait in the kernel's backlog), a client
-//! must send its request head within `header_timeout`, and shutdown lets requests under way
-//! finish for at most `shutdown_timeout`.
+//!
+//! - at most `max_connections` connections at once; at the cap, the connection idle the longest
+//!   is closed to make room for a new client, and a new client waits only while every
+//!   connection has a request under way;
+//! - a connection must send a complete request head within `header_timeout` of being accepted,
+//!   and again within `header_timeout` of its last answer (keep-alive); one that does not is
+//!   closed, HTTP/1.1 and HTTP/2 alike (an HTTP/2 client that never sends its preface too);
+//! - request heads are held to `max_header_bytes` and `max_header_fields`, answered with a 431
+//!   problem detail (the HTTP stack's own limits sit above these, so it rarely answers first);
+//! - shutdown lets requests under way finish for at most `shutdown_timeout`.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::ConnectInfo;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::time::Instant;
+
+use crate::api::ApiError;
+
+/// The longest request target (path and query) read, in bytes; longer ones get `414`.
+pub const MAX_URI_BYTES: usize = 8 * 1024;
+
+/// How long a connection asked to close while idle (timed out, or making room) may take to go:
+/// an HTTP/2 client gets this long to read the GOAWAY. Capped by the header timeout.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// The address a connection was accepted on (this side of the socket), in every request's
 /// extensions, so that a handler can tell which of the host's addresses the client reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LocalAddr(pub std::net::SocketAddr);
 
-/// Bounds on connections and slow clients.
+/// Bounds on connections, request heads and slow clients.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ConnectionLimits {
-    /// The most client connections open at once; more wait to be accepted.
+    /// The most client connections open at once (at least 1). At the cap, the connection idle
+    /// the longest is closed to make room; while every connection is busy, more wait.
     #[arg(
         long,
         env = "TOLLGATE_MAX_CONNECTIONS",
         default_value_t = 10_000,
+        value_parser = connection_count,
         value_name = "N"
     )]
     pub max_connections: usize,
-    /// How long a client has to send a request's head before its connection is closed.
+    /// How long a connection may go without sending a complete request head: from its accept,
+    /// and on a keep-alive connection from its last answer. Then it is closed.
     #[arg(long, env = "TOLLGATE_HEADER_TIMEOUT", default_value = "10s", value_parser = crate::cli::duration_arg, value_name = "DURATION")]
     pub header_timeout: Duration,
+    /// The most bytes of header fields (names and values) a request may carry; more is 431.
+    #[arg(
+        long,
+        env = "TOLLGATE_MAX_HEADER_BYTES",
+        default_value_t = 32 * 1024,
+        value_parser = header_bytes,
+        value_name = "BYTES"
+    )]
+    pub max_header_bytes: usize,
+    /// The most header fields a request may carry; more is 431.
+    #[arg(
+        long,
+        env = "TOLLGATE_MAX_HEADER_FIELDS",
+        default_value_t = 100,
+        value_parser = header_fields,
+        value_name = "N"
+    )]
+    pub max_header_fields: usize,
     /// How long shutdown waits for requests under way before closing their connections.
     #[arg(long, env = "TOLLGATE_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = crate::cli::duration_arg, value_name = "DURATION")]
     pub shutdown_timeout: Duration,
+}
+
+fn count_in(
+    text: &str,
+    range: std::ops::RangeInclusive<usize>,
+    why: &str,
+) -> Result<usize, String> {
+    let value: usize = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a whole number"))?;
+    if range.contains(&value) {
+        Ok(value)
+    } else {
+        Err(format!(
+            "must be from {} to {} ({why})",
+            range.start(),
+            range.end()
+        ))
+    }
+}
+
+/// `--max-connections`: 0 would accept no client at all.
+fn connection_count(text: &str) -> Result<usize, String> {
+    count_in(text, 1..=1_000_000, "0 would accept no connection at all")
+}
+
+/// `--max-header-bytes`.
+fn header_bytes(text: &str) -> Result<usize, String> {
+    count_in(text, 1_024..=1024 * 1024, "a request head must fit")
+}
+
+/// `--max-header-fields`.
+fn header_fields(text: &str) -> Result<usize, String> {
+    count_in(text, 8..=10_000, "a request needs a few header fields")
+}
+
+impl ConnectionLimits {
+    /// The HTTP stack's own bound on a request head: far enough above ours that a head over
+    /// our limits reaches [`limit_head`] and gets a problem detail, not a bare 431.
+    fn stack_head_bytes(&self) -> usize {
+        2 * self.max_header_bytes + 2 * MAX_URI_BYTES + 16 * 1024
+    }
+
+    fn stack_header_fields(&self) -> usize {
+        2 * self.max_header_fields + 100
+    }
+}
+
+/// What a connection tells the accept loop: whether it has requests under way, and since when
+/// it has been idle.
+struct Tracked {
+    /// Requests under way: from a complete head until the answer's body is sent (or dropped).
+    in_flight: watch::Sender<usize>,
+    /// When it last became idle, in the registry's sequence (smaller: idle for longer).
+    idle_since: AtomicU64,
+    /// Set once it was asked to close to make room.
+    reclaimed: AtomicBool,
+    /// Wakes the connection's task to close it.
+    reclaim: Notify,
+}
+
+/// Marks a request under way on its connection until dropped.
+struct InFlight {
+    tracked: Arc<Tracked>,
+    registry: Arc<Registry>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let sequence = self.registry.sequence.fetch_add(1, Ordering::Relaxed);
+        let mut idle = false;
+        self.tracked.in_flight.send_modify(|count| {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.tracked.idle_since.store(sequence, Ordering::Relaxed);
+                idle = true;
+            }
+        });
+        if idle && self.registry.waiting.load(Ordering::SeqCst) {
+            self.registry.became_idle.notify_one();
+        }
+    }
+}
+
+/// The request extension that lets [`track_requests`] find its connection.
+#[derive(Clone)]
+struct ConnectionHandle {
+    tracked: Arc<Tracked>,
+    registry: Arc<Registry>,
+}
+
+impl ConnectionHandle {
+    fn begin(&self) -> InFlight {
+        self.tracked.in_flight.send_modify(|count| *count += 1);
+        InFlight {
+            tracked: Arc::clone(&self.tracked),
+            registry: Arc::clone(&self.registry),
+        }
+    }
+}
+
+/// The open connections of one listener.
+#[derive(Default)]
+struct Registry {
+    sequence: AtomicU64,
+    connections: Mutex<HashMap<u64, Arc<Tracked>>>,
+    /// Set while a new client waits at the cap for a connection to go idle.
+    waiting: AtomicBool,
+    /// Signalled when a connection goes idle while a client waits.
+    became_idle: Notify,
+}
+
+impl Registry {
+    fn add(&self, id: u64) -> Arc<Tracked> {
+        let tracked = Arc::new(Tracked {
+            in_flight: watch::Sender::new(0),
+            idle_since: AtomicU64::new(self.sequence.fetch_add(1, Ordering::Relaxed)),
+            reclaimed: AtomicBool::new(false),
+            reclaim: Notify::new(),
+        });
+        if let Ok(mut connections) = self.connections.lock() {
+            connections.insert(id, Arc::clone(&tracked));
+        }
+        tracked
+    }
+
+    fn remove(&self, id: u64) {
+        if let Ok(mut connections) = self.connections.lock() {
+            connections.remove(&id);
+        }
+    }
+
+    /// Asks the connection idle the longest to close; false when every connection is busy.
+    fn reclaim_idle(&self) -> bool {
+        let Ok(connections) = self.connections.lock() else {
+            return false;
+        };
+        let oldest = connections
+            .values()
+            .filter(|t| *t.in_flight.borrow() == 0 && !t.reclaimed.load(Ordering::Relaxed))
+            .min_by_key(|t| t.idle_since.load(Ordering::Relaxed));
+        match oldest {
+            Some(tracked) => {
+                tracked.reclaimed.store(true, Ordering::Relaxed);
+                tracked.reclaim.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Counts a request as under way on its connection until its answer's body is done.
+async fn track_requests(request: Request, next: Next) -> Response {
+    let in_flight = request
+        .extensions()
+        .get::<ConnectionHandle>()
+        .map(ConnectionHandle::begin);
+    let response = next.run(request).await;
+    match in_flight {
+        Some(in_flight) => response.map(|body| {
+            Body::new(body.map_frame(move |frame| {
+                let _held = &in_flight;
+                frame
+            }))
+        }),
+        None => response,
+    }
+}
+
+/// The bounds [`limit_head`] applies.
+#[derive(Clone, Copy)]
+struct HeadLimits {
+    bytes: usize,
+    fields: usize,
+}
+
+/// Refuses request heads over the configured limits with a problem detail.
+async fn limit_head(State(limits): State<HeadLimits>, request: Request, next: Next) -> Response {
+    let target = request
+        .uri()
+        .path_and_query()
+        .map_or(0, |p| p.as_str().len());
+    if target > MAX_URI_BYTES {
+        return ApiError {
+            status: StatusCode::URI_TOO_LONG,
+            detail: format!(
+                "the request target is {target} bytes long, the maximum is {MAX_URI_BYTES}"
+            ),
+        }
+        .into_response();
+    }
+    let headers = request.headers();
+    if headers.len() > limits.fields {
+        return ApiError {
+            status: StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            detail: format!(
+                "the request has {} header fields, the maximum is {}",
+                headers.len(),
+                limits.fields
+            ),
+        }
+        .into_response();
+    }
+    let bytes: usize = headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum();
+    if bytes > limits.bytes {
+        return ApiError {
+            status: StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            detail: format!(
+                "the request's header fields take {bytes} bytes, the maximum is {}",
+                limits.bytes
+            ),
+        }
+        .into_response();
+    }
+    next.run(request).await
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then drains.
@@ -47,23 +310,36 @@ pub async fn serve(
     limits: &ConnectionLimits,
     shutdown: impl Future<Output = ()>,
 ) {
-    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let graceful = GracefulShutdown::new();
+    let app = app.layer(axum::middleware::from_fn(track_requests)).layer(
+        axum::middleware::from_fn_with_state(
+            HeadLimits {
+                bytes: limits.max_header_bytes,
+                fields: limits.max_header_fields,
+            },
+            limit_head,
+        ),
+    );
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let registry = Arc::new(Registry::default());
+    let (stop, stopping) = watch::channel(false);
+    // Every connection task holds a sender; when all are gone, the channel closes.
+    let (running, mut drained) = mpsc::channel::<()>(1);
+    let stack_head_bytes = limits.stack_head_bytes();
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout);
-    builder.http2().timer(TokioTimer::new());
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(stack_head_bytes.max(8192))
+        .max_headers(limits.stack_header_fields());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(stack_head_bytes).unwrap_or(u32::MAX));
+    let header_timeout = limits.header_timeout;
+    let mut next_id = 0u64;
     tokio::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
-            permit = Arc::clone(&permits).acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
-            },
-            () = &mut shutdown => break,
-        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -76,8 +352,25 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        tracing::debug!(%peer, "connection accepted");
+        let permit = match Arc::clone(&permits).try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                let Some(permit) = make_room(&permits, &registry, peer, &mut shutdown).await else {
+                    break;
+                };
+                permit
+            }
+        };
         let _ = stream.set_nodelay(true);
         let local = stream.local_addr().ok().map(LocalAddr);
+        let id = next_id;
+        next_id += 1;
+        let tracked = registry.add(id);
+        let handle = ConnectionHandle {
+            tracked: Arc::clone(&tracked),
+            registry: Arc::clone(&registry),
+        };
         let service = tower::ServiceBuilder::new()
             .map_request(
                 move |mut request: axum::http::Request<hyper::body::Incoming>| {
@@ -85,6 +378,7 @@ pub async fn serve(
                     if let Some(local) = local {
                         request.extensions_mut().insert(local);
                     }
+                    request.extensions_mut().insert(handle.clone());
                     request
                 },
             )
@@ -92,16 +386,70 @@ pub async fn serve(
         let connection = builder
             .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
             .into_owned();
-        let watched = graceful.watch(connection);
+        let slot = Slot {
+            registry: Arc::clone(&registry),
+            id,
+            _permit: permit,
+            _running: running.clone(),
+        };
+        let mut stopping = stopping.clone();
         tokio::spawn(async move {
-            if let Err(error) = watched.await {
-                tracing::debug!(%peer, "connection ended: {error}");
+            let mut connection = std::pin::pin!(connection);
+            let mut activity = tracked.in_flight.subscribe();
+            let grace = CLOSE_GRACE.min(header_timeout);
+            let mut closing = false;
+            // Idle from the accept: the first head must be complete within the header timeout.
+            let mut deadline = Some(Instant::now() + header_timeout);
+            loop {
+                tokio::select! {
+                    result = connection.as_mut() => {
+                        if let Err(error) = result {
+                            tracing::debug!(%peer, "connection ended: {error}");
+                        }
+                        break;
+                    }
+                    changed = activity.changed() => {
+                        if changed.is_err() {
+                            break;
+                        }
+                        let idle = *activity.borrow_and_update() == 0;
+                        let wait = if closing { grace } else { header_timeout };
+                        deadline = idle.then(|| Instant::now() + wait);
+                    }
+                    () = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                        if closing {
+                            tracing::debug!(%peer, "connection dropped: it did not close when asked");
+                            break;
+                        }
+                        tracing::debug!(%peer, "closing a connection that sent no request head within {header_timeout:?}");
+                        closing = true;
+                        connection.as_mut().graceful_shutdown();
+                        deadline = Some(Instant::now() + grace);
+                    }
+                    () = tracked.reclaim.notified(), if !closing => {
+                        tracing::debug!(%peer, "closing an idle connection to make room for a new one");
+                        closing = true;
+                        connection.as_mut().graceful_shutdown();
+                        if deadline.is_some() {
+                            deadline = Some(Instant::now() + grace);
+                        }
+                    }
+                    _ = stopping.changed(), if !closing => {
+                        closing = true;
+                        connection.as_mut().graceful_shutdown();
+                        if deadline.is_some() {
+                            deadline = Some(Instant::now() + grace);
+                        }
+                    }
+                }
             }
-            drop(permit);
+            drop(slot);
         });
     }
     drop(listener);
-    if tokio::time::timeout(limits.shutdown_timeout, graceful.shutdown())
+    let _ = stop.send(true);
+    drop(running);
+    if tokio::time::timeout(limits.shutdown_timeout, drained.recv())
         .await
         .is_err()
     {
@@ -109,5 +457,48 @@ pub async fn serve(
             "shutdown: requests still under way after {:?} were cut off",
             limits.shutdown_timeout
         );
+    }
+}
+
+/// At the cap: closes the connection idle the longest (once one is idle) and waits for a free
+/// place; `None` at shutdown.
+async fn make_room(
+    permits: &Arc<Semaphore>,
+    registry: &Registry,
+    peer: std::net::SocketAddr,
+    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Option<OwnedSemaphorePermit> {
+    registry.waiting.store(true, Ordering::SeqCst);
+    let mut asked = false;
+    let permit = loop {
+        if !asked {
+            asked = registry.reclaim_idle();
+            if asked {
+                tracing::debug!(%peer, "at the connection cap: closing the connection idle the longest to make room");
+            } else {
+                tracing::debug!(%peer, "at the connection cap, every connection busy: waiting for one to end or go idle");
+            }
+        }
+        tokio::select! {
+            permit = Arc::clone(permits).acquire_owned() => break permit.ok(),
+            () = registry.became_idle.notified(), if !asked => {}
+            () = shutdown.as_mut() => break None,
+        }
+    };
+    registry.waiting.store(false, Ordering::SeqCst);
+    permit
+}
+
+/// What a connection holds until it ends: its place under the cap and in the registry.
+struct Slot {
+    registry: Arc<Registry>,
+    id: u64,
+    _permit: OwnedSemaphorePermit,
+    _running: mpsc::Sender<()>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.registry.remove(self.id);
     }
 }

@@ -408,7 +408,7 @@ async fn malformed_requests_are_invalid_arguments() {
         ),
         (
             request("d", vec![bad_override]),
-            "a limit override needs a known unit",
+            "descriptors[0].limit.unit: a limit override needs a known unit",
         ),
     ];
     for (request, message) in cases {

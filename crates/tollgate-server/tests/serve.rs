@@ -364,6 +364,123 @@ async fn every_error_is_a_problem_detail_with_a_4xx_status() {
 }
 
 #[tokio::test]
+async fn json_type_errors_name_the_field_path() {
+    let server = Tollgate::serve(&[]);
+    let url = format!("{}/v1/check", server.http_url());
+    let cases = [
+        (
+            json!({"limits": [{"key": "a", "algorithm": "gcra", "quota": "1/s", "cost": -1}]}),
+            "limits[0].cost: invalid value: integer `-1`, expected u64",
+        ),
+        (
+            json!({"policy": "api", "attributes": {"content_length": "ten"}}),
+            "attributes.content_length: invalid type: string \"ten\", expected u64",
+        ),
+        (
+            json!({"policy": "api", "attributes": {"headers": {"x-a": 5}}}),
+            "attributes.headers.x-a: invalid type: integer `5`, expected a string",
+        ),
+        (
+            json!({"limits": [{"key": "a", "algorithm": "gcra", "quota": "1/s"}, {"key": "b", "algorithm": "gcra"}]}),
+            "limits[1]: missing field `quota`",
+        ),
+        (
+            json!({"cost": "one"}),
+            "cost: invalid type: string \"one\", expected u64",
+        ),
+    ];
+    for (body, detail) in cases {
+        let (status, headers, problem) = post(&url, &body).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert_eq!(headers["content-type"], "application/problem+json");
+        assert_eq!(problem["detail"], detail, "{body}");
+    }
+}
+
+#[tokio::test]
+async fn errors_made_by_the_http_stack_are_problem_details_too() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = Tollgate::serve(&["--max-header-bytes", "4096", "--max-header-fields", "20"]);
+    let base = server.http_url();
+    let client = reqwest::Client::new();
+    let problem = |response: reqwest::Response, status: StatusCode| async move {
+        assert_eq!(response.status(), status);
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/problem+json",
+            "{status}"
+        );
+        let problem: Value = response.json().await.expect("JSON");
+        assert_eq!(problem["status"], status.as_u16());
+        problem["detail"].as_str().expect("a detail").to_owned()
+    };
+
+    // More header fields than the stack's own default (100) allows, and more than configured.
+    let mut request = client.get(format!("{base}/healthz"));
+    for n in 0..120 {
+        request = request.header(format!("x-field-{n}"), "1");
+    }
+    let detail = problem(
+        request.send().await.expect("an answer"),
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+    )
+    .await;
+    assert!(detail.contains("the maximum is 20"), "{detail}");
+
+    // Header fields larger than configured.
+    let response = client
+        .get(format!("{base}/healthz"))
+        .header("x-large", "a".repeat(5_000))
+        .send()
+        .await
+        .expect("an answer");
+    let detail = problem(response, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE).await;
+    assert!(detail.contains("the maximum is 4096"), "{detail}");
+
+    // A request target over 8 KiB.
+    let response = client
+        .get(format!("{base}/healthz?{}", "q".repeat(9_000)))
+        .send()
+        .await
+        .expect("an answer");
+    problem(response, StatusCode::URI_TOO_LONG).await;
+
+    // The router's 405 keeps its Allow field.
+    let response = client
+        .get(format!("{base}/v1/check"))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(response.headers()["allow"], "POST");
+    let detail = problem(response, StatusCode::METHOD_NOT_ALLOWED).await;
+    assert!(detail.contains("GET"), "{detail}");
+
+    // An extractor's rejection on the admin API.
+    let response = client
+        .get(format!(
+            "http://{}/admin/top?n=many",
+            server.address("admin")
+        ))
+        .send()
+        .await
+        .expect("an answer");
+    problem(response, StatusCode::BAD_REQUEST).await;
+
+    // `/json`'s 429 is a RateLimitResponse, not a problem: covered by the rate limit service
+    // tests. A request line the stack cannot parse gets its bare 400, as documented.
+    let mut stream = tokio::net::TcpStream::connect(server.address("http"))
+        .await
+        .expect("connects");
+    stream
+        .write_all(b"NOT A REQUEST\r\n\r\n")
+        .await
+        .expect("writes");
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.expect("reads");
+    assert!(answer.starts_with(b"HTTP/1.1 400"), "{answer:?}");
+}
+
+#[tokio::test]
 async fn health_readiness_and_the_openapi_document() {
     let server = Tollgate::serve(&[]);
     let base = server.http_url();
@@ -462,6 +579,66 @@ async fn envoy_rate_limit_service_over_grpc_and_json_shares_the_counters() {
         .await
         .expect_err("refused");
     assert_eq!(error.code(), tonic::Code::InvalidArgument);
+}
+
+#[tokio::test]
+async fn an_oversized_hits_addend_is_invalid_argument_naming_the_field() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    write(&directory.path().join("edge.yaml"), RLS_CONFIG);
+    let long_domain = "x".repeat(2_000);
+    write(
+        &directory.path().join("long.yaml"),
+        &RLS_CONFIG.replace("domain: edge", &format!("domain: {long_domain}")),
+    );
+    let dir = directory.path().to_str().expect("UTF-8");
+    let server = Tollgate::serve(&["--rls-config", dir]);
+    let mut client = RateLimitServiceClient::connect(format!("http://{}", server.address("grpc")))
+        .await
+        .expect("gRPC connects");
+    let oversized = RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors: vec![RateLimitDescriptor {
+            hits_addend: Some(u64::MAX),
+            ..descriptor("remote_address", "10.0.0.1")
+        }],
+        hits_addend: 0,
+    };
+    let error = client
+        .should_rate_limit(oversized)
+        .await
+        .expect_err("refused");
+    assert_eq!(error.code(), tonic::Code::InvalidArgument, "{error:?}");
+    assert!(
+        error.message().contains("descriptors[0].hits_addend"),
+        "{error:?}"
+    );
+
+    // A counter key over the store's size cap is the caller's mistake too, not an outage.
+    let long_key = RateLimitRequest {
+        domain: long_domain,
+        descriptors: vec![descriptor("remote_address", "10.0.0.1")],
+        hits_addend: 0,
+    };
+    let error = client
+        .should_rate_limit(long_key)
+        .await
+        .expect_err("refused");
+    assert_eq!(error.code(), tonic::Code::InvalidArgument, "{error:?}");
+    assert!(error.message().contains("descriptors[0]"), "{error:?}");
+
+    // The same over HTTP: a 400 problem detail, not a 503.
+    let json_url = format!("{}/json", server.http_url());
+    let body = json!({"domain": "edge", "descriptors": [{"entries": [{"key": "remote_address", "value": "10.0.0.1"}], "hitsAddend": "18446744073709551615"}]});
+    let (status, headers, problem) = post(&json_url, &body).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .expect("a detail")
+            .contains("descriptors[0].hits_addend"),
+        "{problem}"
+    );
 }
 
 const POLICY_ONE: &str = "
@@ -717,7 +894,7 @@ fn the_load_generator_reports_throughput_percentiles_and_the_split() {
 }
 
 #[tokio::test]
-async fn slow_clients_are_cut_off_and_connections_are_capped() {
+async fn a_client_that_never_finishes_its_request_head_is_cut_off() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let server = Tollgate::serve(&["--header-timeout", "200ms"]);
     let address = server.address("http");
@@ -737,34 +914,6 @@ async fn slow_clients_are_cut_off_and_connections_are_capped() {
     .await
     .expect("the server closes the connection");
     assert!(read.is_ok(), "{read:?}");
-    drop(slow);
-
-    // With room for one connection, a second waits until the first is closed.
-    let capped = Tollgate::serve(&["--max-connections", "1"]);
-    let address = capped.address("http");
-    let mut first = tokio::net::TcpStream::connect(address)
-        .await
-        .expect("connects");
-    first
-        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
-        .await
-        .expect("writes");
-    let mut answer = [0u8; 256];
-    let n = first.read(&mut answer).await.expect("reads");
-    assert!(answer[..n].starts_with(b"HTTP/1.1 200"));
-    let second = tokio::spawn(async move {
-        reqwest::get(format!("http://{address}/healthz"))
-            .await
-            .map(|r| r.status())
-    });
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert!(
-        !second.is_finished(),
-        "the second connection waits for the first"
-    );
-    drop(first);
-    let status = second.await.expect("joined").expect("answered");
-    assert_eq!(status, StatusCode::OK);
 }
 
 /// Refuses `ip` on the built-in login policy and returns the key its refusal was logged under.

@@ -254,6 +254,9 @@ pub fn router(state: AdminState, token: Option<String>, hosts: AllowedHosts) -> 
             get(|| async { ([(header::CACHE_CONTROL, "no-store")], Html(DASHBOARD)) }),
         )
         .fallback(|| async { ApiError::not_found("no such admin endpoint") })
+        .layer(axum::middleware::from_fn(
+            crate::api::problem::problem_details,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             Arc::new(token),
             auth::require_token,

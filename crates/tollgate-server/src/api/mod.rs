@@ -60,5 +60,6 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/metrics", get(metrics))
         .fallback(|| async { ApiError::not_found("no such endpoint; see /openapi.json") })
+        .layer(axum::middleware::from_fn(problem::problem_details))
         .with_state(state)
 }

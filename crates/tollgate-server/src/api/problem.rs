@@ -4,6 +4,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+/// The media type of a problem detail.
+const PROBLEM_JSON: &str = "application/problem+json";
+
 /// A request the API cannot answer, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
@@ -76,10 +79,9 @@ impl IntoResponse for ApiError {
             "detail": self.detail,
         });
         let mut response = (self.status, body.to_string()).into_response();
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         response
     }
 }
@@ -105,14 +107,74 @@ pub(crate) async fn read_body(
     }
 }
 
-/// Parses JSON into `T`: 400 when it is not JSON, 422 when it is JSON of the wrong shape; the
-/// message says where.
+/// Parses JSON into `T`: 400 when it is not JSON, 422 when it is JSON of the wrong shape. The
+/// message says where: the position of a syntax error, the field path of a value of the wrong
+/// type (`limits[0].cost: invalid value: integer -1, expected u64`).
 pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(bytes).map_err(|error| {
-        let message = error.to_string();
-        match error.classify() {
-            serde_json::error::Category::Data => ApiError::invalid(message),
-            _ => ApiError::bad_request(format!("invalid JSON: {message}")),
-        }
-    })
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let parsed = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
+        let path = error.path().to_string();
+        json_error(error.into_inner(), &path)
+    })?;
+    deserializer.end().map_err(|error| json_error(error, "."))?;
+    Ok(parsed)
+}
+
+fn json_error(error: serde_json::Error, path: &str) -> ApiError {
+    if error.classify() != serde_json::error::Category::Data {
+        return ApiError::bad_request(format!("invalid JSON: {error}"));
+    }
+    // The field path says where; the position in the text adds nothing to it.
+    let message = error.to_string();
+    let position = format!(" at line {} column {}", error.line(), error.column());
+    let message = message.strip_suffix(&position).unwrap_or(&message);
+    if path == "." {
+        ApiError::invalid(message)
+    } else {
+        ApiError::invalid(format!("{path}: {message}"))
+    }
+}
+
+/// Turns every error answer that is not yet a problem detail (the router's 405, an extractor's
+/// rejection, ...) into one, keeping its status and header fields (`Allow`, ...).
+pub(crate) async fn problem_details(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let method = request.method().clone();
+    let response = next.run(request).await;
+    let status = response.status();
+    // Answers with a body of their own (a problem detail, `/json`'s 429) stay as they are;
+    // bare and plain-text ones are the framework's.
+    let framework_made = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_none_or(|value| value.as_bytes().starts_with(b"text/plain"));
+    if !(status.is_client_error() || status.is_server_error()) || !framework_made {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let said = axum::body::to_bytes(body, 4 * 1024)
+        .await
+        .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_owned())
+        .unwrap_or_default();
+    let detail = if status == StatusCode::METHOD_NOT_ALLOWED {
+        let allowed = parts
+            .headers
+            .get(header::ALLOW)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        format!("this endpoint does not take {method} (it takes: {allowed})")
+    } else if said.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_owned()
+    } else {
+        said
+    };
+    let problem = ApiError { status, detail }.into_response();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts
+        .headers
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    Response::from_parts(parts, problem.into_body())
 }

@@ -8,7 +8,8 @@ use arc_swap::ArcSwap;
 use futures_util::future::join_all;
 use tollgate::metrics::MetricOutcome;
 use tollgate::{
-    Adjustment, AnyStore, Check, Limit, Limiter, MAX_ITEMS, Quota, Store, StoreError, Verdict,
+    Adjustment, AnyStore, Check, Limit, Limiter, MAX_COST, MAX_ITEMS, Quota, Store, StoreError,
+    Verdict,
 };
 
 use super::config::RlsConfig;
@@ -131,6 +132,13 @@ impl Rls {
                     descriptor.entries.len()
                 ));
             }
+            if let Some(addend) = descriptor.hits_addend
+                && addend > MAX_COST
+            {
+                return invalid(format!(
+                    "descriptors[{index}].hits_addend: {addend} is above the maximum of {MAX_COST}"
+                ));
+            }
             for (position, entry) in descriptor.entries.iter().enumerate() {
                 if entry.key.is_empty() {
                     return invalid(format!(
@@ -151,18 +159,25 @@ impl Rls {
     fn rule_of(
         domain: &str,
         root: &tree::Node,
+        index: usize,
         descriptor: &RateLimitDescriptor,
     ) -> Result<Option<RuleMatch>, RlsError> {
         if let Some(limit) = &descriptor.limit {
             let unit = unit::from_override(limit.unit).ok_or_else(|| {
-                RlsError::InvalidArgument("a limit override needs a known unit".to_owned())
+                RlsError::InvalidArgument(format!(
+                    "descriptors[{index}].limit.unit: a limit override needs a known unit"
+                ))
             })?;
             let seconds = unit::seconds(unit).unwrap_or(1);
             let quota = Quota::new(
                 u64::from(limit.requests_per_unit),
                 std::time::Duration::from_secs(seconds),
             )
-            .map_err(|e| RlsError::InvalidArgument(e.to_string()))?;
+            .map_err(|e| {
+                RlsError::InvalidArgument(format!(
+                    "descriptors[{index}].limit.requests_per_unit: {e}"
+                ))
+            })?;
             let name = format!(
                 "rls:{domain}:override:{}/{}",
                 limit.requests_per_unit,
@@ -172,8 +187,9 @@ impl Rls {
                 Enforcement::Blocked
             } else {
                 Enforcement::Limit(
-                    Limit::new(name, tollgate::Algorithm::FixedWindow, quota)
-                        .map_err(|e| RlsError::InvalidArgument(e.to_string()))?,
+                    Limit::new(name, tollgate::Algorithm::FixedWindow, quota).map_err(|e| {
+                        RlsError::InvalidArgument(format!("descriptors[{index}].limit: {e}"))
+                    })?,
                 )
             };
             let rule = Rule {
@@ -208,8 +224,8 @@ impl Rls {
             return Ok(Self::all_ok(request.descriptors.len()));
         };
         let mut rules = Vec::with_capacity(request.descriptors.len());
-        for descriptor in &request.descriptors {
-            rules.push(Self::rule_of(&request.domain, root, descriptor)?);
+        for (index, descriptor) in request.descriptors.iter().enumerate() {
+            rules.push(Self::rule_of(&request.domain, root, index, descriptor)?);
         }
         // A matched rule named in another matched rule's `replaces` is dropped for this request.
         let replaced: HashSet<&str> = rules
@@ -249,11 +265,17 @@ impl Rls {
             .collect();
         let decided = join_all(pending.iter().map(|pending| self.decide(pending.as_ref()))).await;
         let mut statuses = Vec::with_capacity(decided.len());
-        for status in decided {
+        for (index, status) in decided.into_iter().enumerate() {
             match status {
                 Ok(status) => statuses.push(status),
                 Err(RlsError::Unavailable(error)) => return self.fail_over(request, error),
-                Err(other) => return Err(other),
+                // A check the store refuses as malformed (a counter key over the size cap, say)
+                // is the caller's mistake, not an outage: Envoy must not apply its failure mode.
+                Err(RlsError::InvalidArgument(message)) => {
+                    return Err(RlsError::InvalidArgument(format!(
+                        "descriptors[{index}]: {message}"
+                    )));
+                }
             }
         }
         let over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
@@ -349,6 +371,9 @@ impl Rls {
         let check = Check::new(pending.addend).limit(pending.key.as_str(), limit);
         let verdict = match self.limiter.check(&check).await {
             Ok(verdict) => verdict,
+            Err(tollgate::Error::Store(StoreError::Invalid(invalid))) => {
+                return Err(RlsError::InvalidArgument(invalid.to_string()));
+            }
             Err(tollgate::Error::Store(error)) if error.is_store_failure() => {
                 return Err(RlsError::Unavailable(error));
             }

@@ -66,8 +66,14 @@ impl Tollgate {
 
     /// Starts the binary and waits for its start-up lines (up to the `policies:` line).
     pub fn start(args: &[&str]) -> Self {
+        Self::start_with_env(args, &[])
+    }
+
+    /// Starts the binary with extra environment variables (such as `TOLLGATE_LOG`).
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut child = binary()
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

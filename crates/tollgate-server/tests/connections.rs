@@ -1,0 +1,280 @@
+//! The bounds on client connections, over real sockets against the real binary: clients that
+//! send nothing (HTTP/1.1 or HTTP/2) are closed after the header timeout, silent connections
+//! filling the cap are closed to serve a new client, and a client waits at the cap only while
+//! every connection has a request under way.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use reqwest::StatusCode;
+use support::Tollgate;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{Semaphore, mpsc};
+
+/// Long enough for anything on a loaded machine; only ever waited out when something is wrong.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// The HTTP/2 client connection preface.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Logs that show what the accept loop does with each connection.
+const DEBUG_LOG: (&str, &str) = ("TOLLGATE_LOG", "info,tollgate_server::http_server=debug");
+
+/// Reads until the server closes `stream`, and returns what it sent; fails the test if it
+/// keeps the connection open for [`PATIENCE`].
+async fn closed_by_server(mut stream: TcpStream, what: &str) -> Vec<u8> {
+    let mut received = Vec::new();
+    let read = tokio::time::timeout(PATIENCE, stream.read_to_end(&mut received)).await;
+    match read {
+        Ok(Ok(_)) => {}
+        // A reset is a close too.
+        Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Ok(Err(error)) => panic!("{what}: reading failed: {error}"),
+        Err(_) => panic!("{what}: the server kept the connection open for {PATIENCE:?}"),
+    }
+    received
+}
+
+/// Waits until the server logs `text`, without holding up the test's other tasks.
+async fn logged(server: &Tollgate, text: &str) {
+    support::eventually(&format!("the server logs {text:?}"), || async {
+        server.stderr().contains(text)
+    })
+    .await;
+}
+
+/// Waits until the server logs that it accepted a connection from `peer`.
+async fn accepted(server: &Tollgate, peer: SocketAddr) {
+    logged(server, &format!("connection accepted peer={peer}")).await;
+}
+
+#[tokio::test]
+async fn silent_connections_are_closed_after_the_header_timeout() {
+    let server = Tollgate::serve(&["--header-timeout", "300ms"]);
+    let address = server.address("http");
+
+    // Nothing at all: the first request head is due within the header timeout from accept.
+    let silent = TcpStream::connect(address).await.expect("connects");
+    // An HTTP/2 client that never sends its preface, one that sends only the preface, and one
+    // that stops half-way through it.
+    let h2_preface_only = {
+        let mut stream = TcpStream::connect(address).await.expect("connects");
+        stream.write_all(H2_PREFACE).await.expect("writes");
+        stream
+    };
+    let h2_half_preface = {
+        let mut stream = TcpStream::connect(address).await.expect("connects");
+        stream.write_all(&H2_PREFACE[..10]).await.expect("writes");
+        stream
+    };
+    // A keep-alive connection after its answer: the next head is due within the timeout too.
+    let keep_alive = {
+        let mut stream = TcpStream::connect(address).await.expect("connects");
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .expect("writes");
+        stream
+    };
+    let (silent, preface_only, half_preface, keep_alive) = tokio::join!(
+        closed_by_server(silent, "a connection that sends nothing"),
+        closed_by_server(
+            h2_preface_only,
+            "an HTTP/2 connection with only the preface"
+        ),
+        closed_by_server(h2_half_preface, "an HTTP/2 connection with half a preface"),
+        closed_by_server(keep_alive, "an idle keep-alive connection"),
+    );
+    assert!(silent.is_empty(), "{silent:?}");
+    assert!(half_preface.is_empty(), "{half_preface:?}");
+    // The server's SETTINGS frame (type 4), perhaps a GOAWAY (type 7), nothing else.
+    assert!(
+        preface_only.len() >= 9 && preface_only[3] == 4,
+        "{preface_only:?}"
+    );
+    assert!(
+        keep_alive.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&keep_alive)
+    );
+    // The server is still there for everyone else.
+    let status = reqwest::get(format!("{}/healthz", server.http_url()))
+        .await
+        .expect("an answer")
+        .status();
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn silent_sockets_filling_the_connection_cap_are_closed_to_serve_clients() {
+    // The header timeout is far longer than the test may take: only making room serves them.
+    let server = Tollgate::start_with_env(
+        &support::serve_args(&["--max-connections", "2", "--header-timeout", "1h"]),
+        &[DEBUG_LOG],
+    );
+    let address = server.address("http");
+    let silent = TcpStream::connect(address).await.expect("connects");
+    accepted(&server, silent.local_addr().expect("an address")).await;
+    let mut h2_silent = TcpStream::connect(address).await.expect("connects");
+    h2_silent.write_all(H2_PREFACE).await.expect("writes");
+    accepted(&server, h2_silent.local_addr().expect("an address")).await;
+
+    // Two clients that keep their connections: each takes the place of a silent one.
+    let mut clients = Vec::new();
+    for client in 0..2 {
+        clients.push(
+            reqwest::Client::builder()
+                .timeout(PATIENCE)
+                .build()
+                .expect("a client"),
+        );
+        let response = clients[client]
+            .get(format!("http://{address}/healthz"))
+            .send()
+            .await
+            .unwrap_or_else(|error| panic!("client {client} is served: {error}"));
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.text().await.expect("a body"), "ok\n");
+    }
+    closed_by_server(silent, "the silent connection").await;
+    closed_by_server(h2_silent, "the silent HTTP/2 connection").await;
+    assert!(
+        server
+            .stderr()
+            .contains("closing an idle connection to make room"),
+        "{}",
+        server.stderr()
+    );
+}
+
+const POLICIES: &str = "
+policies:
+  - name: all
+    match: { path_prefix: / }
+    key: [ip]
+    limits: [{ name: plenty, algorithm: fixed_window, quota: 1000/m }]
+";
+
+/// An upstream whose `/held` answers only when the test lets it, and says when a request came.
+async fn held_upstream(
+    arrived: mpsc::UnboundedSender<()>,
+    release: &'static Semaphore,
+) -> SocketAddr {
+    let app = Router::new().route(
+        "/held",
+        get(move || {
+            let arrived = arrived.clone();
+            async move {
+                let _ = arrived.send(());
+                let _permit = release.acquire().await;
+                "done"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let address = listener.local_addr().expect("an address");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    address
+}
+
+#[tokio::test]
+async fn a_client_waits_at_the_cap_only_while_every_connection_is_busy() {
+    static RELEASE: Semaphore = Semaphore::const_new(0);
+    let (arrived, mut arrivals) = mpsc::unbounded_channel();
+    let upstream = held_upstream(arrived, &RELEASE).await;
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let config = directory.path().join("policies.yaml");
+    std::fs::write(&config, POLICIES).expect("written");
+    let config = config.to_str().expect("UTF-8");
+    let upstream = format!("http://{upstream}");
+    let proxy = Tollgate::start_with_env(
+        &[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--config",
+            config,
+            "--upstream",
+            &upstream,
+            "--upstream-timeout",
+            "1h",
+            "--max-connections",
+            "1",
+            "--header-timeout",
+            "1h",
+        ],
+        &[DEBUG_LOG],
+    );
+    let url = format!("{}/held", proxy.http_url());
+    let client = reqwest::Client::builder()
+        .timeout(PATIENCE)
+        .build()
+        .expect("a client");
+
+    // The first request is under way: it reached the upstream, which holds it.
+    let first = tokio::spawn(client.get(&url).send());
+    tokio::time::timeout(PATIENCE, arrivals.recv())
+        .await
+        .expect("the first request reaches the upstream")
+        .expect("the upstream runs");
+
+    // A second client, on a connection of its own, is accepted and waits for a place.
+    let second_client = reqwest::Client::builder()
+        .timeout(PATIENCE)
+        .build()
+        .expect("a client");
+    let second = tokio::spawn(second_client.get(&url).send());
+    logged(&proxy, "every connection busy: waiting").await;
+    assert!(
+        !second.is_finished(),
+        "nothing frees a place while the first request is held"
+    );
+
+    // The first request ends; its connection goes idle and makes room for the second.
+    RELEASE.add_permits(2);
+    let first = first.await.expect("joined").expect("answered");
+    assert_eq!(first.status(), StatusCode::OK);
+    let second = second.await.expect("joined").expect("answered");
+    assert_eq!(second.status(), StatusCode::OK);
+    assert_eq!(second.text().await.expect("a body"), "done");
+}
+
+#[test]
+fn a_cap_of_zero_connections_is_refused() {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(support::serve_args(&["--max-connections", "0"]))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the child can be waited on") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("tollgate serve --max-connections 0 started instead of refusing the flag");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("piped"), &mut stderr)
+        .expect("stderr is read");
+    assert!(!status.success());
+    assert!(stderr.contains("--max-connections"), "{stderr}");
+    assert!(
+        stderr.contains("0 would accept no connection at all"),
+        "{stderr}"
+    );
+}
