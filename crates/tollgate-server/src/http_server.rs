@@ -402,6 +402,9 @@ pub async fn serve(
             let mut deadline = Some(Instant::now() + header_timeout);
             loop {
                 tokio::select! {
+                    // The connection first: a head that has arrived is read (and its request
+                    // counted) before an expired deadline is looked at.
+                    biased;
                     result = connection.as_mut() => {
                         if let Err(error) = result {
                             tracing::debug!(%peer, "connection ended: {error}");

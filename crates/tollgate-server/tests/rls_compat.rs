@@ -407,8 +407,13 @@ async fn malformed_requests_are_invalid_arguments() {
             "descriptor 0, entry 1: the key is empty",
         ),
         (
-            request("d", vec![bad_override]),
-            "descriptors[0].limit.unit: a limit override needs a known unit",
+            request("d", vec![bad_override.clone()]),
+            "descriptors[0].limit.unit: a limit override needs a known unit (SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)",
+        ),
+        (
+            // Refused whether or not the domain is configured.
+            request("unconfigured", vec![bad_override]),
+            "descriptors[0].limit.unit: a limit override needs a known unit (SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)",
         ),
     ];
     for (request, message) in cases {

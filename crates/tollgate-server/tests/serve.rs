@@ -331,10 +331,49 @@ async fn every_error_is_a_problem_detail_with_a_4xx_status() {
             "larger than 65536 bytes",
         ),
         (
+            "/v1/check",
+            r#"{"policy": "api", "attributes": {"user": null}}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "attributes.user: null is not a value here; leave the field out",
+        ),
+        (
+            "/v1/check",
+            r#"{"limits": [{"key": "a", "algorithm": "gcra", "quota": "1/s"}], "attributes": {}}"#
+                .into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "attributes: inline limits carry their own keys",
+        ),
+        (
+            // No policy matches these attributes, so no store sees the cost: refused up front.
+            "/v1/check",
+            r#"{"attributes": {"path": "/nothing-matches-this"}, "cost": 1099511627777}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "cost: 1099511627777 is above the maximum of 1099511627776",
+        ),
+        (
             "/json",
             r#"{"domain": 5}"#.into(),
             StatusCode::BAD_REQUEST,
             "domain: expected a string",
+        ),
+        (
+            "/json",
+            r#"{"domain": "d", "hitsAddend": 1, "hits_addend": 1, "descriptors": [{"entries": [{"key": "k"}]}]}"#.into(),
+            StatusCode::BAD_REQUEST,
+            "give hitsAddend or hits_addend, not both",
+        ),
+        (
+            "/json",
+            r#"{"domain": "d", "hitsAddend": "+5", "descriptors": [{"entries": [{"key": "k"}]}]}"#.into(),
+            StatusCode::BAD_REQUEST,
+            "hitsAddend: expected a whole number",
+        ),
+        (
+            // Refused whatever the domain, configured or not.
+            "/json",
+            r#"{"domain": "unconfigured", "descriptors": [{"entries": [{"key": "k"}], "limit": {"requestsPerUnit": 5, "unit": "UNKNOWN"}}]}"#.into(),
+            StatusCode::BAD_REQUEST,
+            "descriptors[0].limit.unit: a limit override needs a known unit",
         ),
         (
             "/nowhere",

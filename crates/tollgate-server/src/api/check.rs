@@ -12,12 +12,12 @@ use serde::{Deserialize, Serialize};
 use tollgate::headers::LimitView;
 use tollgate::policy::{Action, DecidedBy, HeaderFamily, QuotaUnit, Scope};
 use tollgate::{
-    Algorithm, Check, Decision, Evaluation, LeakyMode, Limit, MAX_ITEMS, Micros, Quota, Request,
-    Verdict,
+    Algorithm, Check, Decision, Evaluation, LeakyMode, Limit, MAX_COST, MAX_ITEMS, Micros, Quota,
+    Request, Verdict,
 };
 
 use super::AppState;
-use super::problem::{ApiError, parse_json, read_body};
+use super::problem::{ApiError, from_value, parse_json_value, read_body};
 
 /// The largest check request read, in bytes.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -84,11 +84,31 @@ impl CheckRequest {
     /// Reads and validates a check (or refund) body.
     async fn read(body: axum::body::Body) -> Result<Self, ApiError> {
         let bytes = read_body(body, MAX_BODY_BYTES).await?;
-        let request: Self = parse_json(&bytes)?;
-        if request.limits.is_some() && request.policy.is_some() {
+        let value = parse_json_value(&bytes)?;
+        let given = |field: &str| value.get(field).is_some();
+        if given("limits") && given("policy") {
             return Err(ApiError::invalid(
                 "give either a policy (with attributes) or inline limits, not both",
             ));
+        }
+        if given("limits") && given("attributes") {
+            return Err(ApiError::invalid(
+                "attributes: inline limits carry their own keys; give attributes with a policy, or none",
+            ));
+        }
+        let request: Self = from_value(value)?;
+        let over = |cost: Option<u64>| cost.filter(|cost| *cost > MAX_COST);
+        if let Some(cost) = over(request.cost) {
+            return Err(ApiError::invalid(format!(
+                "cost: {cost} is above the maximum of {MAX_COST}"
+            )));
+        }
+        for (index, limit) in request.limits.iter().flatten().enumerate() {
+            if let Some(cost) = over(limit.cost) {
+                return Err(ApiError::invalid(format!(
+                    "limits[{index}].cost: {cost} is above the maximum of {MAX_COST}"
+                )));
+            }
         }
         Ok(request)
     }

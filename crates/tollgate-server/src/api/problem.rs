@@ -120,6 +120,54 @@ pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result
     Ok(parsed)
 }
 
+/// Parses a check API body, which takes no `null` (a field is given or left out): 400 when it
+/// is not JSON, 422 naming the path of the first `null`.
+pub(crate) fn parse_json_value(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|error| json_error(error, "."))?;
+    if let Some(path) = first_null(&value, "") {
+        return Err(ApiError::invalid(format!(
+            "{path}: null is not a value here; leave the field out"
+        )));
+    }
+    Ok(value)
+}
+
+/// Reads `T` from a parsed body, naming the field path of a value of the wrong shape.
+pub(crate) fn from_value<T: serde::de::DeserializeOwned>(
+    value: serde_json::Value,
+) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value).map_err(|error| {
+        let path = error.path().to_string();
+        json_error(error.into_inner(), &path)
+    })
+}
+
+/// The path of the first `null` in `value` (`the body` for the value itself), written as
+/// `serde_path_to_error` writes paths: `limits[0].cost`.
+fn first_null(value: &serde_json::Value, path: &str) -> Option<String> {
+    match value {
+        serde_json::Value::Null => Some(if path.is_empty() {
+            "the body".to_owned()
+        } else {
+            path.to_owned()
+        }),
+        serde_json::Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(index, item)| first_null(item, &format!("{path}[{index}]"))),
+        serde_json::Value::Object(fields) => fields.iter().find_map(|(name, item)| {
+            let inner = if path.is_empty() {
+                name.clone()
+            } else {
+                format!("{path}.{name}")
+            };
+            first_null(item, &inner)
+        }),
+        _ => None,
+    }
+}
+
 fn json_error(error: serde_json::Error, path: &str) -> ApiError {
     if error.classify() != serde_json::error::Category::Data {
         return ApiError::bad_request(format!("invalid JSON: {error}"));

@@ -139,6 +139,13 @@ impl Rls {
                     "descriptors[{index}].hits_addend: {addend} is above the maximum of {MAX_COST}"
                 ));
             }
+            if let Some(limit) = &descriptor.limit
+                && unit::from_override(limit.unit).is_none()
+            {
+                return invalid(format!(
+                    "descriptors[{index}].limit.unit: a limit override needs a known unit (SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)"
+                ));
+            }
             for (position, entry) in descriptor.entries.iter().enumerate() {
                 if entry.key.is_empty() {
                     return invalid(format!(

@@ -14,8 +14,17 @@ use super::proto::types::RateLimitUnit;
 /// The largest `/json` request body read, in bytes.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-fn field<'v>(object: &'v Map<String, Value>, names: [&str; 2]) -> Option<&'v Value> {
-    names.iter().find_map(|name| object.get(*name))
+/// A field written in either style (`hitsAddend` or `hits_addend`), but not both.
+fn field<'v>(
+    object: &'v Map<String, Value>,
+    names: [&str; 2],
+    what: &str,
+) -> Result<Option<&'v Value>, String> {
+    let [camel, snake] = names;
+    match (object.get(camel), object.get(snake)) {
+        (Some(_), Some(_)) => Err(format!("{what}: give {camel} or {snake}, not both")),
+        (camel, snake) => Ok(camel.or(snake)),
+    }
 }
 
 fn object<'v>(
@@ -32,11 +41,26 @@ fn object<'v>(
     Ok(object)
 }
 
+/// A JSON number as a whole number: `5` and `5.0` alike (up to 2^53, where doubles are exact).
+fn whole(number: &serde_json::Number) -> Option<u64> {
+    number.as_u64().or_else(|| {
+        number
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && (0.0..=9_007_199_254_740_992.0).contains(f))
+            .map(|f| f as u64)
+    })
+}
+
 fn unsigned(value: Option<&Value>, what: &str, max: u64) -> Result<u64, String> {
     let parsed = match value {
         None | Some(Value::Null) => return Ok(0),
-        Some(Value::Number(number)) => number.as_u64(),
-        Some(Value::String(text)) => text.parse().ok(),
+        Some(Value::Number(number)) => whole(number),
+        // Digits only: proto3 JSON writes integers as numbers or decimal strings.
+        Some(Value::String(text))
+            if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            text.parse().ok()
+        }
         Some(_) => None,
     };
     parsed
@@ -58,8 +82,7 @@ fn override_unit(value: Option<&Value>, what: &str) -> Result<i32, String> {
         Some(Value::String(name)) => RateLimitUnit::from_str_name(name)
             .map(|unit| unit as i32)
             .ok_or_else(|| format!("{what}: unknown unit {name:?}")),
-        Some(Value::Number(number)) => number
-            .as_i64()
+        Some(Value::Number(number)) => whole(number)
             .and_then(|n| i32::try_from(n).ok())
             .ok_or_else(|| format!("{what}: unknown unit {number}")),
         Some(_) => Err(format!("{what}: expected a unit name")),
@@ -111,7 +134,7 @@ pub fn parse_request(body: &[u8]) -> Result<RateLimitRequest, String> {
                     )?;
                     Some(RateLimitOverride {
                         requests_per_unit: unsigned(
-                            field(limit, ["requestsPerUnit", "requests_per_unit"]),
+                            field(limit, ["requestsPerUnit", "requests_per_unit"], &what)?,
                             &format!("{what}.requestsPerUnit"),
                             u64::from(u32::MAX),
                         )? as u32,
@@ -119,7 +142,7 @@ pub fn parse_request(body: &[u8]) -> Result<RateLimitRequest, String> {
                     })
                 }
             };
-            let hits_addend = match field(descriptor, ["hitsAddend", "hits_addend"]) {
+            let hits_addend = match field(descriptor, ["hitsAddend", "hits_addend"], &what)? {
                 None | Some(Value::Null) => None,
                 Some(value) => Some(unsigned(
                     Some(value),
@@ -138,7 +161,7 @@ pub fn parse_request(body: &[u8]) -> Result<RateLimitRequest, String> {
         domain: string(request.get("domain"), "domain")?,
         descriptors,
         hits_addend: unsigned(
-            field(request, ["hitsAddend", "hits_addend"]),
+            field(request, ["hitsAddend", "hits_addend"], "the request")?,
             "hitsAddend",
             u64::from(u32::MAX),
         )? as u32,
@@ -217,6 +240,28 @@ mod tests {
             request.descriptors[0].limit.as_ref().unwrap().unit,
             RateLimitUnit::Minute as i32
         );
+        // Whole numbers written as doubles, as some proto3 JSON writers do.
+        let request = parse_request(
+            br#"{"domain":"d","hitsAddend":2.0,"descriptors":[{"entries":[{"key":"k"}],"limit":{"requestsPerUnit":5.0,"unit":2.0}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(request.hits_addend, 2);
+        assert_eq!(
+            request.descriptors[0]
+                .limit
+                .as_ref()
+                .unwrap()
+                .requests_per_unit,
+            5
+        );
+        for refused in [
+            r#"{"domain":"d","hitsAddend":2.5}"#,
+            r#"{"domain":"d","hitsAddend":"+2"}"#,
+            r#"{"domain":"d","hitsAddend":" 2"}"#,
+            r#"{"domain":"d","hitsAddend":1,"hits_addend":1}"#,
+        ] {
+            assert!(parse_request(refused.as_bytes()).is_err(), "{refused}");
+        }
         let error = parse_request(br#"{"domain":"d","descriptor":[]}"#).unwrap_err();
         assert_eq!(error, "the request: unknown field \"descriptor\"");
         assert!(
