@@ -216,28 +216,27 @@ async fn a_cross_site_text_plain_post_cannot_reset_a_key_or_lift_a_penalty() {
         .expect("an answer");
     assert_eq!(preflight.status(), StatusCode::FORBIDDEN);
     assert_no_cors(&preflight);
-    let cross_origin_json = client
-        .post(format!("{admin}/admin/reset"))
-        .header("origin", "https://attacker.example")
-        .json(&key)
-        .send()
-        .await
-        .expect("an answer");
+    let cross_origin_json = reset_from(&admin, "https://attacker.example", &key).await;
     assert_eq!(cross_origin_json.status(), StatusCode::FORBIDDEN);
     assert_no_cors(&cross_origin_json);
 
     assert_eq!(remaining(&admin, &key, None).await, 0, "nothing was reset");
     // The dashboard's own origin, with JSON, still works.
-    let own = client
-        .post(format!("{admin}/admin/reset"))
-        .header("origin", admin.as_str())
-        .json(&key)
-        .send()
-        .await
-        .expect("an answer");
+    let own = reset_from(&admin, &admin, &key).await;
     assert_eq!(own.status(), StatusCode::OK);
     assert_no_cors(&own);
     assert_eq!(remaining(&admin, &key, None).await, 5);
+}
+
+/// A JSON reset of `key`, sent as a page of `origin` would send it.
+async fn reset_from(admin: &str, origin: &str, key: &Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{admin}/admin/reset"))
+        .header("origin", origin)
+        .json(key)
+        .send()
+        .await
+        .expect("an answer")
 }
 
 async fn get_with_host(admin: &str, path: &str, host: &str) -> reqwest::Response {

@@ -21,15 +21,9 @@ const MAX_TOLERANCE_MICROS: Micros = 1 << 50;
 /// every check against a `Limit` is well defined.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Limit {
-    name: Arc<str>,
+    shape: Shape,
     state_name: Arc<str>,
     state_id: u64,
-    algorithm: Algorithm,
-    quota: Quota,
-    burst: u64,
-    mode: LeakyMode,
-    interval: Micros,
-    lease: u64,
 }
 
 /// Why a limit was refused.
@@ -142,7 +136,7 @@ impl Limit {
 
     /// The limit's name, which also tells its state apart from other limits on the same key.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.shape.name
     }
 
     /// The name the limit's state is kept under: its name and its shape (an algorithm letter,
@@ -162,57 +156,57 @@ impl Limit {
 
     /// The algorithm.
     pub fn algorithm(&self) -> Algorithm {
-        self.algorithm
+        self.shape.algorithm
     }
 
     /// The quota.
     pub fn quota(&self) -> Quota {
-        self.quota
+        self.shape.quota
     }
 
     /// The most the limit admits back to back: the burst of a rate algorithm, the quota count
     /// of a window algorithm.
     pub fn capacity(&self) -> u64 {
-        self.burst
+        self.shape.burst
     }
 
     /// The burst as configured, if the algorithm has one.
     pub fn burst(&self) -> Option<u64> {
-        self.algorithm.is_rate().then_some(self.burst)
+        self.shape.algorithm.is_rate().then_some(self.shape.burst)
     }
 
     /// The leaky bucket's mode (always [`LeakyMode::Meter`] for other algorithms).
     pub fn mode(&self) -> LeakyMode {
-        self.mode
+        self.shape.mode
     }
 
     /// Microseconds between two requests at the steady rate: the period divided by the count,
     /// rounded up so that rounding never admits more than the quota. Zero for window algorithms.
     pub fn interval(&self) -> Micros {
-        self.interval
+        self.shape.interval
     }
 
     /// The quota's period in microseconds.
     pub fn period(&self) -> Micros {
-        self.quota.period_micros()
+        self.shape.quota.period_micros()
     }
 
     /// The quota's count.
     pub fn count(&self) -> u64 {
-        self.quota.count()
+        self.shape.quota.count()
     }
 
     /// The units a node leases at a time, if this limit is leased.
     pub fn lease(&self) -> Option<u64> {
-        (self.lease > 0).then_some(self.lease)
+        (self.shape.lease > 0).then_some(self.shape.lease)
     }
 
     fn with_valid_lease(self) -> Result<Limit, LimitError> {
-        let queueing = matches!(self.mode, LeakyMode::Queue { .. });
-        if self.lease > self.burst || (self.lease > 0 && queueing) {
+        let queueing = matches!(self.shape.mode, LeakyMode::Queue { .. });
+        if self.shape.lease > self.shape.burst || (self.shape.lease > 0 && queueing) {
             return Err(LimitError::LeaseNotApplicable {
-                name: self.name.to_string(),
-                capacity: self.burst,
+                name: self.shape.name.to_string(),
+                capacity: self.shape.burst,
             });
         }
         Ok(self)
@@ -226,17 +220,18 @@ impl Limit {
             return self.clone();
         }
         let share = |n: u64| if n == 0 { 0 } else { (n / nodes).max(1) };
-        let divided = Quota::new(share(self.quota.count()), self.quota.period())
+        let divided = Quota::new(share(self.shape.quota.count()), self.shape.quota.period())
             .ok()
             .and_then(|quota| {
-                let mut builder = Limit::builder(Arc::clone(&self.name), self.algorithm, quota);
-                if self.algorithm == Algorithm::LeakyBucket {
-                    builder = builder.mode(self.mode);
+                let mut builder =
+                    Limit::builder(Arc::clone(&self.shape.name), self.shape.algorithm, quota);
+                if self.shape.algorithm == Algorithm::LeakyBucket {
+                    builder = builder.mode(self.shape.mode);
                 }
                 if let Some(burst) = self.burst() {
                     builder = builder.burst(share(burst));
                 }
-                builder.lease(share(self.lease)).build().ok()
+                builder.lease(share(self.shape.lease)).build().ok()
             });
         // A share that would not validate (it always does) keeps the whole limit.
         divided.unwrap_or_else(|| self.clone())
@@ -251,11 +246,15 @@ impl fmt::Debug for Limit {
 
 impl fmt::Display for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {} {}", self.name, self.algorithm, self.quota)?;
-        if self.algorithm.is_rate() && self.burst != self.quota.count() {
-            write!(f, " burst {}", self.burst)?;
+        write!(
+            f,
+            "{} {} {}",
+            self.shape.name, self.shape.algorithm, self.shape.quota
+        )?;
+        if self.shape.algorithm.is_rate() && self.shape.burst != self.shape.quota.count() {
+            write!(f, " burst {}", self.shape.burst)?;
         }
-        if let LeakyMode::Queue { delay_after } = self.mode {
+        if let LeakyMode::Queue { delay_after } = self.shape.mode {
             write!(f, " queue delay_after {delay_after}")?;
         }
         Ok(())
@@ -271,7 +270,9 @@ fn state_id(state_name: &str) -> u64 {
     hasher.finish()
 }
 
-/// The parts of a limit that give it its identity in a store.
+/// What a limit is, as validated: the parts that give it its identity in a store, and its
+/// lease.
+#[derive(Clone, PartialEq, Eq, Hash)]
 struct Shape {
     name: Arc<str>,
     algorithm: Algorithm,
@@ -306,13 +307,7 @@ impl Shape {
         Limit {
             state_id: state_id(&state_name),
             state_name: state_name.into(),
-            name: self.name,
-            algorithm: self.algorithm,
-            quota: self.quota,
-            burst: self.burst,
-            mode: self.mode,
-            interval: self.interval,
-            lease: self.lease,
+            shape: self,
         }
         .with_valid_lease()
     }

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::algorithm::Adjustment;
 use crate::check::{Check, Verdict};
 use crate::clock::{Clock, Micros, Stopwatch, duration_to_micros};
 use crate::store::{Store, StoreError};
@@ -191,32 +190,11 @@ impl<S: Store> Store for CircuitBreaker<S> {
         result
     }
 
-    /// Adjustments go through whatever the breaker says: a refund that reaches a recovering
-    /// store is one less unit stranded.
-    async fn adjust(
-        &self,
-        check: &Check<'_>,
-        adjustments: &[Adjustment],
-        at: Option<Micros>,
-    ) -> Result<(), StoreError> {
-        self.inner.adjust(check, adjustments, at).await
-    }
+    // Adjustments go through whatever the breaker says: a refund that reaches a recovering
+    // store is one less unit stranded.
+    pass_to_inner!(writes);
 
-    async fn forget(&self, check: &Check<'_>) -> Result<(), StoreError> {
-        self.inner.forget(check).await
-    }
-
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-
-    fn held_keys(&self) -> Option<u64> {
-        self.inner.held_keys()
-    }
-
-    fn own_clock(&self) -> Option<&Arc<dyn Clock>> {
-        self.inner.own_clock()
-    }
+    pass_to_inner!(describe);
 }
 
 #[cfg(test)]

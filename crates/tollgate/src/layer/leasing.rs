@@ -302,28 +302,7 @@ impl<S: Store> Store for Leasing<S> {
         self.inner.check(check, at).await
     }
 
-    async fn adjust(
-        &self,
-        check: &Check<'_>,
-        adjustments: &[Adjustment],
-        at: Option<Micros>,
-    ) -> Result<(), StoreError> {
-        self.inner.adjust(check, adjustments, at).await
-    }
+    pass_to_inner!(writes);
 
-    async fn forget(&self, check: &Check<'_>) -> Result<(), StoreError> {
-        self.inner.forget(check).await
-    }
-
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-
-    fn held_keys(&self) -> Option<u64> {
-        self.inner.held_keys()
-    }
-
-    fn own_clock(&self) -> Option<&Arc<dyn Clock>> {
-        self.inner.own_clock()
-    }
+    pass_to_inner!(describe);
 }

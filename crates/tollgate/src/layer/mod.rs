@@ -10,6 +10,41 @@
 //! the over-limit cache, the breaker). A new layer (a global tier, say) is another `Store`
 //! wrapping the store the limiter is given, so the limiter needs no change for it.
 
+/// The `Store` methods a layer hands unchanged to the store it wraps (`self.inner`): what it
+/// is and holds (`describe`), and refunds, charges and forgetting (`writes`).
+macro_rules! pass_to_inner {
+    (describe) => {
+        fn kind(&self) -> &'static str {
+            self.inner.kind()
+        }
+
+        fn held_keys(&self) -> Option<u64> {
+            self.inner.held_keys()
+        }
+
+        fn own_clock(&self) -> Option<&std::sync::Arc<dyn crate::clock::Clock>> {
+            self.inner.own_clock()
+        }
+    };
+    (writes) => {
+        async fn adjust(
+            &self,
+            check: &crate::check::Check<'_>,
+            adjustments: &[crate::algorithm::Adjustment],
+            at: Option<crate::clock::Micros>,
+        ) -> Result<(), crate::store::StoreError> {
+            self.inner.adjust(check, adjustments, at).await
+        }
+
+        async fn forget(
+            &self,
+            check: &crate::check::Check<'_>,
+        ) -> Result<(), crate::store::StoreError> {
+            self.inner.forget(check).await
+        }
+    };
+}
+
 mod breaker;
 mod leasing;
 mod over_limit_cache;

@@ -216,15 +216,5 @@ impl<S: Store> Store for OverLimitCache<S> {
         self.inner.forget(check).await
     }
 
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-
-    fn held_keys(&self) -> Option<u64> {
-        self.inner.held_keys()
-    }
-
-    fn own_clock(&self) -> Option<&Arc<dyn Clock>> {
-        self.inner.own_clock()
-    }
+    pass_to_inner!(describe);
 }
