@@ -63,6 +63,9 @@ async fn inline_limits_are_decided_with_every_decision_and_the_rate_limit_fields
     assert!((20_000..=30_000).contains(&retry), "{answer}");
     let seconds = retry.div_ceil(1_000);
     assert_eq!(headers["retry-after"], seconds.to_string().as_str());
+    // A refusal must not be cached and replayed once the quota has come back; inline denials
+    // used to lack this, unlike policy denials.
+    assert_eq!(headers["cache-control"], "no-store");
     assert_eq!(
         headers["ratelimit"],
         format!("\"inline:gcra:2/m:0\";r=0;t={seconds}").as_str()

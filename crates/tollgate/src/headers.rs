@@ -156,6 +156,48 @@ pub fn rate_limit_fields(
     fields
 }
 
+/// How a response answers its request, beyond the limits' own fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// Admitted; `near_limit` above a soft threshold.
+    Admitted {
+        /// Marks the response with `Tollgate-Near-Limit: 1`.
+        near_limit: bool,
+    },
+    /// Refused; the request fits again after `retry_after` (never, if `None`).
+    Refused {
+        /// When to come back.
+        retry_after: Option<Duration>,
+    },
+}
+
+/// Every field a response carries about its decision, whatever the frontend: the rate-limit
+/// fields of `families`, and `Retry-After` and `Cache-Control: no-store` on a refusal (a
+/// refusal must not be cached and replayed to a client whose quota has come back), or
+/// `Tollgate-Near-Limit` near a soft threshold.
+pub fn decision_fields(
+    families: &[HeaderFamily],
+    views: &[LimitView<'_>],
+    binding: Option<usize>,
+    now: Micros,
+    answer: Answer,
+) -> Vec<(&'static str, String)> {
+    let mut fields = rate_limit_fields(families, views, binding, now);
+    match answer {
+        Answer::Admitted { near_limit: true } => {
+            fields.push(("tollgate-near-limit", "1".to_owned()));
+        }
+        Answer::Admitted { near_limit: false } => {}
+        Answer::Refused { retry_after } => {
+            if let Some(retry_after) = retry_after {
+                fields.push(("retry-after", retry_after_seconds(retry_after).to_string()));
+            }
+            fields.push(("cache-control", "no-store".to_owned()));
+        }
+    }
+    fields
+}
+
 /// `Retry-After` in whole seconds, rounded up so that a client waiting that long is admitted
 /// (never earlier than the binding limit's `t`).
 pub fn retry_after_seconds(retry_after: Duration) -> u64 {

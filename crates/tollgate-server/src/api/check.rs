@@ -9,7 +9,7 @@ use axum::extract::State;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
-use tollgate::headers::LimitView;
+use tollgate::headers::{Answer, LimitView, decision_fields};
 use tollgate::policy::{Action, DecidedBy, HeaderFamily, QuotaUnit, Scope};
 use tollgate::{
     Algorithm, Check, Decision, Evaluation, LeakyMode, Limit, MAX_COST, MAX_ITEMS, Micros, Quota,
@@ -433,18 +433,20 @@ pub(crate) async fn check(
                 decision: *decision,
             })
             .collect();
-        let mut fields = tollgate::headers::rate_limit_fields(
+        let decided = if verdict.is_denied() {
+            Answer::Refused {
+                retry_after: verdict.retry_after(),
+            }
+        } else {
+            Answer::Admitted { near_limit: false }
+        };
+        let fields = decision_fields(
             &families(&state),
             &views,
             verdict.binding_index(),
             verdict.at(),
+            decided,
         );
-        if let Some(retry) = verdict.retry_after() {
-            fields.push((
-                "retry-after",
-                tollgate::headers::retry_after_seconds(retry).to_string(),
-            ));
-        }
         let mut answer = verdict_answer(&verdict, &limits, specs);
         if verdict.is_admitted() {
             answer.charge = Some(state.charges.issue(verdict.at(), &request.canonical()));

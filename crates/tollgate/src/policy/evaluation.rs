@@ -9,9 +9,7 @@ use super::model::{HeaderFamily, StatusRange};
 use super::plan::Role;
 use crate::clock::Micros;
 use crate::decision::Decision;
-use crate::headers::{
-    LimitView, ProblemKind, problem_json, rate_limit_fields, retry_after_seconds,
-};
+use crate::headers::{Answer, LimitView, ProblemKind, decision_fields, problem_json};
 use crate::limit::Limit;
 
 /// A refusal, ready to become a response.
@@ -155,17 +153,15 @@ impl Evaluation {
     /// Every response header field for this evaluation: the rate-limit families, and for a
     /// refusal `Retry-After` and `Cache-Control: no-store`; a near-limit request is marked.
     pub fn header_fields(&self, families: &[HeaderFamily]) -> Vec<(&'static str, String)> {
-        let mut fields = rate_limit_fields(families, &self.views(), self.binding, self.at);
-        if self.near_limit {
-            fields.push(("tollgate-near-limit", "1".to_owned()));
-        }
-        if let Action::Refuse(refusal) = &self.action {
-            if let Some(retry_after) = refusal.retry_after {
-                fields.push(("retry-after", retry_after_seconds(retry_after).to_string()));
-            }
-            fields.push(("cache-control", "no-store".to_owned()));
-        }
-        fields
+        let answer = match &self.action {
+            Action::Refuse(refusal) => Answer::Refused {
+                retry_after: refusal.retry_after,
+            },
+            Action::Allow | Action::Delay(_) => Answer::Admitted {
+                near_limit: self.near_limit,
+            },
+        };
+        decision_fields(families, &self.views(), self.binding, self.at, answer)
     }
 
     /// The `application/problem+json` body of a refusal.
