@@ -16,10 +16,10 @@ pub fn load(path: Option<&Path>) -> Result<Policies, String> {
             let source = path.display().to_string();
             let metadata = std::fs::metadata(path)
                 .map_err(|error| format!("{source}: cannot read: {error}"))?;
-            if metadata.len() > tollgate::config::MAX_CONFIG_BYTES as u64 {
+            if metadata.len() > tollgate::yaml::MAX_CONFIG_BYTES as u64 {
                 return Err(format!(
                     "{source}: larger than {} bytes",
-                    tollgate::config::MAX_CONFIG_BYTES
+                    tollgate::yaml::MAX_CONFIG_BYTES
                 ));
             }
             let text = std::fs::read_to_string(path)

@@ -45,7 +45,6 @@
 pub mod algorithm;
 mod check;
 mod clock;
-pub mod config;
 mod decision;
 mod error;
 pub mod headers;
@@ -59,6 +58,7 @@ mod quota;
 pub mod secret;
 pub mod store;
 pub mod top_keys;
+pub mod yaml;
 
 #[cfg(test)]
 mod testing;
@@ -69,7 +69,6 @@ pub use clock::{
     Clock, MICROS_PER_SECOND, ManualClock, Micros, SystemClock, duration_to_micros,
     micros_to_duration,
 };
-pub use config::{ConfigError, ConfigErrors};
 pub use decision::Decision;
 pub use error::Error;
 pub use layer::BreakerConfig;
@@ -80,3 +79,4 @@ pub use quota::{MAX_COUNT, MAX_PERIOD_MICROS, Quota, QuotaError, parse_duration}
 pub use store::{AnyStore, MemoryStore, RedisUrl, Store, StoreError, redact_credentials};
 #[cfg(feature = "redis")]
 pub use store::{RedisConfig, RedisStats, RedisStore};
+pub use yaml::{ConfigError, ConfigErrors};

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate::config::ConfigErrors;
+use tollgate::yaml::ConfigErrors;
 use tollgate::{Algorithm, Limit, Quota};
 
 use super::proto::service::rate_limit_response::rate_limit::Unit;

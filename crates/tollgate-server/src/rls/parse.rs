@@ -1,6 +1,6 @@
 //! Reading one domain's YAML document into a descriptor tree, with every error located.
 
-use tollgate::config::{ConfigErrors, Node as Yaml, Reader};
+use tollgate::yaml::{ConfigErrors, Node as Yaml, Reader};
 use tollgate::{Algorithm, parse_duration};
 
 use super::config::{MAX_DEPTH, RuleLimit};

@@ -4,8 +4,8 @@
 mod admin;
 mod denial_log;
 mod denials;
-mod evaluate;
 mod penalty;
+mod requests;
 
 use std::sync::Arc;
 

@@ -13,9 +13,9 @@ use super::model::{
 };
 use crate::algorithm::Algorithm;
 use crate::clock::duration_to_micros;
-use crate::config::{ConfigErrors, Origin, Reader};
 use crate::limit::Limit;
 use crate::quota::Quota;
+use crate::yaml::{ConfigErrors, Origin, Reader};
 
 /// What a quota counts, for the `qu` parameter of `RateLimit-Policy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,8 +8,8 @@ use ipnet::IpNet;
 
 use super::client_ip::ForwardedHeader;
 use crate::algorithm::{Algorithm, LeakyMode};
-use crate::config::Origin;
 use crate::quota::Quota;
+use crate::yaml::Origin;
 
 /// Where state lives.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -12,8 +12,8 @@ use super::model::{
     RedisOptions, SoftLimit, StatusRange, StoreConfig, TierSource,
 };
 use crate::algorithm::{Algorithm, LeakyMode};
-use crate::config::{ConfigErrors, Node, Reader};
 use crate::quota::{Quota, parse_duration};
+use crate::yaml::{ConfigErrors, Node, Reader};
 
 /// The most policies one file may hold.
 pub const MAX_POLICIES: usize = 1_000;

@@ -1,4 +1,4 @@
-//! Configuration files: errors that say where, and a YAML reader that finds them all.
+//! Reading YAML configuration files: errors that say where, and a reader that finds them all.
 //!
 //! A configuration is read in one pass that keeps going after a problem, so a file with five
 //! mistakes reports five errors, each as `file:line:column: what was wrong (what was expected)`.
