@@ -8,7 +8,7 @@ use std::sync::Arc;
 use common::{
     Item, cluster, cluster_store, fresh_config, never_over_admits, replay_both, workload,
 };
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::{TestCaseError, TestRunner};
 use redis::cluster_routing::Slot;
 use tollgate::{Algorithm, Check, Limit, RedisConfig, RedisStore, Store, Verdict};
 
@@ -36,11 +36,7 @@ fn agrees(items: &[Item], expected: &Verdict, actual: &Verdict) -> bool {
 #[test]
 fn the_cluster_and_memory_decide_alike_on_random_workloads() {
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100);
-    let mut runner = TestRunner::new(Config::with_cases(cases));
+    let mut runner = TestRunner::new(common::differential_config("redis_cluster", 100));
     runner
         .run(&workload(), |(limits, steps)| {
             runtime

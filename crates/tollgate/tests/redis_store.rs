@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{fresh_config, never_over_admits, replay_both, server, single_store, workload};
-use proptest::test_runner::{Config, TestRunner};
+use proptest::test_runner::TestRunner;
 use tollgate::{
     Adjustment, Algorithm, Check, Limit, Micros, RedisConfig, RedisStore, Store, StoreError,
 };
@@ -17,11 +17,7 @@ use tollgate::{
 #[test]
 fn redis_and_memory_decide_alike_on_random_workloads() {
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
-    let mut runner = TestRunner::new(Config::with_cases(cases));
+    let mut runner = TestRunner::new(common::differential_config("redis_store", 200));
     runner
         .run(&workload(), |(limits, steps)| {
             runtime

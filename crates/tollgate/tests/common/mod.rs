@@ -25,6 +25,23 @@ pub fn cluster() -> &'static RedisCluster {
 }
 
 /// A key prefix no other test in this process uses.
+/// A proptest configuration of `cases` cases (or `PROPTEST_CASES`) for a hand-built runner,
+/// keeping the failures it shrinks in `tests/<name>.proptest-regressions` and replaying them
+/// first on every run, as `proptest!` does for its own tests.
+pub fn differential_config(name: &str, cases: u32) -> proptest::test_runner::Config {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(cases);
+    let path: &'static str = format!("tests/{name}.proptest-regressions").leak();
+    proptest::test_runner::Config {
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::Direct(path),
+        )),
+        ..proptest::test_runner::Config::with_cases(cases)
+    }
+}
+
 pub fn fresh_config() -> RedisConfig {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     RedisConfig {
