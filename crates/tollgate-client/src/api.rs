@@ -63,6 +63,9 @@ pub struct Attributes {
     /// The path.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// The request body's length, for policies that count bytes (`cost: body`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_length: Option<u64>,
     /// Request headers the policies read.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
@@ -80,9 +83,18 @@ pub struct InlineLimit {
     /// The burst of a rate algorithm.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub burst: Option<u64>,
+    /// A leaky bucket's mode: `meter` (refuse when full) or `queue` (delay).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// In queue mode, how many requests pass at once before the rest are delayed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay_after: Option<u64>,
     /// The limit's name (by default made from its algorithm, quota and burst).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// What this limit takes, when not the check's cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<u64>,
 }
 
 impl InlineLimit {
@@ -97,7 +109,10 @@ impl InlineLimit {
             algorithm: algorithm.into(),
             quota: quota.into(),
             burst: None,
+            mode: None,
+            delay_after: None,
             name: None,
+            cost: None,
         }
     }
 }

@@ -19,6 +19,86 @@ use tollgate_client::{
 };
 use tower::{Service, ServiceBuilder, ServiceExt};
 
+/// The property names of `schema` in the server's own OpenAPI document.
+fn schema_properties(document: &serde_json::Value, schema: &str) -> Vec<String> {
+    let mut names: Vec<String> = document["components"]["schemas"][schema]["properties"]
+        .as_object()
+        .unwrap_or_else(|| panic!("the document describes {schema}"))
+        .keys()
+        .cloned()
+        .collect();
+    names.sort();
+    names
+}
+
+/// The field names a value serializes with.
+fn field_names(value: &impl serde::Serialize) -> Vec<String> {
+    let mut names: Vec<String> = serde_json::to_value(value)
+        .expect("serializable")
+        .as_object()
+        .expect("an object")
+        .keys()
+        .cloned()
+        .collect();
+    names.sort();
+    names
+}
+
+/// The client's request types used to lag the server's (no `mode`, `delay_after`, `cost`,
+/// `content_length`): every field the server's document describes, the client can send, and
+/// the server takes all of them together.
+#[tokio::test]
+async fn the_clients_wire_types_are_the_servers() {
+    let server = Tollgate::serve(&[]);
+    let document: serde_json::Value = reqwest::get(format!("{}/openapi.json", server.http_url()))
+        .await
+        .expect("an answer")
+        .json()
+        .await
+        .expect("JSON");
+    let limit = InlineLimit {
+        burst: Some(4),
+        mode: Some("queue".into()),
+        delay_after: Some(2),
+        name: Some("smooth".into()),
+        cost: Some(2),
+        ..InlineLimit::new("job:1", "leaky_bucket", "4/s")
+    };
+    let attributes = tollgate_client::Attributes {
+        ip: Some("203.0.113.7".into()),
+        user: Some("42".into()),
+        tenant: Some("acme".into()),
+        plan: Some("pro".into()),
+        api_key: Some("k".into()),
+        route: Some("/upload".into()),
+        method: Some("POST".into()),
+        host: Some("example.com".into()),
+        path: Some("/upload".into()),
+        content_length: Some(1_000),
+        headers: [("x-plan".to_owned(), "pro".to_owned())].into(),
+    };
+    assert_eq!(
+        field_names(&limit),
+        schema_properties(&document, "InlineLimit")
+    );
+    assert_eq!(
+        field_names(&attributes),
+        schema_properties(&document, "Attributes")
+    );
+
+    let client = TollgateClient::new(&server.http_url(), Duration::from_secs(5)).expect("a client");
+    let answer = client
+        .check_limits(std::slice::from_ref(&limit), None)
+        .await
+        .expect("the server takes every field");
+    assert_eq!(answer.decisions[0].limit, "smooth");
+    let answer = client
+        .check_matching(&attributes, None)
+        .await
+        .expect("the server takes every attribute");
+    assert!(answer.allowed, "{answer:?}");
+}
+
 #[tokio::test]
 async fn the_check_api_client_checks_refunds_and_reports_errors() {
     let server = Tollgate::serve(&[]);
