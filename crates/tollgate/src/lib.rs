@@ -42,26 +42,19 @@
 //!
 //! The six algorithms live in [`algorithm`], each a pure state transition; stores in [`store`].
 
-pub mod algorithm;
-mod check;
-mod clock;
-mod decision;
+pub use tollgate_core::algorithm;
+use tollgate_core::{check, clock, decision, limit, quota};
 mod error;
 pub mod headers;
 pub mod layer;
-mod limit;
 mod limiter;
 pub mod metrics;
 pub mod observer;
 pub mod policy;
-mod quota;
 pub mod secret;
 pub mod store;
 pub mod top_keys;
 pub mod yaml;
-
-#[cfg(test)]
-mod testing;
 
 pub use algorithm::{Adjustment, Algorithm, LeakyMode, State};
 pub use check::{Check, CheckError, Item, MAX_COST, MAX_ITEMS, MAX_KEY_BYTES, Outcome, Verdict};

@@ -280,8 +280,9 @@ impl Metrics {
             StoreError::Invalid(_) => return,
             StoreError::Timeout(_) => "timeout",
             StoreError::Unavailable(_) => "unavailable",
-            StoreError::Failed(_) => "failed",
             StoreError::CircuitOpen => "circuit_open",
+            // Failed, and whatever later kinds the store reports.
+            _ => "failed",
         };
         self.store_errors.get_or_create(&ErrorLabels { kind }).inc();
     }

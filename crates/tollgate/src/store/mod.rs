@@ -1,95 +1,15 @@
-//! Stores: where the state of every (key, limit) lives.
-//!
-//! A store runs the algorithms' transitions atomically for a whole check. The memory store does
-//! it in process; the Redis stores do it inside Redis with Lua. Stores know nothing of HTTP or
-//! policies; they take a [`Check`] and return a [`Verdict`].
+//! Stores: where the state of every (key, limit) lives. The `Store` trait, its errors and the
+//! memory store come from `tollgate-core`; the Redis stores and the store chosen at run time
+//! live here.
 
 mod any;
-pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod url;
 
-use std::future::Future;
-use std::sync::Arc;
-use std::time::Duration;
-
-use crate::algorithm::Adjustment;
-use crate::check::{Check, CheckError, Verdict};
-use crate::clock::{Clock, Micros};
+pub use tollgate_core::store::*;
 
 #[cfg(feature = "redis")]
 pub use self::redis::{RedisConfig, RedisStats, RedisStore};
 pub use any::AnyStore;
-pub use memory::MemoryStore;
 pub use url::{RedisUrl, redact_credentials};
-
-/// Why a store could not decide.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum StoreError {
-    /// The check itself is malformed (too many items, a key too long, a cost too large).
-    #[error(transparent)]
-    Invalid(#[from] CheckError),
-    /// The store did not answer within its timeout.
-    #[error("the store did not answer within {0:?}")]
-    Timeout(Duration),
-    /// The store could not be reached or the connection broke.
-    #[error("the store is unreachable: {0}")]
-    Unavailable(String),
-    /// The store answered with an error.
-    #[error("the store failed: {0}")]
-    Failed(String),
-    /// The store was not called: it failed repeatedly, and the limiter's circuit breaker is
-    /// giving it a rest.
-    #[error("the store is resting after repeated failures (circuit breaker open)")]
-    CircuitOpen,
-}
-
-impl StoreError {
-    /// Whether the error says the store is unhealthy (as opposed to the input being bad), so
-    /// that a failure policy, not the caller, should decide what happens next.
-    pub fn is_store_failure(&self) -> bool {
-        !matches!(self, StoreError::Invalid(_))
-    }
-}
-
-/// Where the state lives. Implementations decide every item of a check atomically.
-pub trait Store: Send + Sync + 'static {
-    /// Decides a check all-or-nothing. `at` overrides the store's own clock (tests and
-    /// replays); `None` means the store's time (the Redis server's `TIME` for Redis).
-    fn check(
-        &self,
-        check: &Check<'_>,
-        at: Option<Micros>,
-    ) -> impl Future<Output = Result<Verdict, StoreError>> + Send;
-
-    /// Refunds or charges each item of `check` by its cost, as `adjustments` (one per item)
-    /// says, unconditionally.
-    fn adjust(
-        &self,
-        check: &Check<'_>,
-        adjustments: &[Adjustment],
-        at: Option<Micros>,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// Forgets the state of every item of `check`, as if it had never been used (an operator
-    /// resetting a key, lifting a penalty).
-    fn forget(&self, check: &Check<'_>) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// A short name for logs and metrics: `memory`, `redis`, `redis-cluster`.
-    fn kind(&self) -> &'static str;
-
-    /// How many (key, limit) states the store holds, when it can tell cheaply (the in-process
-    /// store); for metrics.
-    fn held_keys(&self) -> Option<u64> {
-        None
-    }
-
-    /// The clock the store decides by, when it keeps one in process (the memory store); a
-    /// limiter's guards then read the same clock. `None` for stores with a clock of their own
-    /// elsewhere (Redis decides by the server's `TIME`).
-    fn own_clock(&self) -> Option<&Arc<dyn Clock>> {
-        None
-    }
-}

@@ -85,17 +85,17 @@ impl Clock for ManualClock {
 /// Measures how long something took, for metrics: a monotonic stopwatch, never a decision
 /// time (decisions read a [`Clock`]).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Stopwatch(std::time::Instant);
+pub struct Stopwatch(std::time::Instant);
 
 impl Stopwatch {
     /// Starts measuring.
     #[allow(clippy::disallowed_methods)] // The one place that reads the monotonic clock.
-    pub(crate) fn start() -> Self {
+    pub fn start() -> Self {
         Self(std::time::Instant::now())
     }
 
     /// How long since the start.
-    pub(crate) fn elapsed(&self) -> Duration {
+    pub fn elapsed(&self) -> Duration {
         self.0.elapsed()
     }
 }

@@ -303,8 +303,9 @@ impl Verdict {
         }
     }
 
-    /// The same verdict, answered again without asking the store (by the over-limit cache).
-    pub(crate) fn replayed(mut self) -> Self {
+    /// The same verdict, answered again without asking the store (by a caching store layer,
+    /// such as the over-limit cache).
+    pub fn replayed(mut self) -> Self {
         self.replayed = true;
         self
     }
@@ -316,7 +317,7 @@ impl Verdict {
     }
 
     /// The same verdict `elapsed` later, with nothing else happening (the over-limit cache).
-    pub(crate) fn aged(&self, elapsed: Duration) -> Self {
+    pub fn aged(&self, elapsed: Duration) -> Self {
         let micros = Micros::try_from(elapsed.as_micros()).unwrap_or(Micros::MAX);
         Self {
             decisions: self.decisions.iter().map(|d| d.aged(micros)).collect(),

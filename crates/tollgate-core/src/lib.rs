@@ -1,0 +1,40 @@
+//! The core of Tollgate: what a rate limiter decides, with no I/O, YAML, HTTP, Prometheus or
+//! Redis in it. The `tollgate` crate builds policies, store layers, the Redis stores and the
+//! limiter on top, and re-exports all of this, so `use tollgate::...` is what users write.
+//!
+//! ```
+//! use tollgate_core::{Algorithm, Check, Limit, MemoryStore};
+//!
+//! let store = MemoryStore::new();
+//! let per_user = Limit::new("per-user", Algorithm::Gcra, "2/s".parse().unwrap()).unwrap();
+//! let now = 1_700_000_000_000_000;
+//! assert!(store.decide(&Check::one("user:42", &per_user), now).unwrap().is_allowed());
+//! ```
+//!
+//! - [`clock`]: time as injected microseconds, a system clock and a manual clock;
+//! - [`quota`] and [`limit`]: how much per how long, and a named, validated quota + algorithm;
+//! - [`algorithm`]: the six algorithms, each a pure state transition;
+//! - [`check`] and [`decision`]: the question (several limits, all-or-nothing) and the answers;
+//! - [`store`]: the `Store` trait and the sharded in-process store.
+
+pub mod algorithm;
+pub mod check;
+pub mod clock;
+pub mod decision;
+pub mod limit;
+pub mod quota;
+pub mod store;
+
+#[cfg(test)]
+mod testing;
+
+pub use algorithm::{Adjustment, Algorithm, LeakyMode, State};
+pub use check::{Check, CheckError, Item, MAX_COST, MAX_ITEMS, MAX_KEY_BYTES, Outcome, Verdict};
+pub use clock::{
+    Clock, MICROS_PER_SECOND, ManualClock, Micros, SystemClock, duration_to_micros,
+    micros_to_duration,
+};
+pub use decision::Decision;
+pub use limit::{Limit, LimitBuilder, LimitError, MAX_SLIDING_LOG_COUNT};
+pub use quota::{MAX_COUNT, MAX_PERIOD_MICROS, Quota, QuotaError, parse_duration};
+pub use store::{MemoryStore, Store, StoreError};
