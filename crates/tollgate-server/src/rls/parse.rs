@@ -151,15 +151,13 @@ fn children(items: &[Yaml<'_, '_>], domain: &str, path: &str, depth: usize) -> N
     node
 }
 
-fn rule_limit(node: Yaml<'_, '_>, what: &str) -> Option<RuleLimit> {
-    let what = format!("{what}: rate_limit");
-    let map = node.map(&what)?;
-    let unlimited = map
-        .get("unlimited")
-        .and_then(|n| n.boolean(&format!("{what}.unlimited")))
-        .unwrap_or(false);
-    let unit_node = map.get("unit");
-    let period_node = map.get("period");
+/// A rate limit's unit (or `Unknown` for a period that is none) and its period, from `unit`
+/// or `period`, whichever is given.
+fn unit_and_period(
+    unit_node: Option<Yaml<'_, '_>>,
+    period_node: Option<Yaml<'_, '_>>,
+    what: &str,
+) -> (Unit, Option<std::time::Duration>) {
     let mut unit = Unit::Unknown;
     let mut period = None;
     if let Some(n) = unit_node
@@ -190,6 +188,47 @@ fn rule_limit(node: Yaml<'_, '_>, what: &str) -> Option<RuleLimit> {
             Err(error) => n.error(format!("{what}.period: {error}")),
         }
     }
+    (unit, period)
+}
+
+/// The names a `replaces` list gives, each entry `{ name: ... }`.
+fn replaced_names(node: Yaml<'_, '_>, what: &str) -> Vec<String> {
+    let mut replaces = Vec::new();
+    let Some(list) = node.strict_list(&format!("{what}.replaces")) else {
+        return replaces;
+    };
+    for entry in list {
+        let name = entry
+            .map(&format!("{what}.replaces"))
+            .and_then(|m| {
+                let name = m
+                    .get("name")
+                    .and_then(|n| n.text("name"))
+                    .map(|t| t.into_owned());
+                m.deny_unknown(&format!("{what}.replaces"), &["name"]);
+                name
+            })
+            .filter(|name| !name.is_empty());
+        match name {
+            Some(name) => replaces.push(name),
+            None => entry.error(format!(
+                "{what}.replaces: every entry needs a non-empty \"name\""
+            )),
+        }
+    }
+    replaces
+}
+
+fn rule_limit(node: Yaml<'_, '_>, what: &str) -> Option<RuleLimit> {
+    let what = format!("{what}: rate_limit");
+    let map = node.map(&what)?;
+    let unlimited = map
+        .get("unlimited")
+        .and_then(|n| n.boolean(&format!("{what}.unlimited")))
+        .unwrap_or(false);
+    let unit_node = map.get("unit");
+    let period_node = map.get("period");
+    let (unit, period) = unit_and_period(unit_node, period_node, &what);
     let requests_per_unit = map
         .get("requests_per_unit")
         .and_then(|n| {
@@ -210,31 +249,9 @@ fn rule_limit(node: Yaml<'_, '_>, what: &str) -> Option<RuleLimit> {
         .get("name")
         .and_then(|n| n.text(&format!("{what}.name")))
         .map(|t| t.into_owned());
-    let mut replaces = Vec::new();
-    if let Some(list) = map
+    let replaces = map
         .get("replaces")
-        .and_then(|n| n.strict_list(&format!("{what}.replaces")))
-    {
-        for entry in list {
-            let name = entry
-                .map(&format!("{what}.replaces"))
-                .and_then(|m| {
-                    let name = m
-                        .get("name")
-                        .and_then(|n| n.text("name"))
-                        .map(|t| t.into_owned());
-                    m.deny_unknown(&format!("{what}.replaces"), &["name"]);
-                    name
-                })
-                .filter(|name| !name.is_empty());
-            match name {
-                Some(name) => replaces.push(name),
-                None => entry.error(format!(
-                    "{what}.replaces: every entry needs a non-empty \"name\""
-                )),
-            }
-        }
-    }
+        .map_or_else(Vec::new, |node| replaced_names(node, &what));
     map.deny_unknown(&what, LIMIT_FIELDS);
     if name.is_some() && replaces.iter().any(|r| Some(r) == name.as_ref()) {
         map.error(format!("{what}: replaces may not name the limit itself"));
