@@ -149,15 +149,12 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         &args.connections,
         crate::shutdown::signal(),
     );
-    let grpc_server = tonic::transport::Server::builder()
-        .add_service(RlsGrpc::server(rls))
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(grpc),
-            crate::shutdown::signal(),
-        );
-    let ((), (), grpc_result) = tokio::join!(http_server, admin_server, grpc_server);
+    // The gRPC services go through the same accept loop as HTTP, with the same bounds: a
+    // connection cap, and a client that never sends its preface (or goes idle) is closed.
+    let grpc_app = tonic::service::Routes::new(RlsGrpc::server(rls)).into_axum_router();
+    let grpc_server = serve(grpc, grpc_app, &args.connections, crate::shutdown::signal());
+    tokio::join!(http_server, admin_server, grpc_server);
     // Leased quota this node did not spend goes back for the other nodes.
     limiter.return_leases().await;
-    grpc_result.map_err(|error| format!("the gRPC server failed: {error}"))?;
     Ok(())
 }

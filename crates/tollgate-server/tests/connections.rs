@@ -280,3 +280,39 @@ fn a_cap_of_zero_connections_is_refused() {
         "{stderr}"
     );
 }
+
+/// The gRPC listener had no bounds of its own: a socket that never sent its preface was held
+/// for good. It now goes through the same accept loop as HTTP.
+#[tokio::test]
+async fn silent_connections_to_the_grpc_listener_are_closed_too() {
+    use tollgate_server::rls::proto::service::RateLimitRequest;
+    use tollgate_server::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
+
+    let server = Tollgate::serve(&["--header-timeout", "2s"]);
+    let address = server.address("grpc");
+    let silent = TcpStream::connect(address).await.expect("connects");
+    let half_preface = {
+        let mut stream = TcpStream::connect(address).await.expect("connects");
+        stream.write_all(&H2_PREFACE[..10]).await.expect("writes");
+        stream
+    };
+    let (silent, half_preface) = tokio::join!(
+        closed_by_server(silent, "a gRPC connection that sends nothing"),
+        closed_by_server(half_preface, "a gRPC connection with half a preface"),
+    );
+    assert!(silent.is_empty(), "{silent:?}");
+    assert!(half_preface.is_empty(), "{half_preface:?}");
+    // The service still answers a real client.
+    let mut client = RateLimitServiceClient::connect(format!("http://{address}"))
+        .await
+        .expect("gRPC connects");
+    let answer = client
+        .should_rate_limit(RateLimitRequest {
+            domain: "unconfigured".to_owned(),
+            descriptors: vec![Default::default()],
+            hits_addend: 0,
+        })
+        .await;
+    let status = answer.expect_err("a descriptor without entries is refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+}
