@@ -19,6 +19,16 @@ async fn post(url: &str, body: &Value, token: Option<&str>) -> (StatusCode, Valu
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
+/// A GET of `url` carrying `authorization` as its `Authorization` header.
+async fn get_authorized(url: &str, authorization: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .get(url)
+        .header("authorization", authorization)
+        .send()
+        .await
+        .expect("an answer")
+}
+
 fn admin_url(server: &Tollgate) -> String {
     format!("http://{}", server.address("admin"))
 }
@@ -110,19 +120,9 @@ async fn a_token_guards_the_admin_api_and_an_open_listener_needs_one() {
         refused.headers()["content-type"],
         "application/problem+json"
     );
-    let wrong = reqwest::Client::new()
-        .get(format!("{admin}/admin/stats"))
-        .bearer_auth("s3cre7")
-        .send()
-        .await
-        .expect("an answer");
+    let wrong = get_authorized(&format!("{admin}/admin/stats"), "Bearer s3cre7").await;
     assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
-    let allowed = reqwest::Client::new()
-        .get(format!("{admin}/admin/stats"))
-        .bearer_auth("s3cret")
-        .send()
-        .await
-        .expect("an answer");
+    let allowed = get_authorized(&format!("{admin}/admin/stats"), "Bearer s3cret").await;
     assert_eq!(allowed.status(), StatusCode::OK);
     // The page holds no data: it is served without the token and sends the one after # itself.
     let page = reqwest::get(format!("{admin}/dashboard"))
@@ -329,29 +329,18 @@ async fn the_admin_token_is_taken_from_a_bearer_header_in_any_case_never_the_que
             .contains("Authorization header"),
         "{detail}"
     );
-    let in_query_too = client
-        .get(format!("{admin}/admin/stats?n=1&token=s3cret"))
-        .bearer_auth("s3cret")
-        .send()
-        .await
-        .expect("an answer");
+    let in_query_too = get_authorized(
+        &format!("{admin}/admin/stats?n=1&token=s3cret"),
+        "Bearer s3cret",
+    )
+    .await;
     assert_eq!(in_query_too.status(), StatusCode::BAD_REQUEST);
     for authorization in ["bearer s3cret", "BEARER s3cret", "Bearer s3cret"] {
-        let response = client
-            .get(format!("{admin}/admin/stats"))
-            .header("authorization", authorization)
-            .send()
-            .await
-            .expect("an answer");
+        let response = get_authorized(&format!("{admin}/admin/stats"), authorization).await;
         assert_eq!(response.status(), StatusCode::OK, "{authorization}");
     }
     for authorization in ["Basic s3cret", "bearer", "bearer s3cret2", "s3cret"] {
-        let response = client
-            .get(format!("{admin}/admin/stats"))
-            .header("authorization", authorization)
-            .send()
-            .await
-            .expect("an answer");
+        let response = get_authorized(&format!("{admin}/admin/stats"), authorization).await;
         assert_eq!(
             response.status(),
             StatusCode::UNAUTHORIZED,
