@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use tollgate::headers::{LimitView, ProblemKind, problem_json, rate_limit_fields};
-use tollgate::policy::{HeaderFamily, QuotaUnit};
+use tollgate::headers::{HeaderFamily, LimitView, QuotaUnit, rate_limit_fields};
+use tollgate::policy::{Reason, Refusal};
+use tollgate::problem::problem_json;
 use tollgate::{Algorithm, Decision, Limit, Quota};
 
 #[derive(Debug, Arbitrary)]
@@ -78,6 +79,11 @@ fuzz_target!(|input: Input| {
         }
     }
     let violated: Vec<&str> = input.violated.iter().map(String::as_str).collect();
-    let body = problem_json(ProblemKind::QuotaExceeded, 429, &input.detail, &violated);
+    let refusal = Refusal {
+        reason: Reason::OverLimit,
+        retry_after: None,
+        detail: input.detail.clone(),
+    };
+    let body = problem_json(&refusal, &violated);
     serde_json::from_str::<serde_json::Value>(&body).expect("a problem body is JSON");
 });

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use tollgate::policy::{RedisOptions, StoreConfig};
-use tollgate::{AnyStore, Limiter, MemoryStore, RedisConfig, RedisStore, RedisUrl, StoreError};
+use tollgate::{AnyStore, Limiter, MemoryStore, RedisStore, RedisUrl, StoreError};
 
 /// `--log-keys`: how refused keys appear in logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -102,12 +102,7 @@ pub fn describe(store: &StoreConfig) -> String {
 /// this waits for the first attempt only, to say how it went. A URL that does not parse is an
 /// error.
 pub async fn connect(store: &StoreConfig, options: &RedisOptions) -> Result<AnyStore, String> {
-    let config = RedisConfig {
-        prefix: options.prefix.clone(),
-        timeout: options.timeout,
-        connect_timeout: options.connect_timeout,
-        max_batch: options.max_batch,
-    };
+    let config = options.config.clone();
     // Only configuration is wrong here (the URL, the prefix): say what, not "the store failed".
     let refused = |error: StoreError| match error {
         StoreError::Failed(message) => format!("bad redis store: {message}"),
@@ -123,7 +118,7 @@ pub async fn connect(store: &StoreConfig, options: &RedisOptions) -> Result<AnyS
     };
     // A server that does not answer at all (not even a refusal) takes the connect timeout, and
     // the client retries a few times within an attempt: give it that, not more.
-    let patience = options.connect_timeout.saturating_mul(4);
+    let patience = options.config.connect_timeout.saturating_mul(4);
     let _ = tokio::time::timeout(patience, redis.first_attempt()).await;
     if !redis.is_connected() {
         tracing::warn!(

@@ -5,8 +5,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Response, StatusCode};
 use tollgate::Evaluation;
-use tollgate::headers::{ProblemKind, problem_json, retry_after_seconds};
-use tollgate::policy::{Action, HeaderFamily};
+use tollgate::headers::{Answer, HeaderFamily, decision_fields};
+use tollgate::policy::{Action, Reason, Refusal};
+use tollgate::problem::problem_json;
 
 use crate::body::RateLimitBody;
 
@@ -31,7 +32,11 @@ pub(crate) fn refusal<B>(
     };
     let mut fields = evaluation.header_fields(families);
     if grpc {
-        let code = if refusal.status == 503 { "14" } else { "8" };
+        let code = if refusal.reason == Reason::Unavailable {
+            "14"
+        } else {
+            "8"
+        };
         let mut response = Response::new(RateLimitBody::full(Bytes::new()));
         fields.push(("content-type", "application/grpc".to_owned()));
         fields.push(("grpc-status", code.to_owned()));
@@ -51,7 +56,7 @@ pub(crate) fn refusal<B>(
     let body = evaluation.problem_body().unwrap_or_default();
     let mut response = Response::new(RateLimitBody::full(Bytes::from(body)));
     *response.status_mut() =
-        StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+        StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
     fields.push(("content-type", "application/problem+json".to_owned()));
     add_fields(response.headers_mut(), fields);
     response
@@ -59,7 +64,6 @@ pub(crate) fn refusal<B>(
 
 /// The response when the limiter cannot decide at all (its store failed).
 pub(crate) fn unavailable<B>(detail: &str, grpc: bool) -> Response<RateLimitBody<B>> {
-    let kind = ProblemKind::TemporaryReducedCapacity;
     if grpc {
         let mut response = Response::new(RateLimitBody::full(Bytes::new()));
         add_fields(
@@ -72,20 +76,25 @@ pub(crate) fn unavailable<B>(detail: &str, grpc: bool) -> Response<RateLimitBody
         );
         return response;
     }
-    let body = problem_json(kind, 503, detail, &[]);
+    let refusal = Refusal {
+        reason: Reason::Unavailable,
+        retry_after: Some(Duration::from_secs(1)),
+        detail: detail.to_owned(),
+    };
+    let body = problem_json(&refusal, &[]);
     let mut response = Response::new(RateLimitBody::full(Bytes::from(body)));
     *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-    add_fields(
-        response.headers_mut(),
-        vec![
-            ("content-type", "application/problem+json".to_owned()),
-            (
-                "retry-after",
-                retry_after_seconds(Duration::from_secs(1)).to_string(),
-            ),
-            ("cache-control", "no-store".to_owned()),
-        ],
+    let mut fields = decision_fields(
+        &[],
+        &[],
+        None,
+        0,
+        Answer::Refused {
+            retry_after: refusal.retry_after,
+        },
     );
+    fields.insert(0, ("content-type", "application/problem+json".to_owned()));
+    add_fields(response.headers_mut(), fields);
     response
 }
 

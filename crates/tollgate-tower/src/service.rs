@@ -10,8 +10,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
 use tollgate::Store;
-use tollgate::headers::ProblemKind;
-use tollgate::policy::{Action, Refusal};
+use tollgate::policy::{Action, Reason, Refusal};
 use tower::Service;
 
 use crate::body::{Completion, RateLimitBody};
@@ -117,8 +116,7 @@ fn too_many_waiting<B>(
 ) -> Response<RateLimitBody<B>> {
     let mut refused = evaluation.clone();
     refused.action = Action::Refuse(Refusal {
-        status: 429,
-        kind: ProblemKind::QuotaExceeded,
+        reason: Reason::OverLimit,
         retry_after: Some(delay),
         detail: "too many requests are already waiting for their turn".to_owned(),
     });

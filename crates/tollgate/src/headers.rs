@@ -1,5 +1,6 @@
-//! Verdicts as HTTP: rate-limit header fields and `application/problem+json` bodies, with no
-//! HTTP framework involved (the tower layer and the server put them on responses).
+//! Decisions as header fields, with no HTTP framework involved (the check API, the tower layer,
+//! the proxy and the Envoy service put them on their answers); `problem` renders refusals'
+//! statuses and bodies.
 //!
 //! Families: the IETF `RateLimit` / `RateLimit-Policy` structured fields of
 //! draft-ietf-httpapi-ratelimit-headers-10, the `RateLimit-Limit/Remaining/Reset` fields of
@@ -12,7 +13,39 @@ use sfv::{Integer, KeyRef, ListSerializer, StringRef};
 use crate::clock::{MICROS_PER_SECOND, Micros};
 use crate::decision::Decision;
 use crate::limit::Limit;
-use crate::policy::{HeaderFamily, QuotaUnit};
+
+/// A family of rate-limit response header fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HeaderFamily {
+    /// `RateLimit` and `RateLimit-Policy` structured fields, draft-ietf-httpapi-ratelimit-headers-10.
+    Ietf,
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (drafts 04 to 06).
+    Draft,
+    /// `X-RateLimit-Limit`, `-Remaining`, `-Used`, `-Reset` (epoch seconds), `-Resource`.
+    Legacy,
+}
+
+/// What a quota counts, for the `qu` parameter of `RateLimit-Policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaUnit {
+    /// Requests (the default).
+    Requests,
+    /// Bytes of request body.
+    ContentBytes,
+    /// Requests in flight.
+    ConcurrentRequests,
+}
+
+impl QuotaUnit {
+    /// The draft's name for the unit.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuotaUnit::Requests => "requests",
+            QuotaUnit::ContentBytes => "content-bytes",
+            QuotaUnit::ConcurrentRequests => "concurrent-requests",
+        }
+    }
+}
 
 /// One limit as a response reports it.
 #[derive(Debug, Clone, Copy)]
@@ -156,6 +189,17 @@ pub fn rate_limit_fields(
     fields
 }
 
+/// The fields envoyproxy/ratelimit adds to Envoy's answer (its `LIMIT_RESPONSE_HEADERS_ENABLED`),
+/// with its names and arithmetic: one descriptor's limit per unit, what remains, and the
+/// seconds until its counter resets.
+pub fn envoy_fields(limit: u64, remaining: u64, reset_seconds: u64) -> [(&'static str, String); 3] {
+    [
+        ("RateLimit-Limit", limit.to_string()),
+        ("RateLimit-Remaining", remaining.to_string()),
+        ("RateLimit-Reset", reset_seconds.to_string()),
+    ]
+}
+
 /// How a response answers its request, beyond the limits' own fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Answer {
@@ -201,76 +245,7 @@ pub fn decision_fields(
 /// `Retry-After` in whole seconds, rounded up so that a client waiting that long is admitted
 /// (never earlier than the binding limit's `t`).
 pub fn retry_after_seconds(retry_after: Duration) -> u64 {
-    let micros = u64::try_from(retry_after.as_micros()).unwrap_or(u64::MAX);
-    seconds_up(micros).max(1)
-}
-
-/// The problem types of refusals.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProblemKind {
-    /// A quota is used up (429).
-    QuotaExceeded,
-    /// The client is in a penalty box or on the deny list (429).
-    AbnormalUsage,
-    /// The limiter cannot decide (its store is down) and fails closed (503).
-    TemporaryReducedCapacity,
-    /// The client is on the deny list (403).
-    Forbidden,
-}
-
-impl ProblemKind {
-    /// The problem type URI.
-    pub fn type_uri(self) -> &'static str {
-        match self {
-            ProblemKind::QuotaExceeded => {
-                "https://iana.org/assignments/http-problem-types#quota-exceeded"
-            }
-            ProblemKind::AbnormalUsage => {
-                "https://iana.org/assignments/http-problem-types#abnormal-usage-detected"
-            }
-            ProblemKind::TemporaryReducedCapacity => {
-                "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
-            }
-            ProblemKind::Forbidden => "about:blank",
-        }
-    }
-
-    /// The usual status.
-    pub fn status(self) -> u16 {
-        match self {
-            ProblemKind::QuotaExceeded | ProblemKind::AbnormalUsage => 429,
-            ProblemKind::TemporaryReducedCapacity => 503,
-            ProblemKind::Forbidden => 403,
-        }
-    }
-
-    /// A short title.
-    pub fn title(self, status: u16) -> &'static str {
-        match status {
-            403 => "Forbidden",
-            503 => "Service Unavailable",
-            _ => "Too Many Requests",
-        }
-    }
-}
-
-/// An `application/problem+json` body (RFC 9457); `status` must be the response's status.
-pub fn problem_json(
-    kind: ProblemKind,
-    status: u16,
-    detail: &str,
-    violated_policies: &[&str],
-) -> String {
-    let mut body = serde_json::json!({
-        "type": kind.type_uri(),
-        "title": kind.title(status),
-        "status": status,
-        "detail": detail,
-    });
-    if !violated_policies.is_empty() {
-        body["violated-policies"] = serde_json::json!(violated_policies);
-    }
-    body.to_string()
+    crate::refusal::seconds_to_wait(retry_after)
 }
 
 #[cfg(test)]

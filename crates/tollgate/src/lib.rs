@@ -51,6 +51,8 @@ mod limiter;
 pub mod metrics;
 pub mod observer;
 pub mod policy;
+pub mod problem;
+mod refusal;
 pub mod secret;
 pub mod store;
 pub mod top_keys;
@@ -69,7 +71,9 @@ pub use limit::{Limit, LimitBuilder, LimitError, MAX_SLIDING_LOG_COUNT};
 pub use limiter::{KeyLogging, Limiter, LimiterBuilder};
 pub use policy::{Config, Evaluation, Identity, Policies, Request};
 pub use quota::{MAX_COUNT, MAX_PERIOD_MICROS, Quota, QuotaError, parse_duration};
-pub use store::{AnyStore, MemoryStore, RedisUrl, Store, StoreError, redact_credentials};
+pub use store::{
+    AnyStore, MemoryStore, RedisConfig, RedisUrl, Store, StoreError, redact_credentials,
+};
 #[cfg(feature = "redis")]
-pub use store::{RedisConfig, RedisStats, RedisStore};
+pub use store::{RedisStats, RedisStore};
 pub use yaml::{ConfigError, ConfigErrors};

@@ -81,7 +81,7 @@ policies:
     let Action::Refuse(refusal) = &refused.action else {
         panic!("{:?}", refused.action)
     };
-    assert_eq!(refusal.status, 429);
+    assert_eq!(refusal.status(), 429);
     assert_eq!(
         refused.violated.iter().map(|p| &**p).collect::<Vec<_>>(),
         ["a"]

@@ -83,10 +83,10 @@ async fn each_failure_mode_answers_for_its_policy_when_redis_is_gone() {
     let Action::Refuse(refusal) = action else {
         panic!("fails closed: {action:?}");
     };
-    assert_eq!(refusal.status, 503);
+    assert_eq!(refusal.status(), 503);
     assert_eq!(
-        refusal.kind,
-        tollgate::headers::ProblemKind::TemporaryReducedCapacity
+        refusal.kind(),
+        tollgate::problem::ProblemKind::TemporaryReducedCapacity
     );
     assert!(refusal.retry_after.is_some());
 

@@ -380,7 +380,7 @@ pub(crate) fn evaluation_answer(evaluation: &Evaluation) -> CheckAnswer<'_> {
         Action::Delay(delay) => ("delay", 200, Some(0), as_micros(*delay), None),
         Action::Refuse(refusal) => (
             "deny",
-            refusal.status,
+            refusal.status(),
             refusal.retry_after.map(as_micros),
             0,
             Some(refusal.detail.as_str()),

@@ -3,6 +3,7 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+use tollgate::problem::ProblemKind;
 
 /// The media type of a problem detail.
 const PROBLEM_JSON: &str = "application/problem+json";
@@ -68,7 +69,7 @@ impl From<tollgate::Error> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let problem_type = if self.status == StatusCode::SERVICE_UNAVAILABLE {
-            "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+            ProblemKind::TemporaryReducedCapacity.type_uri()
         } else {
             "about:blank"
         };

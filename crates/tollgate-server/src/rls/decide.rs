@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use futures_util::future::join_all;
+use tollgate::headers::envoy_fields;
 use tollgate::metrics::MetricOutcome;
 use tollgate::{
     Adjustment, AnyStore, Check, Limit, Limiter, MAX_COST, MAX_ITEMS, Quota, Store, StoreError,
@@ -464,11 +465,11 @@ fn headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
         .duration_until_reset
         .as_ref()
         .map_or(0, |d| d.seconds);
-    [
-        ("RateLimit-Limit", limit.to_string()),
-        ("RateLimit-Remaining", status.limit_remaining.to_string()),
-        ("RateLimit-Reset", reset.to_string()),
-    ]
+    envoy_fields(
+        u64::from(limit),
+        u64::from(status.limit_remaining),
+        u64::try_from(reset).unwrap_or(0),
+    )
     .into_iter()
     .map(|(key, value)| HeaderValue {
         key: key.to_owned(),

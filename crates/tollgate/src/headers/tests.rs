@@ -133,32 +133,6 @@ fn labels_outside_printable_ascii_cannot_break_the_field() {
     assert_eq!(parsed.len(), 1);
 }
 
-#[test]
-fn problems_carry_type_status_and_violated_policies() {
-    let body: serde_json::Value = serde_json::from_str(&problem_json(
-        ProblemKind::QuotaExceeded,
-        429,
-        "5 per minute",
-        &["login"],
-    ))
-    .unwrap();
-    assert_eq!(
-        body["type"],
-        "https://iana.org/assignments/http-problem-types#quota-exceeded"
-    );
-    assert_eq!(body["status"], 429);
-    assert_eq!(body["violated-policies"], serde_json::json!(["login"]));
-    let unavailable: serde_json::Value = serde_json::from_str(&problem_json(
-        ProblemKind::TemporaryReducedCapacity,
-        503,
-        "store down",
-        &[],
-    ))
-    .unwrap();
-    assert_eq!(unavailable["title"], "Service Unavailable");
-    assert!(unavailable.get("violated-policies").is_none());
-}
-
 /// Found by the `rate_limit_headers` fuzz target: times near the end of `u64` overflowed the
 /// legacy reset.
 #[test]

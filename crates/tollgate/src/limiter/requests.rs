@@ -10,12 +10,12 @@ use super::Limiter;
 use crate::check::{Check, Verdict};
 use crate::clock::Stopwatch;
 use crate::error::Error;
-use crate::headers::{ProblemKind, retry_after_seconds};
 use crate::observer::{Observer, Refused};
 use crate::policy::{
-    Action, Applied, Charge, DecidedBy, Evaluation, FailureMode, Gate, Planned, Policies, Refusal,
-    Request, Role, Scope,
+    Action, Applied, Charge, DecidedBy, Evaluation, FailureMode, Gate, Planned, Policies, Reason,
+    Refusal, Request, Role, Scope,
 };
+use crate::refusal::seconds_to_wait;
 use crate::store::{Store, StoreError};
 
 fn check_of(items: &[Planned]) -> Check<'_> {
@@ -85,14 +85,8 @@ impl<S: Store> Limiter<S> {
         match plan.gate {
             Gate::Bypass => return Ok(Evaluation::plain(Action::Allow, plan.matched)),
             Gate::Refuse(status) => {
-                let kind = if status == 403 {
-                    ProblemKind::Forbidden
-                } else {
-                    ProblemKind::AbnormalUsage
-                };
                 let refusal = Refusal {
-                    status,
-                    kind,
+                    reason: Reason::DenyListed { status },
                     retry_after: None,
                     detail: "the client is on the deny list".to_owned(),
                 };
@@ -195,8 +189,7 @@ impl<S: Store> Limiter<S> {
             }
             FailureMode::Deny => {
                 let refusal = Refusal {
-                    status: 503,
-                    kind: ProblemKind::TemporaryReducedCapacity,
+                    reason: Reason::Unavailable,
                     retry_after: Some(self.breaker().cooldown()),
                     detail: format!("the rate limiter cannot decide ({error}) and fails closed"),
                 };
@@ -257,8 +250,7 @@ impl<S: Store> Limiter<S> {
                 .filter_map(|(_, decision)| decision.retry_after())
                 .max();
             Action::Refuse(Refusal {
-                status: 429,
-                kind: ProblemKind::AbnormalUsage,
+                reason: Reason::Blocked,
                 retry_after: decision.retry_after().max(limits_wait),
                 detail: format!(
                     "blocked by policy {:?} after repeated violations",
@@ -277,8 +269,7 @@ impl<S: Store> Limiter<S> {
                 .max_by_key(|retry| retry.map_or((1, Duration::ZERO), |r| (0, r)))
                 .flatten();
             Action::Refuse(Refusal {
-                status: 429,
-                kind: ProblemKind::QuotaExceeded,
+                reason: Reason::OverLimit,
                 retry_after,
                 detail: refusal_detail(&refusals, retry_after),
             })
@@ -447,7 +438,7 @@ fn refusal_detail(
         Some(wait) => format!(
             "quota exceeded: {}; retry in {} s",
             limits.join(", "),
-            retry_after_seconds(wait)
+            seconds_to_wait(wait)
         ),
         None => format!(
             "quota exceeded: {}; this request costs more than the limit ever admits",

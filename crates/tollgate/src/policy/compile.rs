@@ -13,31 +13,10 @@ use super::model::{
 };
 use crate::algorithm::Algorithm;
 use crate::clock::duration_to_micros;
+use crate::headers::QuotaUnit;
 use crate::limit::Limit;
 use crate::quota::Quota;
 use crate::yaml::{ConfigErrors, Origin, Reader};
-
-/// What a quota counts, for the `qu` parameter of `RateLimit-Policy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QuotaUnit {
-    /// Requests (the default).
-    Requests,
-    /// Bytes of request body.
-    ContentBytes,
-    /// Requests in flight.
-    ConcurrentRequests,
-}
-
-impl QuotaUnit {
-    /// The draft's name for the unit.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            QuotaUnit::Requests => "requests",
-            QuotaUnit::ContentBytes => "content-bytes",
-            QuotaUnit::ConcurrentRequests => "concurrent-requests",
-        }
-    }
-}
 
 /// A limit as a policy applies it.
 #[derive(Debug, Clone)]

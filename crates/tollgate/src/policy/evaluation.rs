@@ -4,26 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::compile::QuotaUnit;
-use super::model::{HeaderFamily, StatusRange};
+use super::model::StatusRange;
 use super::plan::Role;
 use crate::clock::Micros;
 use crate::decision::Decision;
-use crate::headers::{Answer, LimitView, ProblemKind, decision_fields, problem_json};
+use crate::headers::{Answer, HeaderFamily, LimitView, QuotaUnit, decision_fields};
 use crate::limit::Limit;
-
-/// A refusal, ready to become a response.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    /// 429, 403 or 503.
-    pub status: u16,
-    /// The problem type.
-    pub kind: ProblemKind,
-    /// When the same request would be admitted, if ever and if known.
-    pub retry_after: Option<Duration>,
-    /// A sentence for humans.
-    pub detail: String,
-}
+use crate::problem::problem_json;
+pub use crate::refusal::{Reason, Refusal};
 
 /// What to do with a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,12 +158,7 @@ impl Evaluation {
             return None;
         };
         let violated: Vec<&str> = self.violated.iter().map(|name| &**name).collect();
-        Some(problem_json(
-            refusal.kind,
-            refusal.status,
-            &refusal.detail,
-            &violated,
-        ))
+        Some(problem_json(refusal, &violated))
     }
 
     /// Whether the request took anything from its limits, which a refund could give back.

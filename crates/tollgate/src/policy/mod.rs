@@ -17,9 +17,10 @@ mod parse;
 mod plan;
 mod request;
 
+pub use crate::headers::QuotaUnit;
 pub use client_ip::{ForwardedHeader, TrustedProxies, client_ip, group, group_key};
-pub use compile::{Policies, PolicyLimit, QuotaUnit};
-pub use evaluation::{Action, Applied, DecidedBy, Evaluation, Refusal};
+pub use compile::{Policies, PolicyLimit};
+pub use evaluation::{Action, Applied, DecidedBy, Evaluation, Reason, Refusal};
 pub use model::{
     ConcurrencyConfig, Config, CostConfig, FailureMode, HeaderFamily, IdempotencyConfig,
     IdentityHeaders, KeyPart, LimitConfig, ListEntry, MatchConfig, PenaltyConfig, PolicyConfig,

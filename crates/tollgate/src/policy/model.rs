@@ -8,6 +8,7 @@ use ipnet::IpNet;
 
 use super::client_ip::ForwardedHeader;
 use crate::algorithm::{Algorithm, LeakyMode};
+pub use crate::headers::HeaderFamily;
 use crate::quota::Quota;
 use crate::yaml::Origin;
 
@@ -23,17 +24,11 @@ pub enum StoreConfig {
     RedisCluster(Vec<crate::RedisUrl>),
 }
 
-/// Options of a Redis store.
+/// Options of a Redis store: its settings, and the guards the limiter puts in front of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisOptions {
-    /// Key prefix. Default `tg:`.
-    pub prefix: String,
-    /// The longest a check waits for Redis. Default 100 ms.
-    pub timeout: Duration,
-    /// The longest a connection attempt takes. Default 1 s.
-    pub connect_timeout: Duration,
-    /// Checks coalesced into one script call at most. Default 16.
-    pub max_batch: usize,
+    /// Key prefix, timeouts, batching.
+    pub config: crate::RedisConfig,
     /// When the circuit breaker rests the store, and for how long.
     pub breaker: crate::BreakerConfig,
     /// Whether denied checks are remembered in process until they could pass. Default true.
@@ -43,25 +38,11 @@ pub struct RedisOptions {
 impl Default for RedisOptions {
     fn default() -> Self {
         Self {
-            prefix: "tg:".to_owned(),
-            timeout: Duration::from_millis(100),
-            connect_timeout: Duration::from_secs(1),
-            max_batch: 16,
+            config: crate::RedisConfig::default(),
             breaker: crate::BreakerConfig::default(),
             deny_cache: true,
         }
     }
-}
-
-/// A family of rate-limit response header fields.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum HeaderFamily {
-    /// `RateLimit` and `RateLimit-Policy` structured fields, draft-ietf-httpapi-ratelimit-headers-10.
-    Ietf,
-    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (drafts 04 to 06).
-    Draft,
-    /// `X-RateLimit-Limit`, `-Remaining`, `-Used`, `-Reset` (epoch seconds), `-Resource`.
-    Legacy,
 }
 
 /// Request headers a trusted front proxy sets with what the app's auth layer would otherwise

@@ -204,20 +204,22 @@ fn read_redis(node: Node<'_, '_>) -> RedisOptions {
     if let Some(n) = map.get("prefix")
         && let Some(prefix) = n.text("redis.prefix")
     {
-        if prefix.contains(['{', '}']) || prefix.len() > 64 {
-            n.error("redis.prefix: may not contain '{' or '}' and must be at most 64 bytes");
+        options.config.prefix = prefix.into_owned();
+        if let Err(error) = options.config.validate_prefix() {
+            n.error(format!("redis.prefix: {error}"));
         }
-        options.prefix = prefix.into_owned();
     }
     if let Some(n) = map.get("timeout") {
-        options.timeout = read_duration(n, "redis.timeout").unwrap_or(options.timeout);
+        let config = &mut options.config;
+        config.timeout = read_duration(n, "redis.timeout").unwrap_or(config.timeout);
     }
     if let Some(n) = map.get("connect_timeout") {
-        options.connect_timeout =
-            read_duration(n, "redis.connect_timeout").unwrap_or(options.connect_timeout);
+        let config = &mut options.config;
+        config.connect_timeout =
+            read_duration(n, "redis.connect_timeout").unwrap_or(config.connect_timeout);
     }
     if let Some(n) = map.get("max_batch") {
-        options.max_batch = n.number("redis.max_batch", 1..=1024).unwrap_or(16) as usize;
+        options.config.max_batch = n.number("redis.max_batch", 1..=1024).unwrap_or(16) as usize;
     }
     if let Some(n) = map.get("breaker") {
         options.breaker = read_breaker(n);

@@ -6,12 +6,13 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::client_ip::{client_ip, group_key};
-use super::compile::{Policies, Policy, PolicyLimit, QuotaUnit};
+use super::compile::{Policies, Policy, PolicyLimit};
 use super::key;
 use super::matcher::Params;
 use super::model::{CostConfig, KeyPart, TierSource};
 use super::request::Request;
 use crate::check::MAX_COST;
+use crate::headers::QuotaUnit;
 use crate::limit::Limit;
 
 /// What an item of a planned check is for.

@@ -1,5 +1,5 @@
 //! Redis key names: `<prefix>{<key>}:<limit state name>` (the limit's name and shape, see
-//! [`Limit::state_name`](crate::Limit::state_name)).
+//! [`Limit::state_name`](tollgate_core::limit::Limit::state_name)).
 //!
 //! The user-supplied key is the hash tag, so every limit of one identity lives in one cluster
 //! slot and a check on it stays one atomic script call. Key parts are escaped so that no input
@@ -13,21 +13,6 @@ use sha2::{Digest, Sha256};
 
 /// The longest key part written as it is; longer ones are hashed.
 pub const MAX_PART_BYTES: usize = 128;
-
-/// Why a key prefix was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "redis key prefix {0:?}: may not contain '{{' or '}}' (they would change which cluster slot keys land in) and must be at most 64 bytes"
-)]
-pub struct BadPrefix(pub String);
-
-/// Checks a configured prefix.
-pub(crate) fn validate_prefix(prefix: &str) -> Result<(), BadPrefix> {
-    if prefix.contains(['{', '}']) || prefix.len() > 64 {
-        return Err(BadPrefix(prefix.to_owned()));
-    }
-    Ok(())
-}
 
 /// The Redis key holding `key`'s state under the limit named `limit`.
 pub(crate) fn state_key(prefix: &str, key: &str, limit: &str) -> String {
@@ -104,12 +89,5 @@ mod tests {
         assert_ne!(name, state_key("tg:", &"k".repeat(999), "l"));
         // An escaped part that looks like a hash cannot equal one: it would start with %23.
         assert!(state_key("tg:", "#abc", "l").contains("{%23abc}"));
-    }
-
-    #[test]
-    fn prefixes_with_braces_are_refused() {
-        assert!(validate_prefix("tg:").is_ok());
-        let error = validate_prefix("tg{x}:").unwrap_err().to_string();
-        assert!(error.contains("may not contain '{' or '}'"), "{error}");
     }
 }

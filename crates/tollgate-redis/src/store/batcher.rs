@@ -17,9 +17,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::connection::{Connection, store_error};
 use super::wire::{Part, decode_checks, encode_checks};
-use crate::clock::Micros;
-use crate::decision::Decision;
-use crate::store::StoreError;
+use tollgate_core::clock::Micros;
+use tollgate_core::decision::Decision;
+use tollgate_core::store::StoreError;
 
 /// The longest queue of waiting checks; past it, checks fail at once as overloaded.
 pub(crate) const QUEUE_CAPACITY: usize = 65_536;

@@ -2,10 +2,10 @@
 
 use std::collections::HashMap;
 
-use crate::algorithm::{Adjustment, Algorithm, LeakyMode};
-use crate::clock::Micros;
-use crate::decision::Decision;
-use crate::limit::Limit;
+use tollgate_core::algorithm::{Adjustment, Algorithm, LeakyMode};
+use tollgate_core::clock::Micros;
+use tollgate_core::decision::Decision;
+use tollgate_core::limit::Limit;
 
 /// Numbers per decision in a check reply.
 const DECISION_WIDTH: usize = 6;

@@ -17,7 +17,9 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 use tokio::sync::watch;
 
-use crate::store::{RedisUrl, StoreError};
+use tollgate_core::store::StoreError;
+
+use crate::RedisUrl;
 
 /// The first wait between connection attempts; it doubles up to [`MAX_RETRY_DELAY`].
 const FIRST_RETRY_DELAY: Duration = Duration::from_millis(100);
@@ -254,7 +256,7 @@ impl ConnectionLike for Connection {
 /// A Redis error as a store error: timeouts, unreachable or failing-over servers, and errors the
 /// server or a script reported. URLs in the message have their passwords masked.
 pub(crate) fn store_error(error: &redis::RedisError, timeout: std::time::Duration) -> StoreError {
-    let message = || crate::store::redact_credentials(&error.to_string()).into_owned();
+    let message = || crate::redact_credentials(&error.to_string()).into_owned();
     if error.is_timeout() {
         StoreError::Timeout(timeout)
     } else if error.is_connection_refusal()

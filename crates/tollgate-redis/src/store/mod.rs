@@ -32,14 +32,16 @@ use tokio::sync::{mpsc, oneshot};
 
 use self::batcher::{Job, PartReply};
 use self::connection::{Connection, Status, Target, store_error};
-pub use self::keys::{BadPrefix, MAX_PART_BYTES};
+pub use self::keys::MAX_PART_BYTES;
 use self::wire::{Part, PartItem, encode_adjustments};
-use super::{RedisUrl, Store, StoreError};
-use crate::algorithm::Adjustment;
-use crate::check::{Check, Verdict};
-use crate::clock::Micros;
-use crate::decision::Decision;
-use crate::limit::Limit;
+use tollgate_core::algorithm::Adjustment;
+use tollgate_core::check::{Check, Verdict};
+use tollgate_core::clock::Micros;
+use tollgate_core::decision::Decision;
+use tollgate_core::limit::Limit;
+use tollgate_core::store::{Store, StoreError};
+
+use crate::{RedisConfig, RedisUrl};
 
 /// The Lua source of the check script, for tooling that runs it directly (`redis-benchmark`,
 /// `redis-cli --eval`). ARGV: the time or `''`, the number of checks, then per check its item
@@ -53,30 +55,6 @@ const ADJUST_SCRIPT: &str = concat!(
     include_str!("scripts/algorithms.lua"),
     include_str!("scripts/adjust.lua")
 );
-
-/// How a Redis store is set up.
-#[derive(Debug, Clone)]
-pub struct RedisConfig {
-    /// Prepended to every key, so that several applications can share one Redis. Default `tg:`.
-    pub prefix: String,
-    /// The longest a check may wait for Redis before it fails with a timeout. Default 100 ms.
-    pub timeout: Duration,
-    /// The longest a (re)connection attempt may take. Default 1 s.
-    pub connect_timeout: Duration,
-    /// The most checks coalesced into one script call; 1 sends every check alone. Default 16.
-    pub max_batch: usize,
-}
-
-impl Default for RedisConfig {
-    fn default() -> Self {
-        Self {
-            prefix: "tg:".to_owned(),
-            timeout: Duration::from_millis(100),
-            connect_timeout: Duration::from_secs(1),
-            max_batch: 16,
-        }
-    }
-}
 
 /// A check split into parts (each with its cluster slot, `None` on a single Redis) and, per item
 /// of the check, its (part, item) position.
@@ -135,7 +113,9 @@ impl RedisStore {
     /// until then, so the caller's failure policy decides them. Only a configuration error (a
     /// URL that does not parse, a bad prefix) is an error here. Call it inside a Tokio runtime.
     pub fn open(url: &str, config: RedisConfig) -> Result<Self, StoreError> {
-        keys::validate_prefix(&config.prefix).map_err(|error| invalid_config(error.to_string()))?;
+        config
+            .validate_prefix()
+            .map_err(|error| invalid_config(error.to_string()))?;
         let shown = RedisUrl::from(url);
         let client = redis::Client::open(url).map_err(|error| {
             invalid_config(format!(
@@ -169,7 +149,9 @@ impl RedisStore {
     /// A store on a Redis Cluster that connects in the background, as [`RedisStore::open`]
     /// does for a single Redis.
     pub fn open_cluster(urls: &[impl AsRef<str>], config: RedisConfig) -> Result<Self, StoreError> {
-        keys::validate_prefix(&config.prefix).map_err(|error| invalid_config(error.to_string()))?;
+        config
+            .validate_prefix()
+            .map_err(|error| invalid_config(error.to_string()))?;
         let nodes: Vec<&str> = urls.iter().map(AsRef::as_ref).collect();
         let shown: Vec<RedisUrl> = nodes.iter().map(|url| RedisUrl::from(*url)).collect();
         let client = ClusterClientBuilder::new(nodes)

@@ -1,0 +1,40 @@
+//! A refusal as the limiter states it, in no protocol's terms: why, when to come back, and a
+//! sentence for humans. The renderers (`headers` for fields, `problem` for status and
+//! problem+json, the Envoy service for its codes) turn it into an answer.
+
+use std::time::Duration;
+
+/// Why a request was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// A quota is used up, or too many requests already wait their turn.
+    OverLimit,
+    /// The client sits in a penalty box after repeated violations.
+    Blocked,
+    /// The client is on the deny list; `status` is the answer the policy file asks for
+    /// (`deny_status`, 403 unless set).
+    DenyListed {
+        /// The configured status.
+        status: u16,
+    },
+    /// The limiter cannot decide (its store is down) and fails closed.
+    Unavailable,
+}
+
+/// A refusal, before any frontend renders it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// Why.
+    pub reason: Reason,
+    /// When the same request would be admitted, if ever and if known.
+    pub retry_after: Option<Duration>,
+    /// A sentence for humans.
+    pub detail: String,
+}
+
+/// Whole seconds to wait, rounded up (at least 1), so that a client waiting that long is
+/// admitted: `Retry-After`, and the "retry in N s" of a refusal's detail.
+pub(crate) fn seconds_to_wait(wait: Duration) -> u64 {
+    let micros = u64::try_from(wait.as_micros()).unwrap_or(u64::MAX);
+    micros.div_ceil(crate::clock::MICROS_PER_SECOND).max(1)
+}
