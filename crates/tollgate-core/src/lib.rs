@@ -13,6 +13,7 @@
 //!
 //! - [`clock`]: time as injected microseconds, a system clock and a manual clock;
 //! - [`quota`] and [`limit`]: how much per how long, and a named, validated quota + algorithm;
+//! - [`spec`]: a limit as configuration states it, built by one set of rules;
 //! - [`algorithm`]: the six algorithms, each a pure state transition;
 //! - [`check`] and [`decision`]: the question (several limits, all-or-nothing) and the answers;
 //! - [`store`]: the `Store` trait and the sharded in-process store.
@@ -23,6 +24,7 @@ pub mod clock;
 pub mod decision;
 pub mod limit;
 pub mod quota;
+pub mod spec;
 pub mod store;
 
 #[cfg(test)]

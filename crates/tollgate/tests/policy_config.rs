@@ -42,8 +42,8 @@ fn the_documented_example_loads_and_means_what_it_says() {
     assert_eq!(login.matcher.methods, ["POST"]);
     assert_eq!(login.matcher.path.as_deref(), Some("/login"));
     assert_eq!(login.key, [KeyPart::Ip]);
-    assert_eq!(login.limits[0].algorithm, Algorithm::SlidingLog);
-    assert_eq!(login.limits[0].quota, "5/m".parse().unwrap());
+    assert_eq!(login.limits[0].spec.algorithm, Algorithm::SlidingLog);
+    assert_eq!(login.limits[0].spec.quota, "5/m".parse().unwrap());
     assert_eq!(
         login.penalty,
         Some(PenaltyConfig {
@@ -68,8 +68,8 @@ fn the_documented_example_loads_and_means_what_it_says() {
             .collect::<Vec<_>>(),
         ["free", "pro"]
     );
-    assert_eq!(api.tiers[0].1[0].burst, Some(20));
-    assert_eq!(api.tiers[1].1[0].algorithm, Algorithm::Gcra);
+    assert_eq!(api.tiers[0].1[0].spec.burst, Some(20));
+    assert_eq!(api.tiers[1].1[0].spec.algorithm, Algorithm::Gcra);
     assert_eq!(api.on_store_error, FailureMode::Local);
     assert_eq!(api.cost, CostConfig::Fixed(1));
     let policies = Policies::compile(config, "example.yaml").expect("the example compiles");

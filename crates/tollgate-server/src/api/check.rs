@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use tollgate::headers::{Answer, LimitView, decision_fields};
 use tollgate::policy::{Action, DecidedBy, HeaderFamily, QuotaUnit, Scope};
 use tollgate::{
-    Algorithm, Check, Decision, Evaluation, LeakyMode, Limit, MAX_COST, MAX_ITEMS, Micros, Quota,
-    Request, Verdict,
+    Algorithm, Check, Decision, Evaluation, Limit, LimitSpec, MAX_COST, MAX_ITEMS, Micros, Quota,
+    Request, Verdict, leaky_mode,
 };
 
 use super::AppState;
@@ -145,18 +145,8 @@ impl CheckRequest {
 impl InlineLimit {
     fn build(&self, index: usize) -> Result<Limit, ApiError> {
         let what = format!("limits[{index}]");
-        let mode = match (self.mode.as_deref(), self.delay_after) {
-            (None, None) => None,
-            (None | Some("queue"), delay_after) => Some(LeakyMode::Queue {
-                delay_after: delay_after.unwrap_or(1),
-            }),
-            (Some("meter"), None) => Some(LeakyMode::Meter),
-            (Some(other), _) => {
-                return Err(ApiError::invalid(format!(
-                    "{what}.mode: unknown mode {other:?} (expected meter or queue, delay_after only with queue)"
-                )));
-            }
-        };
+        let mode = leaky_mode(self.mode.as_deref(), self.delay_after)
+            .map_err(|error| ApiError::invalid(format!("{what}.mode: {error}")))?;
         // Unnamed limits are named by what they are, so the same limit keeps its state.
         let name = self.name.clone().unwrap_or_else(|| {
             format!(
@@ -166,15 +156,12 @@ impl InlineLimit {
                 self.burst.unwrap_or(0)
             )
         });
-        let mut builder = Limit::builder(name, self.algorithm, self.quota);
-        if let Some(burst) = self.burst {
-            builder = builder.burst(burst);
-        }
-        if let Some(mode) = mode {
-            builder = builder.mode(mode);
-        }
-        builder
-            .build()
+        let spec = LimitSpec {
+            burst: self.burst,
+            mode,
+            ..LimitSpec::new(self.algorithm, self.quota)
+        };
+        spec.build(name)
             .map_err(|error| ApiError::invalid(format!("{what}: {error}")))
     }
 }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::yaml::ConfigErrors;
-use tollgate::{Algorithm, Limit, Quota};
+use tollgate::{Algorithm, LimitSpec, Quota};
 
 use super::proto::service::rate_limit_response::rate_limit::Unit;
 use super::tree::{Enforcement, Node, Rule};
@@ -170,16 +170,11 @@ impl RuleLimit {
         }
         let quota = Quota::new(u64::from(self.requests_per_unit), self.period)
             .map_err(|e| e.to_string())?;
-        let mut builder = Limit::builder(state_name, self.algorithm, quota);
-        if let Some(burst) = self.burst {
-            builder = builder.burst(burst);
-        }
-        let limit = builder.build().map_err(|error| {
-            let message = error.to_string();
-            message
-                .split_once(": ")
-                .map_or(message.clone(), |(_, rest)| rest.to_owned())
-        })?;
+        let spec = LimitSpec {
+            burst: self.burst,
+            ..LimitSpec::new(self.algorithm, quota)
+        };
+        let limit = spec.build(state_name).map_err(|error| error.detail())?;
         Ok(Enforcement::Limit(limit))
     }
 

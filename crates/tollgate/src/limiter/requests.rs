@@ -263,11 +263,10 @@ impl<S: Store> Limiter<S> {
             Action::Allow
         } else if !refusals.is_empty() {
             evaluation.violated = policy_names(policies, refusals.iter().copied());
-            let retry_after = refusals
-                .iter()
-                .map(|(_, decision)| decision.retry_after())
-                .max_by_key(|retry| retry.map_or((1, Duration::ZERO), |r| (0, r)))
-                .flatten();
+            // The binding denial, by the one rule a verdict has for it.
+            let retry_after =
+                Verdict::from_decisions(verdict.at(), refusals.iter().map(|(_, d)| **d))
+                    .retry_after();
             Action::Refuse(Refusal {
                 reason: Reason::OverLimit,
                 retry_after,
@@ -323,12 +322,7 @@ impl<S: Store> Limiter<S> {
         let refunded: Vec<&Arc<str>> = evaluation
             .charges
             .iter()
-            .filter(|c| {
-                c.role == Role::Limit
-                    && c.refund_on
-                        .iter()
-                        .any(|(low, high)| (*low..=*high).contains(&status))
-            })
+            .filter(|charge| charge.refunds_on(status))
             .map(|c| &c.policy)
             .collect();
         self.give_back(evaluation, |charge| {

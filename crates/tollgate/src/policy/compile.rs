@@ -16,6 +16,7 @@ use crate::clock::duration_to_micros;
 use crate::headers::QuotaUnit;
 use crate::limit::Limit;
 use crate::quota::Quota;
+use crate::spec::LimitSpec;
 use crate::yaml::{ConfigErrors, Origin, Reader};
 
 /// A limit as a policy applies it.
@@ -169,23 +170,12 @@ fn build_limit(
     reader: &Reader,
     what: &str,
 ) -> Option<Limit> {
-    let mut builder = Limit::builder(state_name, config.algorithm, config.quota);
-    if let Some(burst) = config.burst {
-        builder = builder.burst(burst);
-    }
-    if let Some(mode) = config.mode {
-        builder = builder.mode(mode);
-    }
-    match builder.lease(config.lease).build() {
+    match config.spec.build(state_name) {
         Ok(limit) => Some(limit),
         Err(error) => {
-            let message = error.to_string();
-            let detail = message
-                .split_once(": ")
-                .map_or(message.as_str(), |(_, rest)| rest);
             reader.error(
                 config.origin,
-                format!("{what}, limit {:?}: {detail}", config.name),
+                format!("{what}, limit {:?}: {}", config.name, error.detail()),
             );
             None
         }
@@ -238,11 +228,11 @@ fn internal_limit(
     burst: Option<u64>,
 ) -> Option<Limit> {
     let quota = Quota::from_micros(count, duration_to_micros(period)).ok()?;
-    let mut builder = Limit::builder(name, algorithm, quota);
-    if let Some(burst) = burst {
-        builder = builder.burst(burst);
-    }
-    builder.build().ok()
+    let spec = LimitSpec {
+        burst,
+        ..LimitSpec::new(algorithm, quota)
+    };
+    spec.build(name).ok()
 }
 
 /// Reports a problem of one policy, at a place in the file.

@@ -79,6 +79,18 @@ pub(crate) struct Charge {
     pub(crate) refund_on: Arc<[StatusRange]>,
 }
 
+impl Charge {
+    /// Whether a response with `status` gives this charge back: a limit's charge, by its
+    /// policy's `refund_on` ranges.
+    pub(crate) fn refunds_on(&self, status: u16) -> bool {
+        self.role == Role::Limit
+            && self
+                .refund_on
+                .iter()
+                .any(|(low, high)| (*low..=*high).contains(&status))
+    }
+}
+
 /// The limiter's answer for one request.
 #[derive(Debug, Clone)]
 pub struct Evaluation {
@@ -170,13 +182,7 @@ impl Evaluation {
 
     /// Whether a response with `status` gives the request's cost back.
     pub fn refunds_on(&self, status: u16) -> bool {
-        self.charges.iter().any(|charge| {
-            charge.role == Role::Limit
-                && charge
-                    .refund_on
-                    .iter()
-                    .any(|(low, high)| (*low..=*high).contains(&status))
-        })
+        self.charges.iter().any(|charge| charge.refunds_on(status))
     }
 
     /// Whether the request holds concurrency slots to release when it completes.

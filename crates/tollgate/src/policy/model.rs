@@ -7,9 +7,8 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use super::client_ip::ForwardedHeader;
-use crate::algorithm::{Algorithm, LeakyMode};
 pub use crate::headers::HeaderFamily;
-use crate::quota::Quota;
+use crate::spec::LimitSpec;
 use crate::yaml::Origin;
 
 /// Where state lives.
@@ -261,16 +260,8 @@ pub enum FailureMode {
 pub struct LimitConfig {
     /// The name shown in headers and logs; unique within its policy.
     pub name: String,
-    /// The algorithm.
-    pub algorithm: Algorithm,
-    /// The quota.
-    pub quota: Quota,
-    /// The burst of a rate algorithm.
-    pub burst: Option<u64>,
-    /// The leaky bucket's mode.
-    pub mode: Option<LeakyMode>,
-    /// Units each node leases at a time from a shared store (lease mode); 0 for none.
-    pub lease: u64,
+    /// Algorithm, quota, burst, mode and lease.
+    pub spec: LimitSpec,
     /// Where it was written.
     pub origin: Origin,
 }

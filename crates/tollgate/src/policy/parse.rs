@@ -11,8 +11,9 @@ use super::model::{
     IdentityHeaders, KeyPart, LimitConfig, ListEntry, MatchConfig, PenaltyConfig, PolicyConfig,
     RedisOptions, SoftLimit, StatusRange, StoreConfig, TierSource,
 };
-use crate::algorithm::{Algorithm, LeakyMode};
+use crate::algorithm::Algorithm;
 use crate::quota::{Quota, parse_duration};
+use crate::spec::{LimitSpec, leaky_mode};
 use crate::yaml::{ConfigErrors, Node, Reader};
 
 /// The most policies one file may hold.
@@ -627,19 +628,14 @@ fn read_limit(node: Node<'_, '_>, what: &str, fallback: String) -> Option<LimitC
     let delay_after = map
         .get("delay_after")
         .and_then(|n| n.number(&format!("{what}: delay_after"), 1..=crate::quota::MAX_COUNT));
-    let mode = match map.get("mode").and_then(|n| n.text("mode").map(|t| (n, t))) {
-        None => delay_after.map(|delay_after| LeakyMode::Queue { delay_after }),
-        Some((_, text)) if text == "meter" => Some(LeakyMode::Meter),
-        Some((_, text)) if text == "queue" => Some(LeakyMode::Queue {
-            delay_after: delay_after.unwrap_or(1),
-        }),
-        Some((n, text)) => {
-            n.error(format!(
-                "{what}: mode: unknown leaky-bucket mode {text:?} (expected one of: meter, queue)"
-            ));
-            None
-        }
-    };
+    let mode_node = map.get("mode");
+    let mode_text = mode_node.and_then(|n| n.text("mode"));
+    let mode = leaky_mode(mode_text.as_deref(), delay_after).unwrap_or_else(|error| {
+        mode_node
+            .unwrap_or(node)
+            .error(format!("{what}: mode: {error}"));
+        None
+    });
     let lease = map
         .get("lease")
         .and_then(|n| n.number(&format!("{what}: lease"), 1..=crate::quota::MAX_COUNT))
@@ -647,11 +643,13 @@ fn read_limit(node: Node<'_, '_>, what: &str, fallback: String) -> Option<LimitC
     map.deny_unknown(&what, LIMIT_FIELDS);
     Some(LimitConfig {
         name,
-        algorithm: algorithm?,
-        quota: quota?,
-        burst,
-        mode,
-        lease,
+        spec: LimitSpec {
+            algorithm: algorithm?,
+            quota: quota?,
+            burst,
+            mode,
+            lease,
+        },
         origin: map.origin(),
     })
 }
