@@ -5,28 +5,6 @@ use std::path::Path;
 use tollgate::policy::{RedisOptions, StoreConfig};
 use tollgate::{AnyStore, Limiter, MemoryStore, RedisStore, RedisUrl, StoreError};
 
-/// `--log-keys`: how refused keys appear in logs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum LogKeys {
-    /// As they are.
-    Plain,
-    /// As a short keyed pseudonym (HMAC-SHA-256 under a secret).
-    #[default]
-    Hashed,
-    /// Not at all.
-    None,
-}
-
-impl From<LogKeys> for tollgate::KeyLogging {
-    fn from(keys: LogKeys) -> Self {
-        match keys {
-            LogKeys::Plain => tollgate::KeyLogging::Plain,
-            LogKeys::Hashed => tollgate::KeyLogging::Hashed,
-            LogKeys::None => tollgate::KeyLogging::Omitted,
-        }
-    }
-}
-
 /// `--redis` / `--redis-cluster`, which override the configuration's `store`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct StoreFlags {
@@ -48,9 +26,14 @@ pub struct StoreFlags {
         hide_env_values = true
     )]
     pub redis_cluster: Vec<RedisUrl>,
-    /// How refused keys appear in the logs.
-    #[arg(long, env = "TOLLGATE_LOG_KEYS", value_enum, default_value = "hashed")]
-    pub log_keys: LogKeys,
+    /// How refused keys appear in the logs: plain, hashed (a keyed pseudonym) or none.
+    #[arg(
+        long,
+        env = "TOLLGATE_LOG_KEYS",
+        default_value = "hashed",
+        value_name = "plain|hashed|none"
+    )]
+    pub log_keys: tollgate::KeyLogging,
     /// A file holding the secret hashed keys are keyed with (at least 16 bytes), so that
     /// several nodes show a key under the same pseudonym; `TOLLGATE_LOG_KEYS_SECRET` gives it
     /// directly. Without either, each process keys with a random secret of its own.
@@ -151,7 +134,7 @@ pub async fn open_limiter(
         description.push_str(" (not connected yet; retrying)");
     }
     let limiter = Limiter::with_policies(store, policies);
-    limiter.set_key_logging(flags.log_keys.into());
+    limiter.set_key_logging(flags.log_keys);
     if let Some(secret) = flags.log_keys_secret()? {
         limiter.set_key_log_secret(secret);
     }

@@ -31,6 +31,22 @@ pub enum KeyLogging {
     Omitted,
 }
 
+impl std::str::FromStr for KeyLogging {
+    type Err = String;
+
+    /// `plain`, `hashed` or `none`, as the server's `--log-keys` takes them.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "plain" => Ok(KeyLogging::Plain),
+            "hashed" => Ok(KeyLogging::Hashed),
+            "none" => Ok(KeyLogging::Omitted),
+            other => Err(format!(
+                "unknown key logging {other:?} (expected one of: plain, hashed, none)"
+            )),
+        }
+    }
+}
+
 /// Top keys, hot routes and refusal logs.
 pub(crate) struct Denials {
     denied_keys: TopKeys,
@@ -122,5 +138,19 @@ impl Observer for Denials {
             unlogged_since_last = unlogged,
             "refused"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KeyLogging;
+
+    #[test]
+    fn key_logging_is_named_as_the_server_flag_names_it() {
+        assert_eq!("plain".parse(), Ok(KeyLogging::Plain));
+        assert_eq!("hashed".parse(), Ok(KeyLogging::Hashed));
+        assert_eq!("none".parse(), Ok(KeyLogging::Omitted));
+        let error = "all".parse::<KeyLogging>().unwrap_err();
+        assert!(error.contains("plain, hashed, none"), "{error}");
     }
 }
