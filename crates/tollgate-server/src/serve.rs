@@ -77,6 +77,35 @@ pub(crate) async fn listen(
     Ok((listener, bound))
 }
 
+/// The start-up lines: where each listener is, what it serves, the store and the policies.
+fn print_banner(args: &ServeArgs, [http, grpc, admin]: [SocketAddr; 3], store: &str) {
+    let config = args.config.as_ref().map_or_else(
+        || "built-in example (examples/policies.yaml)".to_owned(),
+        |p| p.display().to_string(),
+    );
+    println!("tollgate serving");
+    println!(
+        "  http: http://{http} (POST /v1/check, /v1/refund, /json; GET /healthz, /readyz, /metrics, /openapi.json)"
+    );
+    println!("  grpc: {grpc} (envoy.service.ratelimit.v3.RateLimitService)");
+    println!(
+        "  admin: http://{admin} (GET /dashboard, /admin/stats, /admin/top, /admin/config; POST /admin/inspect, /admin/reset, /admin/lift{})",
+        if args.admin.admin_token.is_some() {
+            "; token required"
+        } else {
+            ""
+        }
+    );
+    println!("  store: {store}");
+    println!("  policies: {config}");
+    if let Some(directory) = &args.rls_config {
+        println!(
+            "  rate limit service configuration: {}",
+            directory.display()
+        );
+    }
+}
+
 /// Runs the server until SIGTERM or SIGINT.
 pub async fn run(args: ServeArgs) -> Result<(), String> {
     let rls_config = match &args.rls_config {
@@ -96,31 +125,11 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     let (admin, admin_address) = listen(args.admin.admin, "the admin API").await?;
     let admin_hosts = args.admin.allowed_hosts(admin_address)?;
     let (grpc, grpc_address) = listen(args.grpc, "gRPC").await?;
-    let config = args.config.as_ref().map_or_else(
-        || "built-in example (examples/policies.yaml)".to_owned(),
-        |p| p.display().to_string(),
+    print_banner(
+        &args,
+        [http_address, grpc_address, admin_address],
+        &store_description,
     );
-    println!("tollgate serving");
-    println!(
-        "  http: http://{http_address} (POST /v1/check, /v1/refund, /json; GET /healthz, /readyz, /metrics, /openapi.json)"
-    );
-    println!("  grpc: {grpc_address} (envoy.service.ratelimit.v3.RateLimitService)");
-    println!(
-        "  admin: http://{admin_address} (GET /dashboard, /admin/stats, /admin/top, /admin/config; POST /admin/inspect, /admin/reset, /admin/lift{})",
-        if args.admin.admin_token.is_some() {
-            "; token required"
-        } else {
-            ""
-        }
-    );
-    println!("  store: {store_description}");
-    println!("  policies: {config}");
-    if let Some(directory) = &args.rls_config {
-        println!(
-            "  rate limit service configuration: {}",
-            directory.display()
-        );
-    }
     let reloader = Arc::new(Reloader::new(
         limiter.clone(),
         Some(Arc::clone(&rls)),

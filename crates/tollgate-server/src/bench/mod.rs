@@ -201,6 +201,26 @@ fn progress_bar(duration: Duration) -> ProgressBar {
     bar
 }
 
+/// Moves the progress bar and its rates along every 200 ms, until aborted.
+async fn show_progress(bar: ProgressBar, counts: Arc<Counts>, start: Instant) {
+    let mut interval = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        interval.tick().await;
+        let elapsed = start.elapsed();
+        bar.set_position(elapsed.as_millis() as u64);
+        let answered = counts.allowed.load(Ordering::Relaxed)
+            + counts.denied.load(Ordering::Relaxed)
+            + counts.failed.load(Ordering::Relaxed);
+        bar.set_message(format!(
+            "{:.0}/s  allowed {}  denied {}  failed {}",
+            answered as f64 / elapsed.as_secs_f64().max(0.001),
+            counts.allowed.load(Ordering::Relaxed),
+            counts.denied.load(Ordering::Relaxed),
+            counts.failed.load(Ordering::Relaxed),
+        ));
+    }
+}
+
 /// Runs the load and prints the summary.
 pub async fn run(args: BenchArgs) -> Result<(), String> {
     args.validate()?;
@@ -223,28 +243,7 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         })
         .collect();
     let bar = progress_bar(args.duration);
-    let ticker = {
-        let counts = Arc::clone(&counts);
-        let bar = bar.clone();
-        tokio::spawn(async move {
-            let mut interval = tokio::time::interval(Duration::from_millis(200));
-            loop {
-                interval.tick().await;
-                let elapsed = start.elapsed();
-                bar.set_position(elapsed.as_millis() as u64);
-                let answered = counts.allowed.load(Ordering::Relaxed)
-                    + counts.denied.load(Ordering::Relaxed)
-                    + counts.failed.load(Ordering::Relaxed);
-                bar.set_message(format!(
-                    "{:.0}/s  allowed {}  denied {}  failed {}",
-                    answered as f64 / elapsed.as_secs_f64().max(0.001),
-                    counts.allowed.load(Ordering::Relaxed),
-                    counts.denied.load(Ordering::Relaxed),
-                    counts.failed.load(Ordering::Relaxed),
-                ));
-            }
-        })
-    };
+    let ticker = tokio::spawn(show_progress(bar.clone(), Arc::clone(&counts), start));
     let mut latency = new_histogram();
     let mut first_failure = None;
     for handle in workers {

@@ -358,23 +358,7 @@ impl Rls {
                     ..ok
                 });
             }
-            Enforcement::Blocked => {
-                let code = if rule.shadow {
-                    Code::Ok
-                } else {
-                    Code::OverLimit
-                };
-                return Ok(DescriptorStatus {
-                    code: code as i32,
-                    current_limit: Some(RateLimit {
-                        name: rule.name.clone().unwrap_or_default(),
-                        requests_per_unit: 0,
-                        unit: rule.unit as i32,
-                    }),
-                    limit_remaining: 0,
-                    ..ok
-                });
-            }
+            Enforcement::Blocked => return Ok(blocked(rule)),
         };
         let check = Check::new(pending.addend).limit(pending.key.as_str(), limit);
         let verdict = match self.limiter.check(&check).await {
@@ -422,6 +406,25 @@ impl Rls {
             }),
             quota: None,
         })
+    }
+}
+
+/// The status of a rule of zero requests: over the limit (unless in shadow mode), every time.
+fn blocked(rule: &Rule) -> DescriptorStatus {
+    let code = if rule.shadow {
+        Code::Ok
+    } else {
+        Code::OverLimit
+    };
+    DescriptorStatus {
+        code: code as i32,
+        current_limit: Some(RateLimit {
+            name: rule.name.clone().unwrap_or_default(),
+            requests_per_unit: 0,
+            unit: rule.unit as i32,
+        }),
+        limit_remaining: 0,
+        ..DescriptorStatus::default()
     }
 }
 

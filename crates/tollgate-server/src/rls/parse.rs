@@ -125,23 +125,11 @@ fn children(items: &[Yaml<'_, '_>], domain: &str, path: &str, depth: usize) -> N
             }
         }
         map.deny_unknown(&what, DESCRIPTOR_FIELDS);
-        let wildcard = value.as_deref().filter(|v| v.contains('*'));
-        if share_threshold && wildcard.is_none() {
+        let wildcard = value.as_deref().is_some_and(|v| v.contains('*'));
+        if share_threshold && !wildcard {
             map.error(format!("{what}: share_threshold can only be used with a wildcard value (one containing '*')"));
         }
-        let duplicate = match (&value, wildcard) {
-            (Some(pattern), Some(_)) => {
-                let seen = node
-                    .wildcards
-                    .iter()
-                    .any(|w| w.key == key && w.pattern == *pattern);
-                node.wildcards
-                    .push(Wildcard::new(key, pattern, child, share_threshold));
-                seen
-            }
-            (Some(value), None) => node.exact.insert((key, value.clone()), child).is_some(),
-            (None, _) => node.defaults.insert(key, child).is_some(),
-        };
+        let duplicate = node.place(key, value, wildcard, child, share_threshold);
         if duplicate {
             map.error(format!(
                 "{what}: the same key and value appear twice under one parent"
@@ -149,6 +137,33 @@ fn children(items: &[Yaml<'_, '_>], domain: &str, path: &str, depth: usize) -> N
         }
     }
     node
+}
+
+impl Node {
+    /// Files `child` under `key` (and `value`, exact or a wildcard pattern, if given); whether
+    /// the same key and value were already there.
+    fn place(
+        &mut self,
+        key: String,
+        value: Option<String>,
+        wildcard: bool,
+        child: Node,
+        share_threshold: bool,
+    ) -> bool {
+        match value {
+            Some(pattern) if wildcard => {
+                let seen = self
+                    .wildcards
+                    .iter()
+                    .any(|w| w.key == key && w.pattern == pattern);
+                self.wildcards
+                    .push(Wildcard::new(key, &pattern, child, share_threshold));
+                seen
+            }
+            Some(value) => self.exact.insert((key, value), child).is_some(),
+            None => self.defaults.insert(key, child).is_some(),
+        }
+    }
 }
 
 /// A rate limit's unit (or `Unknown` for a period that is none) and its period, from `unit`

@@ -273,20 +273,8 @@ impl<S: Store> Limiter<S> {
                 detail: refusal_detail(&refusals, retry_after),
             })
         } else {
-            let mut delay = verdict.delay();
-            for (item, decision) in items.iter().zip(verdict.decisions()) {
-                let Some(soft) = policies.policies[item.policy].soft_limit.as_ref() else {
-                    continue;
-                };
-                if item.role != Role::Limit || decision.limit() == 0 {
-                    continue;
-                }
-                let used = 1.0 - decision.remaining() as f64 / decision.limit() as f64;
-                if used >= soft.at {
-                    evaluation.near_limit = true;
-                    delay = delay.max(soft.tarpit.unwrap_or_default());
-                }
-            }
+            let (delay, near_limit) = admitted_delay(policies, items, verdict);
+            evaluation.near_limit = near_limit;
             if delay.is_zero() {
                 Action::Allow
             } else {
@@ -295,18 +283,7 @@ impl<S: Store> Limiter<S> {
         };
         evaluation.applied = applied;
         if verdict.is_admitted() {
-            evaluation.charges = items
-                .iter()
-                .filter(|item| item.cost > 0)
-                .map(|item| Charge {
-                    key: item.key.clone(),
-                    limit: item.limit.clone(),
-                    cost: item.cost,
-                    role: item.role,
-                    policy: Arc::clone(&policies.policies[item.policy].name),
-                    refund_on: policies.policies[item.policy].refund_on.clone().into(),
-                })
-                .collect();
+            evaluation.charges = charges(policies, items);
         }
         evaluation
     }
@@ -397,6 +374,43 @@ impl<S: Store> Limiter<S> {
         }
         self.refund_at(&check, evaluation.at).await
     }
+}
+
+/// How long an admitted request waits: its limits' queueing delay, or a soft limit's tarpit
+/// when it is past the soft threshold (which also marks it near the limit).
+fn admitted_delay(policies: &Policies, items: &[Planned], verdict: &Verdict) -> (Duration, bool) {
+    let mut delay = verdict.delay();
+    let mut near_limit = false;
+    for (item, decision) in items.iter().zip(verdict.decisions()) {
+        let Some(soft) = policies.policies[item.policy].soft_limit.as_ref() else {
+            continue;
+        };
+        if item.role != Role::Limit || decision.limit() == 0 {
+            continue;
+        }
+        let used = 1.0 - decision.remaining() as f64 / decision.limit() as f64;
+        if used >= soft.at {
+            near_limit = true;
+            delay = delay.max(soft.tarpit.unwrap_or_default());
+        }
+    }
+    (delay, near_limit)
+}
+
+/// What an admitted request took, to give back on a refund, a cancel or its completion.
+fn charges(policies: &Policies, items: &[Planned]) -> Vec<Charge> {
+    items
+        .iter()
+        .filter(|item| item.cost > 0)
+        .map(|item| Charge {
+            key: item.key.clone(),
+            limit: item.limit.clone(),
+            cost: item.cost,
+            role: item.role,
+            policy: Arc::clone(&policies.policies[item.policy].name),
+            refund_on: policies.policies[item.policy].refund_on.clone().into(),
+        })
+        .collect()
 }
 
 fn scope_name(scope: Scope<'_>) -> String {
