@@ -50,11 +50,6 @@ enum ConfigAction {
     },
 }
 
-/// Parses a duration flag such as `300ms`, `10s` or `5m`.
-pub(crate) fn duration_arg(text: &str) -> Result<std::time::Duration, String> {
-    tollgate::parse_duration(text).map_err(|error| error.to_string())
-}
-
 fn init_logging(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOLLGATE_LOG")
         .unwrap_or_else(|_| "info".into());

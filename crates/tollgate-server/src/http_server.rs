@@ -59,7 +59,7 @@ pub struct ConnectionLimits {
     pub max_connections: usize,
     /// How long a connection may go without sending a complete request head: from its accept,
     /// and on a keep-alive connection from its last answer. Then it is closed.
-    #[arg(long, env = "TOLLGATE_HEADER_TIMEOUT", default_value = "10s", value_parser = crate::cli::duration_arg, value_name = "DURATION")]
+    #[arg(long, env = "TOLLGATE_HEADER_TIMEOUT", default_value = "10s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
     pub header_timeout: Duration,
     /// The most bytes of header fields (names and values) a request may carry; more is 431.
     #[arg(
@@ -80,7 +80,7 @@ pub struct ConnectionLimits {
     )]
     pub max_header_fields: usize,
     /// How long shutdown waits for requests under way before closing their connections.
-    #[arg(long, env = "TOLLGATE_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = crate::cli::duration_arg, value_name = "DURATION")]
+    #[arg(long, env = "TOLLGATE_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
     pub shutdown_timeout: Duration,
 }
 
@@ -504,4 +504,18 @@ impl Drop for Slot {
     fn drop(&mut self) {
         self.registry.remove(self.id);
     }
+}
+
+/// Binds a listener, saying what for when it cannot.
+pub(crate) async fn listen(
+    address: std::net::SocketAddr,
+    what: &str,
+) -> Result<(tokio::net::TcpListener, std::net::SocketAddr), String> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|error| format!("cannot listen on {address} for {what}: {error}"))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|error| format!("cannot read the {what} address: {error}"))?;
+    Ok((listener, bound))
 }

@@ -5,6 +5,7 @@ pub mod admin;
 pub mod api;
 pub mod bench;
 pub mod cli;
+mod flags;
 pub mod forward;
 pub mod http_server;
 pub mod policies;

@@ -11,9 +11,9 @@ use tollgate_tower::RateLimitLayer;
 
 use crate::admin::{AdminArgs, AdminState};
 use crate::forward::{Forwarder, Upstream};
+use crate::http_server::listen;
 use crate::http_server::{ConnectionLimits, serve};
 use crate::reload::Reloader;
-use crate::serve::listen;
 use crate::store::{self, StoreFlags};
 
 /// `tollgate proxy` flags.
@@ -34,7 +34,7 @@ pub struct ProxyArgs {
     )]
     pub listen: SocketAddr,
     /// How long the upstream has to connect and send its response head.
-    #[arg(long, env = "TOLLGATE_UPSTREAM_TIMEOUT", default_value = "60s", value_parser = crate::cli::duration_arg, value_name = "DURATION")]
+    #[arg(long, env = "TOLLGATE_UPSTREAM_TIMEOUT", default_value = "60s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
     pub upstream_timeout: Duration,
     /// Speak HTTP/2 to the upstream without upgrade (gRPC upstreams).
     #[arg(long, env = "TOLLGATE_UPSTREAM_HTTP2")]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::admin::{AdminArgs, AdminState};
 use crate::api::{AppState, router};
-use crate::http_server::{ConnectionLimits, serve};
+use crate::http_server::{ConnectionLimits, listen, serve};
 use crate::reload::Reloader;
 use crate::rls::{Rls, RlsConfig, RlsGrpc};
 use crate::store::{self, StoreFlags};
@@ -61,20 +61,6 @@ pub struct ServeArgs {
     /// Reload only on SIGHUP, not when the configuration files change.
     #[arg(long, env = "TOLLGATE_NO_WATCH")]
     pub no_watch: bool,
-}
-
-/// Binds a listener, saying what for when it cannot.
-pub(crate) async fn listen(
-    address: SocketAddr,
-    what: &str,
-) -> Result<(tokio::net::TcpListener, SocketAddr), String> {
-    let listener = tokio::net::TcpListener::bind(address)
-        .await
-        .map_err(|error| format!("cannot listen on {address} for {what}: {error}"))?;
-    let bound = listener
-        .local_addr()
-        .map_err(|error| format!("cannot read the {what} address: {error}"))?;
-    Ok((listener, bound))
 }
 
 /// The start-up lines: where each listener is, what it serves, the store and the policies.

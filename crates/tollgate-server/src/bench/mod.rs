@@ -52,7 +52,7 @@ pub struct BenchArgs {
     #[arg(long, short = 'c', default_value_t = 64)]
     pub concurrency: usize,
     /// How long to run.
-    #[arg(long, short = 'd', default_value = "10s", value_parser = crate::cli::duration_arg)]
+    #[arg(long, short = 'd', default_value = "10s", value_parser = crate::flags::duration_arg)]
     pub duration: Duration,
     /// Send this many requests a second on a fixed schedule instead of as fast as possible.
     #[arg(long, value_name = "PER_SECOND")]
