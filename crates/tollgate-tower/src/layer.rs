@@ -6,20 +6,18 @@ use tokio::sync::Semaphore;
 use tollgate::{Limiter, MemoryStore, Store};
 use tower::Layer;
 
-use crate::service::RateLimitService;
+use crate::service::{RateLimitService, Shared};
 
 /// Applies a [`Limiter`]'s policies to every request of the services it wraps.
 #[derive(Debug)]
 pub struct RateLimitLayer<S = MemoryStore> {
-    pub(crate) limiter: Limiter<S>,
-    pub(crate) delayed: Arc<Semaphore>,
+    shared: Shared<S>,
 }
 
 impl<S> Clone for RateLimitLayer<S> {
     fn clone(&self) -> Self {
         Self {
-            limiter: self.limiter.clone(),
-            delayed: Arc::clone(&self.delayed),
+            shared: self.shared.clone(),
         }
     }
 }
@@ -30,14 +28,16 @@ impl<S: Store> RateLimitLayer<S> {
     pub fn new(limiter: Limiter<S>) -> Self {
         let max_delayed = limiter.policies().map_or(1024, |p| p.config().max_delayed);
         Self {
-            limiter,
-            delayed: Arc::new(Semaphore::new(max_delayed)),
+            shared: Shared {
+                limiter,
+                delayed: Arc::new(Semaphore::new(max_delayed)),
+            },
         }
     }
 
     /// The limiter.
     pub fn limiter(&self) -> &Limiter<S> {
-        &self.limiter
+        &self.shared.limiter
     }
 }
 
@@ -45,9 +45,6 @@ impl<S: Store, Inner> Layer<Inner> for RateLimitLayer<S> {
     type Service = RateLimitService<Inner, S>;
 
     fn layer(&self, inner: Inner) -> Self::Service {
-        RateLimitService {
-            inner,
-            layer: self.clone(),
-        }
+        RateLimitService::new(inner, self.shared.clone())
     }
 }

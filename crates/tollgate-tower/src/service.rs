@@ -9,27 +9,50 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
-use tollgate::Store;
+use tokio::sync::Semaphore;
 use tollgate::policy::{Action, Reason, Refusal};
+use tollgate::{Limiter, Store};
 use tower::Service;
 
 use crate::body::{Completion, RateLimitBody};
-use crate::layer::RateLimitLayer;
 use crate::request::{Headers, attributes, is_grpc};
 use crate::response::{add_fields, effective_status, refusal, unavailable};
 
-/// The rate-limiting service around `Inner`; see [`RateLimitLayer`].
+/// The rate-limiting service around `Inner`; see [`RateLimitLayer`](crate::RateLimitLayer).
 #[derive(Debug)]
 pub struct RateLimitService<Inner, S> {
-    pub(crate) inner: Inner,
-    pub(crate) layer: RateLimitLayer<S>,
+    inner: Inner,
+    /// What decides, and how many requests may wait out a delay at once: shared by every
+    /// service of one layer.
+    shared: Shared<S>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared<S> {
+    pub(crate) limiter: Limiter<S>,
+    pub(crate) delayed: Arc<Semaphore>,
+}
+
+impl<S> Clone for Shared<S> {
+    fn clone(&self) -> Self {
+        Self {
+            limiter: self.limiter.clone(),
+            delayed: Arc::clone(&self.delayed),
+        }
+    }
+}
+
+impl<Inner, S> RateLimitService<Inner, S> {
+    pub(crate) fn new(inner: Inner, shared: Shared<S>) -> Self {
+        Self { inner, shared }
+    }
 }
 
 impl<Inner: Clone, S> Clone for RateLimitService<Inner, S> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
-            layer: self.layer.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
@@ -56,7 +79,7 @@ where
         // The clone that was driven to readiness takes the request; a fresh clone stays behind.
         let fresh = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, fresh);
-        let layer = self.layer.clone();
+        let layer = self.shared.clone();
         Box::pin(async move {
             let (parts, body) = request.into_parts();
             let grpc = is_grpc(&parts);
