@@ -70,9 +70,10 @@ pub struct BenchArgs {
     /// The rate limit service domain (grpc).
     #[arg(long, default_value = "edge")]
     pub domain: String,
-    /// The descriptor's entries (grpc), `key=value,...`, with `{key}` where the key number goes.
+    /// A descriptor's entries (grpc), `key=value,...`, with `{key}` where the key number goes;
+    /// repeat for a request of several descriptors.
     #[arg(long, default_value = "remote_address=10.0.0.{key}")]
-    pub descriptor: String,
+    pub descriptor: Vec<String>,
     /// HTTP/2 connections to the rate limit service (grpc).
     #[arg(long, default_value_t = 4)]
     pub connections: usize,
@@ -96,6 +97,12 @@ impl BenchArgs {
             && !(rate.is_finite() && rate > 0.0)
         {
             return Err("--rate: give a positive number of requests a second".to_owned());
+        }
+        if self.descriptor.len() > tollgate::MAX_ITEMS {
+            return Err(format!(
+                "--descriptor: at most {} per request",
+                tollgate::MAX_ITEMS
+            ));
         }
         if self.connections == 0 || self.connections > 1_000 {
             return Err("--connections: give 1 to 1000".to_owned());

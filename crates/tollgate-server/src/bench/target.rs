@@ -116,11 +116,12 @@ impl Target {
         })
     }
 
-    /// The rate limit service at `address`, `domain` and `descriptor` (`key=value,...`) per key.
+    /// The rate limit service at `address`, `domain` and per key one request of `descriptors`
+    /// (each `key=value,...`).
     pub async fn grpc(
         address: &str,
         domain: &str,
-        descriptor: &str,
+        descriptors: &[String],
         keys: u64,
         connections: usize,
     ) -> Result<Self, String> {
@@ -140,11 +141,16 @@ impl Target {
                 .map_err(|error| format!("cannot connect to {url}: {error}"))?;
             channels.push(RateLimitServiceClient::new(channel));
         }
-        let pairs: Vec<(&str, &str)> = descriptor
-            .split(',')
-            .map(|pair| {
-                pair.split_once('=')
-                    .ok_or_else(|| format!("--descriptor: {pair:?} is not key=value"))
+        let descriptors: Vec<Vec<(&str, &str)>> = descriptors
+            .iter()
+            .map(|descriptor| {
+                descriptor
+                    .split(',')
+                    .map(|pair| {
+                        pair.split_once('=')
+                            .ok_or_else(|| format!("--descriptor: {pair:?} is not key=value"))
+                    })
+                    .collect::<Result<_, _>>()
             })
             .collect::<Result<_, _>>()?;
         let requests = (0..keys)
@@ -152,17 +158,20 @@ impl Target {
                 let key = key.to_string();
                 RateLimitRequest {
                     domain: domain.to_owned(),
-                    descriptors: vec![RateLimitDescriptor {
-                        entries: pairs
-                            .iter()
-                            .map(|(name, value)| Entry {
-                                key: (*name).to_owned(),
-                                value: value.replace(KEY_PLACEHOLDER, &key),
-                            })
-                            .collect(),
-                        limit: None,
-                        hits_addend: None,
-                    }],
+                    descriptors: descriptors
+                        .iter()
+                        .map(|pairs| RateLimitDescriptor {
+                            entries: pairs
+                                .iter()
+                                .map(|(name, value)| Entry {
+                                    key: (*name).to_owned(),
+                                    value: value.replace(KEY_PLACEHOLDER, &key),
+                                })
+                                .collect(),
+                            limit: None,
+                            hits_addend: None,
+                        })
+                        .collect(),
                     hits_addend: 0,
                 }
             })
