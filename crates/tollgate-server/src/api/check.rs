@@ -144,7 +144,6 @@ impl CheckRequest {
 
 impl InlineLimit {
     fn build(&self, index: usize) -> Result<Limit, ApiError> {
-        let what = format!("limits[{index}]");
         let mode = match (self.mode.as_deref(), self.delay_after) {
             (None, None) => None,
             (None | Some("queue"), delay_after) => Some(LeakyMode::Queue {
@@ -153,7 +152,7 @@ impl InlineLimit {
             (Some("meter"), None) => Some(LeakyMode::Meter),
             (Some(other), _) => {
                 return Err(ApiError::invalid(format!(
-                    "{what}.mode: unknown mode {other:?} (expected meter or queue, delay_after only with queue)"
+                    "limits[{index}].mode: unknown mode {other:?} (expected meter or queue, delay_after only with queue)"
                 )));
             }
         };
@@ -175,9 +174,64 @@ impl InlineLimit {
         }
         builder
             .build()
-            .map_err(|error| ApiError::invalid(format!("{what}: {error}")))
+            .map_err(|error| ApiError::invalid(format!("limits[{index}]: {error}")))
+    }
+
+    /// What the limit is, apart from its key and cost: the same spec always builds the same limit.
+    fn spec(&self) -> Option<LimitSpec> {
+        let short =
+            |text: &Option<String>| text.as_ref().is_none_or(|t| t.len() <= MAX_CACHED_TEXT);
+        (short(&self.name) && short(&self.mode)).then(|| LimitSpec {
+            algorithm: self.algorithm,
+            quota: self.quota,
+            burst: self.burst,
+            mode: self.mode.clone(),
+            delay_after: self.delay_after,
+            name: self.name.clone(),
+        })
+    }
+
+    /// The limit, built once per spec: building formats its name and state name and digests
+    /// the latter, which costs more than the rest of a check on the memory store.
+    fn compiled(&self, index: usize) -> Result<Limit, ApiError> {
+        let Some(spec) = self.spec() else {
+            return self.build(index);
+        };
+        let compiled = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(limit) = compiled.get(&spec) {
+            return Ok(limit.clone());
+        }
+        drop(compiled);
+        let limit = self.build(index)?;
+        let mut compiled = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
+        if compiled.len() >= MAX_COMPILED {
+            compiled.clear();
+        }
+        compiled.insert(spec, limit.clone());
+        Ok(limit)
     }
 }
+
+/// An inline limit's spec, the key of the compiled limits.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct LimitSpec {
+    algorithm: Algorithm,
+    quota: Quota,
+    burst: Option<u64>,
+    mode: Option<String>,
+    delay_after: Option<u64>,
+    name: Option<String>,
+}
+
+/// The most compiled inline limits kept; past it, the cache starts afresh.
+const MAX_COMPILED: usize = 4_096;
+/// Names and modes longer than this are built every time, so the cache stays small.
+const MAX_CACHED_TEXT: usize = 128;
+
+/// Inline limits as built, by spec (bounded: see [`MAX_COMPILED`]).
+static COMPILED: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<LimitSpec, Limit>>,
+> = std::sync::LazyLock::new(Default::default);
 
 pub(crate) fn header_list(attributes: &Attributes) -> Result<Vec<(String, String)>, ApiError> {
     if attributes.headers.len() > MAX_HEADERS {
@@ -337,7 +391,7 @@ fn build_limits(specs: &[InlineLimit]) -> Result<Vec<Limit>, ApiError> {
     specs
         .iter()
         .enumerate()
-        .map(|(index, spec)| spec.build(index))
+        .map(|(index, spec)| spec.compiled(index))
         .collect()
 }
 
