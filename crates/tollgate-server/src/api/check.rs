@@ -125,13 +125,20 @@ impl CheckRequest {
 
     /// The body as a charge token binds it: the same check always reads the same.
     fn canonical(&self) -> Vec<u8> {
-        serde_json::to_vec(&Canonical {
-            policy: &self.policy,
-            attributes: &self.attributes,
-            limits: &self.limits,
-            cost: &self.cost,
-        })
-        .unwrap_or_default()
+        let mut canonical = Vec::with_capacity(256);
+        let written = serde_json::to_writer(
+            &mut canonical,
+            &Canonical {
+                policy: &self.policy,
+                attributes: &self.attributes,
+                limits: &self.limits,
+                cost: &self.cost,
+            },
+        );
+        if written.is_err() {
+            canonical.clear();
+        }
+        canonical
     }
 
     /// The named policy, else every policy the attributes match.
@@ -281,23 +288,23 @@ fn as_micros(duration: std::time::Duration) -> Micros {
 
 /// One limit's decision in an answer.
 #[derive(Serialize)]
-struct DecisionView<'a> {
+pub(super) struct DecisionView<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
-    policy: Option<&'a str>,
-    limit: &'a str,
+    pub(super) policy: Option<&'a str>,
+    pub(super) limit: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    key: Option<&'a str>,
+    pub(super) key: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    unit: Option<&'static str>,
-    algorithm: &'static str,
+    pub(super) unit: Option<&'static str>,
+    pub(super) algorithm: &'static str,
     #[serde(serialize_with = "serialize_display")]
-    quota: Quota,
-    capacity: u64,
-    allowed: bool,
-    remaining: u64,
-    reset_after_ms: u64,
-    retry_after_ms: Option<u64>,
-    delay_ms: u64,
+    pub(super) quota: Quota,
+    pub(super) capacity: u64,
+    pub(super) allowed: bool,
+    pub(super) remaining: u64,
+    pub(super) reset_after_ms: u64,
+    pub(super) retry_after_ms: Option<u64>,
+    pub(super) delay_ms: u64,
 }
 
 fn serialize_display<S: serde::Serializer>(
@@ -328,40 +335,45 @@ impl<'a> DecisionView<'a> {
 
 /// What the policies said beyond the decisions (checks by policy only).
 #[derive(Serialize)]
-struct PolicyView<'a> {
-    detail: Option<&'a str>,
-    decided_by: &'static str,
-    matched_policies: &'a [std::sync::Arc<str>],
-    violated_policies: &'a [std::sync::Arc<str>],
-    shadow_denied: &'a [std::sync::Arc<str>],
-    near_limit: bool,
+pub(super) struct PolicyView<'a> {
+    pub(super) detail: Option<&'a str>,
+    pub(super) decided_by: &'static str,
+    pub(super) matched_policies: &'a [std::sync::Arc<str>],
+    pub(super) violated_policies: &'a [std::sync::Arc<str>],
+    pub(super) shadow_denied: &'a [std::sync::Arc<str>],
+    pub(super) near_limit: bool,
 }
 
 /// The answer to a check. `allowed` comes first, so a client may read it without parsing.
 #[derive(Serialize)]
 pub(crate) struct CheckAnswer<'a> {
-    allowed: bool,
-    verdict: &'static str,
-    status: u16,
-    retry_after_ms: Option<u64>,
-    delay_ms: u64,
-    at: Micros,
+    pub(super) allowed: bool,
+    pub(super) verdict: &'static str,
+    pub(super) status: u16,
+    pub(super) retry_after_ms: Option<u64>,
+    pub(super) delay_ms: u64,
+    pub(super) at: Micros,
     /// The token a refund of this check names; only when the check took something.
     #[serde(skip_serializing_if = "Option::is_none")]
-    charge: Option<String>,
-    binding: Option<usize>,
+    pub(super) charge: Option<String>,
+    pub(super) binding: Option<usize>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    policies: Option<PolicyView<'a>>,
-    decisions: Vec<DecisionView<'a>>,
+    pub(super) policies: Option<PolicyView<'a>>,
+    pub(super) decisions: Vec<DecisionView<'a>>,
 }
 
 fn with_fields(answer: &CheckAnswer<'_>, fields: Vec<(&'static str, String)>) -> Response {
-    let mut response = axum::Json(answer).into_response();
+    let mut response = Response::new(axum::body::Body::from(answer.to_json()));
+    let headers = response.headers_mut();
+    headers.reserve(fields.len() + 1);
+    headers.insert(
+        axum::http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     for (name, value) in fields {
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            response
-                .headers_mut()
-                .append(HeaderName::from_static(name), value);
+        // The field's text becomes its value as it is, without a copy.
+        if let Ok(value) = HeaderValue::try_from(value) {
+            headers.append(HeaderName::from_static(name), value);
         }
     }
     response
