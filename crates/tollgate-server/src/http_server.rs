@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -130,13 +130,16 @@ impl ConnectionLimits {
     }
 }
 
-/// What a connection tells the accept loop: whether it has requests under way, and since when
-/// it has been idle.
+/// What a connection tells the accept loop and its own task: whether it has requests under
+/// way, and since when it has been idle.
 struct Tracked {
     /// Requests under way: from a complete head until the answer's body is sent (or dropped).
-    in_flight: watch::Sender<usize>,
+    in_flight: AtomicUsize,
     /// When it last became idle, in the registry's sequence (smaller: idle for longer).
     idle_since: AtomicU64,
+    /// When it last became idle, in microseconds since the registry's epoch (set before the
+    /// count drops to zero, so whoever sees zero sees this time).
+    idle_at: AtomicU64,
     /// Set once it was asked to close to make room.
     reclaimed: AtomicBool,
     /// Wakes the connection's task to close it.
@@ -151,17 +154,18 @@ struct InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let sequence = self.registry.sequence.fetch_add(1, Ordering::Relaxed);
-        let mut idle = false;
-        self.tracked.in_flight.send_modify(|count| {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                self.tracked.idle_since.store(sequence, Ordering::Relaxed);
-                idle = true;
+        // Marks only: the connection's task reads them when its deadline comes, so a request
+        // wakes nothing.
+        let tracked = &self.tracked;
+        tracked
+            .idle_at
+            .store(self.registry.micros_since_epoch(), Ordering::Relaxed);
+        if tracked.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let sequence = self.registry.sequence.fetch_add(1, Ordering::Relaxed);
+            tracked.idle_since.store(sequence, Ordering::Relaxed);
+            if self.registry.waiting.load(Ordering::SeqCst) {
+                self.registry.became_idle.notify_one();
             }
-        });
-        if idle && self.registry.waiting.load(Ordering::SeqCst) {
-            self.registry.became_idle.notify_one();
         }
     }
 }
@@ -175,7 +179,7 @@ struct ConnectionHandle {
 
 impl ConnectionHandle {
     fn begin(&self) -> InFlight {
-        self.tracked.in_flight.send_modify(|count| *count += 1);
+        self.tracked.in_flight.fetch_add(1, Ordering::AcqRel);
         InFlight {
             tracked: Arc::clone(&self.tracked),
             registry: Arc::clone(&self.registry),
@@ -184,8 +188,9 @@ impl ConnectionHandle {
 }
 
 /// The open connections of one listener.
-#[derive(Default)]
 struct Registry {
+    /// What connections' idle times count from.
+    epoch: Instant,
     sequence: AtomicU64,
     connections: Mutex<HashMap<u64, Arc<Tracked>>>,
     /// Set while a new client waits at the cap for a connection to go idle.
@@ -195,10 +200,29 @@ struct Registry {
 }
 
 impl Registry {
+    fn new() -> Self {
+        Self {
+            epoch: Instant::now(),
+            sequence: AtomicU64::new(0),
+            connections: Mutex::new(HashMap::new()),
+            waiting: AtomicBool::new(false),
+            became_idle: Notify::new(),
+        }
+    }
+
+    fn micros_since_epoch(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    fn instant_at(&self, micros: u64) -> Instant {
+        self.epoch + Duration::from_micros(micros)
+    }
+
     fn add(&self, id: u64) -> Arc<Tracked> {
         let tracked = Arc::new(Tracked {
-            in_flight: watch::Sender::new(0),
+            in_flight: AtomicUsize::new(0),
             idle_since: AtomicU64::new(self.sequence.fetch_add(1, Ordering::Relaxed)),
+            idle_at: AtomicU64::new(self.micros_since_epoch()),
             reclaimed: AtomicBool::new(false),
             reclaim: Notify::new(),
         });
@@ -221,7 +245,9 @@ impl Registry {
         };
         let oldest = connections
             .values()
-            .filter(|t| *t.in_flight.borrow() == 0 && !t.reclaimed.load(Ordering::Relaxed))
+            .filter(|t| {
+                t.in_flight.load(Ordering::Acquire) == 0 && !t.reclaimed.load(Ordering::Relaxed)
+            })
             .min_by_key(|t| t.idle_since.load(Ordering::Relaxed));
         match oldest {
             Some(tracked) => {
@@ -320,7 +346,7 @@ pub async fn serve(
         ),
     );
     let permits = Arc::new(Semaphore::new(limits.max_connections));
-    let registry = Arc::new(Registry::default());
+    let registry = Arc::new(Registry::new());
     let (stop, stopping) = watch::channel(false);
     // Every connection task holds a sender; when all are gone, the channel closes.
     let (running, mut drained) = mpsc::channel::<()>(1);
@@ -393,13 +419,17 @@ pub async fn serve(
             _running: running.clone(),
         };
         let mut stopping = stopping.clone();
+        let registry_of_task = Arc::clone(&registry);
         tokio::spawn(async move {
             let mut connection = std::pin::pin!(connection);
-            let mut activity = tracked.in_flight.subscribe();
             let grace = CLOSE_GRACE.min(header_timeout);
-            let mut closing = false;
+            // Since when the connection was asked to close, once it was.
+            let mut closing: Option<Instant> = None;
             // Idle from the accept: the first head must be complete within the header timeout.
-            let mut deadline = Some(Instant::now() + header_timeout);
+            // When the deadline comes, a connection with a request under way is looked at again
+            // a timeout later; an idle one is closed if it has been idle that long, else looked
+            // at again when it will have been.
+            let mut deadline = Instant::now() + header_timeout;
             loop {
                 tokio::select! {
                     // The connection first: a head that has arrived is read (and its request
@@ -411,38 +441,40 @@ pub async fn serve(
                         }
                         break;
                     }
-                    changed = activity.changed() => {
-                        if changed.is_err() {
-                            break;
+                    () = tokio::time::sleep_until(deadline) => {
+                        let now = Instant::now();
+                        let wait = if closing.is_some() { grace } else { header_timeout };
+                        if tracked.in_flight.load(Ordering::Acquire) > 0 {
+                            deadline = now + wait;
+                            continue;
                         }
-                        let idle = *activity.borrow_and_update() == 0;
-                        let wait = if closing { grace } else { header_timeout };
-                        deadline = idle.then(|| Instant::now() + wait);
-                    }
-                    () = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
-                        if closing {
+                        let idle_at = registry_of_task.instant_at(tracked.idle_at.load(Ordering::Relaxed));
+                        let since = closing.map_or(idle_at, |asked| asked.max(idle_at));
+                        if now < since + wait {
+                            deadline = since + wait;
+                            continue;
+                        }
+                        if closing.is_some() {
                             tracing::debug!(%peer, "connection dropped: it did not close when asked");
                             break;
                         }
                         tracing::debug!(%peer, "closing a connection that sent no request head within {header_timeout:?}");
-                        closing = true;
+                        closing = Some(now);
                         connection.as_mut().graceful_shutdown();
-                        deadline = Some(Instant::now() + grace);
+                        deadline = now + grace;
                     }
-                    () = tracked.reclaim.notified(), if !closing => {
+                    () = tracked.reclaim.notified(), if closing.is_none() => {
                         tracing::debug!(%peer, "closing an idle connection to make room for a new one");
-                        closing = true;
+                        let now = Instant::now();
+                        closing = Some(now);
                         connection.as_mut().graceful_shutdown();
-                        if deadline.is_some() {
-                            deadline = Some(Instant::now() + grace);
-                        }
+                        deadline = now + grace;
                     }
-                    _ = stopping.changed(), if !closing => {
-                        closing = true;
+                    _ = stopping.changed(), if closing.is_none() => {
+                        let now = Instant::now();
+                        closing = Some(now);
                         connection.as_mut().graceful_shutdown();
-                        if deadline.is_some() {
-                            deadline = Some(Instant::now() + grace);
-                        }
+                        deadline = now + grace;
                     }
                 }
             }

@@ -89,7 +89,10 @@ impl LimitView<'_> {
 }
 
 /// Structured-field strings allow printable ASCII only; anything else becomes `?`.
-fn sf_string(text: &str) -> String {
+fn sf_string(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.bytes().all(|b| (b' '..=b'~').contains(&b)) {
+        return std::borrow::Cow::Borrowed(text);
+    }
     text.chars()
         .map(|c| if (' '..='~').contains(&c) { c } else { '?' })
         .collect()
@@ -182,7 +185,7 @@ pub fn rate_limit_fields(
                     quota.saturating_sub(remaining).to_string(),
                 ));
                 fields.push(("x-ratelimit-reset", reset_at.to_string()));
-                fields.push(("x-ratelimit-resource", sf_string(bound.label)));
+                fields.push(("x-ratelimit-resource", sf_string(bound.label).into_owned()));
             }
         }
     }

@@ -20,6 +20,10 @@ use crate::observer::Observer;
 use crate::policy::{Action, DecidedBy, Evaluation, Request};
 use crate::store::StoreError;
 
+/// How many [`MetricOutcome`]s there are.
+const OUTCOMES: usize = 7;
+const _: () = assert!(MetricOutcome::LocalFallback as usize + 1 == OUTCOMES);
+
 /// What became of one limit (or one policy, for the outcomes that decide without limits).
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
 pub enum MetricOutcome {
@@ -130,6 +134,9 @@ pub struct Metrics {
     latencies: Latencies,
     registry: Registry,
     decisions: Family<DecisionLabels, Counter>,
+    /// The counters of checks with inline limits (no policy, no limit label), by outcome,
+    /// looked up once: every inline check counts one.
+    unlabelled: [std::sync::OnceLock<Counter>; OUTCOMES],
     check_seconds: Histogram,
     store_seconds: Histogram,
     retry_after_seconds: Histogram,
@@ -214,6 +221,7 @@ impl Metrics {
             latencies: Latencies::new(),
             registry,
             decisions,
+            unlabelled: Default::default(),
             check_seconds,
             store_seconds,
             retry_after_seconds,
@@ -227,13 +235,18 @@ impl Metrics {
 
     /// Counts one outcome of one limit of one policy.
     pub fn record_decision(&self, policy: &str, limit: &str, outcome: MetricOutcome) {
-        self.decisions
-            .get_or_create(&DecisionLabels {
-                policy: policy.to_owned(),
-                limit: limit.to_owned(),
-                outcome: outcome.as_str(),
-            })
-            .inc();
+        let labels = || DecisionLabels {
+            policy: policy.to_owned(),
+            limit: limit.to_owned(),
+            outcome: outcome.as_str(),
+        };
+        if policy.is_empty() && limit.is_empty() {
+            self.unlabelled[outcome as usize]
+                .get_or_init(|| self.decisions.get_or_create(&labels()).clone())
+                .inc();
+        } else {
+            self.decisions.get_or_create(&labels()).inc();
+        }
     }
 
     /// Counts one request's outcome under one policy, for the summary (once per request, where

@@ -14,7 +14,9 @@ pub const MIN_SECRET_BYTES: usize = 16;
 /// A secret key for keyed digests. Its `Debug` never shows it.
 #[derive(Clone)]
 pub struct Secret {
-    key: [u8; 32],
+    /// HMAC keyed with the secret, its padded key blocks hashed once: each digest starts from
+    /// a copy of it (which halves the cost of a short digest).
+    keyed: Hmac<Sha256>,
 }
 
 /// Why a configured secret was refused.
@@ -38,7 +40,7 @@ impl Secret {
                 chunk.copy_from_slice(&word.to_le_bytes());
             }
         }
-        Self { key }
+        Self::keyed(&key)
     }
 
     /// A secret derived from configured bytes (a passphrase or key file), so that several
@@ -49,13 +51,19 @@ impl Secret {
         }
         let mut key = [0u8; 32];
         key.copy_from_slice(&Self::keyed_by(b"tollgate secret", bytes));
-        Ok(Self { key })
+        Ok(Self::keyed(&key))
+    }
+
+    fn keyed(key: &[u8; 32]) -> Self {
+        Self {
+            keyed: Self::mac(key),
+        }
     }
 
     /// The keyed digest of `parts`, each length-prefixed so that no two lists of parts give
     /// the same input.
     pub fn digest(&self, parts: &[&[u8]]) -> [u8; 32] {
-        let mut mac = Self::mac(&self.key);
+        let mut mac = self.keyed.clone();
         for part in parts {
             mac.update(&(part.len() as u64).to_be_bytes());
             mac.update(part);

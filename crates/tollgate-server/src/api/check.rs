@@ -125,13 +125,20 @@ impl CheckRequest {
 
     /// The body as a charge token binds it: the same check always reads the same.
     fn canonical(&self) -> Vec<u8> {
-        serde_json::to_vec(&Canonical {
-            policy: &self.policy,
-            attributes: &self.attributes,
-            limits: &self.limits,
-            cost: &self.cost,
-        })
-        .unwrap_or_default()
+        let mut canonical = Vec::with_capacity(256);
+        let written = serde_json::to_writer(
+            &mut canonical,
+            &Canonical {
+                policy: &self.policy,
+                attributes: &self.attributes,
+                limits: &self.limits,
+                cost: &self.cost,
+            },
+        );
+        if written.is_err() {
+            canonical.clear();
+        }
+        canonical
     }
 
     /// The named policy, else every policy the attributes match.
@@ -164,7 +171,62 @@ impl InlineLimit {
         spec.build(name)
             .map_err(|error| ApiError::invalid(format!("{what}: {error}")))
     }
+
+    /// What the limit is, apart from its key and cost: the same spec always builds the same limit.
+    fn spec(&self) -> Option<InlineSpec> {
+        let short =
+            |text: &Option<String>| text.as_ref().is_none_or(|t| t.len() <= MAX_CACHED_TEXT);
+        (short(&self.name) && short(&self.mode)).then(|| InlineSpec {
+            algorithm: self.algorithm,
+            quota: self.quota,
+            burst: self.burst,
+            mode: self.mode.clone(),
+            delay_after: self.delay_after,
+            name: self.name.clone(),
+        })
+    }
+
+    /// The limit, built once per spec: building formats its name and state name and digests
+    /// the latter, which costs more than the rest of a check on the memory store.
+    fn compiled(&self, index: usize) -> Result<Limit, ApiError> {
+        let Some(spec) = self.spec() else {
+            return self.build(index);
+        };
+        let compiled = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(limit) = compiled.get(&spec) {
+            return Ok(limit.clone());
+        }
+        drop(compiled);
+        let limit = self.build(index)?;
+        let mut compiled = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
+        if compiled.len() >= MAX_COMPILED {
+            compiled.clear();
+        }
+        compiled.insert(spec, limit.clone());
+        Ok(limit)
+    }
 }
+
+/// What an inline limit says, the key of the compiled limits.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct InlineSpec {
+    algorithm: Algorithm,
+    quota: Quota,
+    burst: Option<u64>,
+    mode: Option<String>,
+    delay_after: Option<u64>,
+    name: Option<String>,
+}
+
+/// The most compiled inline limits kept; past it, the cache starts afresh.
+const MAX_COMPILED: usize = 4_096;
+/// Names and modes longer than this are built every time, so the cache stays small.
+const MAX_CACHED_TEXT: usize = 128;
+
+/// Inline limits as built, by spec (bounded: see [`MAX_COMPILED`]).
+static COMPILED: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<InlineSpec, Limit>>,
+> = std::sync::LazyLock::new(Default::default);
 
 pub(crate) fn header_list(attributes: &Attributes) -> Result<Vec<(String, String)>, ApiError> {
     if attributes.headers.len() > MAX_HEADERS {
@@ -214,23 +276,23 @@ fn as_micros(duration: std::time::Duration) -> Micros {
 
 /// One limit's decision in an answer.
 #[derive(Serialize)]
-struct DecisionView<'a> {
+pub(super) struct DecisionView<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
-    policy: Option<&'a str>,
-    limit: &'a str,
+    pub(super) policy: Option<&'a str>,
+    pub(super) limit: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    key: Option<&'a str>,
+    pub(super) key: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    unit: Option<&'static str>,
-    algorithm: &'static str,
+    pub(super) unit: Option<&'static str>,
+    pub(super) algorithm: &'static str,
     #[serde(serialize_with = "serialize_display")]
-    quota: Quota,
-    capacity: u64,
-    allowed: bool,
-    remaining: u64,
-    reset_after_ms: u64,
-    retry_after_ms: Option<u64>,
-    delay_ms: u64,
+    pub(super) quota: Quota,
+    pub(super) capacity: u64,
+    pub(super) allowed: bool,
+    pub(super) remaining: u64,
+    pub(super) reset_after_ms: u64,
+    pub(super) retry_after_ms: Option<u64>,
+    pub(super) delay_ms: u64,
 }
 
 fn serialize_display<S: serde::Serializer>(
@@ -261,40 +323,45 @@ impl<'a> DecisionView<'a> {
 
 /// What the policies said beyond the decisions (checks by policy only).
 #[derive(Serialize)]
-struct PolicyView<'a> {
-    detail: Option<&'a str>,
-    decided_by: &'static str,
-    matched_policies: &'a [std::sync::Arc<str>],
-    violated_policies: &'a [std::sync::Arc<str>],
-    shadow_denied: &'a [std::sync::Arc<str>],
-    near_limit: bool,
+pub(super) struct PolicyView<'a> {
+    pub(super) detail: Option<&'a str>,
+    pub(super) decided_by: &'static str,
+    pub(super) matched_policies: &'a [std::sync::Arc<str>],
+    pub(super) violated_policies: &'a [std::sync::Arc<str>],
+    pub(super) shadow_denied: &'a [std::sync::Arc<str>],
+    pub(super) near_limit: bool,
 }
 
 /// The answer to a check. `allowed` comes first, so a client may read it without parsing.
 #[derive(Serialize)]
 pub(crate) struct CheckAnswer<'a> {
-    allowed: bool,
-    verdict: &'static str,
-    status: u16,
-    retry_after_ms: Option<u64>,
-    delay_ms: u64,
-    at: Micros,
+    pub(super) allowed: bool,
+    pub(super) verdict: &'static str,
+    pub(super) status: u16,
+    pub(super) retry_after_ms: Option<u64>,
+    pub(super) delay_ms: u64,
+    pub(super) at: Micros,
     /// The token a refund of this check names; only when the check took something.
     #[serde(skip_serializing_if = "Option::is_none")]
-    charge: Option<String>,
-    binding: Option<usize>,
+    pub(super) charge: Option<String>,
+    pub(super) binding: Option<usize>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    policies: Option<PolicyView<'a>>,
-    decisions: Vec<DecisionView<'a>>,
+    pub(super) policies: Option<PolicyView<'a>>,
+    pub(super) decisions: Vec<DecisionView<'a>>,
 }
 
 fn with_fields(answer: &CheckAnswer<'_>, fields: Vec<(&'static str, String)>) -> Response {
-    let mut response = axum::Json(answer).into_response();
+    let mut response = Response::new(axum::body::Body::from(answer.to_json()));
+    let headers = response.headers_mut();
+    headers.reserve(fields.len() + 1);
+    headers.insert(
+        axum::http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     for (name, value) in fields {
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            response
-                .headers_mut()
-                .append(HeaderName::from_static(name), value);
+        // The field's text becomes its value as it is, without a copy.
+        if let Ok(value) = HeaderValue::try_from(value) {
+            headers.append(HeaderName::from_static(name), value);
         }
     }
     response
@@ -324,7 +391,7 @@ fn build_limits(specs: &[InlineLimit]) -> Result<Vec<Limit>, ApiError> {
     specs
         .iter()
         .enumerate()
-        .map(|(index, spec)| spec.build(index))
+        .map(|(index, spec)| spec.compiled(index))
         .collect()
 }
 

@@ -1,5 +1,6 @@
 //! The HTTP API: the check API, Envoy's `/json`, health, and the OpenAPI document.
 
+mod answer;
 mod charge;
 pub(crate) mod check;
 mod envoy_json;

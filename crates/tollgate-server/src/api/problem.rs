@@ -112,6 +112,11 @@ pub(crate) async fn read_body(
 /// message says where: the position of a syntax error, the field path of a value of the wrong
 /// type (`limits[0].cost: invalid value: integer -1, expected u64`).
 pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // Most bodies are valid: read them without tracking the path, which costs on every field;
+    // only a refused one is read again, for the path its message names.
+    if let Ok(parsed) = serde_json::from_slice(bytes) {
+        return Ok(parsed);
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let parsed = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let path = error.path().to_string();
