@@ -45,4 +45,5 @@ mod service;
 pub use body::RateLimitBody;
 pub use layer::RateLimitLayer;
 pub use request::PeerAddr;
+pub use response::add_fields;
 pub use service::RateLimitService;

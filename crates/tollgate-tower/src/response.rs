@@ -11,10 +11,13 @@ use tollgate::problem::problem_json;
 
 use crate::body::RateLimitBody;
 
-/// Adds `fields` to a response's headers (values that are not valid header text are skipped).
-pub(crate) fn add_fields(headers: &mut http::HeaderMap, fields: Vec<(&'static str, String)>) {
+/// Adds `fields` (as the renderers in `tollgate::headers` give them) to a response's headers;
+/// each value's text becomes the header value without a copy, and values that are not valid
+/// header text are skipped. Every frontend writes its fields with this.
+pub fn add_fields(headers: &mut http::HeaderMap, fields: Vec<(&'static str, String)>) {
+    headers.reserve(fields.len());
     for (name, value) in fields {
-        if let Ok(value) = HeaderValue::from_str(&value) {
+        if let Ok(value) = HeaderValue::try_from(value) {
             headers.append(HeaderName::from_static(name), value);
         }
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use axum::extract::State;
-use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use tollgate::headers::{Answer, LimitView, decision_fields};
@@ -353,17 +353,11 @@ pub(crate) struct CheckAnswer<'a> {
 fn with_fields(answer: &CheckAnswer<'_>, fields: Vec<(&'static str, String)>) -> Response {
     let mut response = Response::new(axum::body::Body::from(answer.to_json()));
     let headers = response.headers_mut();
-    headers.reserve(fields.len() + 1);
     headers.insert(
         axum::http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    for (name, value) in fields {
-        // The field's text becomes its value as it is, without a copy.
-        if let Ok(value) = HeaderValue::try_from(value) {
-            headers.append(HeaderName::from_static(name), value);
-        }
-    }
+    tollgate_tower::add_fields(headers, fields);
     response
 }
 
