@@ -25,6 +25,7 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulConnection;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
@@ -336,57 +337,21 @@ pub async fn serve(
     limits: &ConnectionLimits,
     shutdown: impl Future<Output = ()>,
 ) {
-    let app = app.layer(axum::middleware::from_fn(track_requests)).layer(
-        axum::middleware::from_fn_with_state(
-            HeadLimits {
-                bytes: limits.max_header_bytes,
-                fields: limits.max_header_fields,
-            },
-            limit_head,
-        ),
-    );
+    let app = bounded(app, limits);
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let registry = Arc::new(Registry::new());
     let (stop, stopping) = watch::channel(false);
     // Every connection task holds a sender; when all are gone, the channel closes.
     let (running, mut drained) = mpsc::channel::<()>(1);
-    let stack_head_bytes = limits.stack_head_bytes();
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
-        .max_buf_size(stack_head_bytes.max(8192))
-        .max_headers(limits.stack_header_fields());
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(u32::try_from(stack_head_bytes).unwrap_or(u32::MAX));
+    let builder = connection_builder(limits);
     let header_timeout = limits.header_timeout;
     let mut next_id = 0u64;
     tokio::pin!(shutdown);
     loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // Out of file descriptors, say: wait a moment rather than spin.
-                    tracing::warn!("cannot accept a connection: {error}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        tracing::debug!(%peer, "connection accepted");
-        let permit = match Arc::clone(&permits).try_acquire_owned() {
-            Ok(permit) => permit,
-            Err(_) => {
-                let Some(permit) = make_room(&permits, &registry, peer, &mut shutdown).await else {
-                    break;
-                };
-                permit
-            }
+        let Some((stream, peer, permit)) =
+            next_connection(&listener, &permits, &registry, &mut shutdown).await
+        else {
+            break;
         };
         let _ = stream.set_nodelay(true);
         let local = stream.local_addr().ok().map(LocalAddr);
@@ -418,66 +383,15 @@ pub async fn serve(
             _permit: permit,
             _running: running.clone(),
         };
-        let mut stopping = stopping.clone();
-        let registry_of_task = Arc::clone(&registry);
+        let watch = Watch {
+            peer,
+            tracked,
+            registry: Arc::clone(&registry),
+            header_timeout,
+            stopping: stopping.clone(),
+        };
         tokio::spawn(async move {
-            let mut connection = std::pin::pin!(connection);
-            let grace = CLOSE_GRACE.min(header_timeout);
-            // Since when the connection was asked to close, once it was.
-            let mut closing: Option<Instant> = None;
-            // Idle from the accept: the first head must be complete within the header timeout.
-            // When the deadline comes, a connection with a request under way is looked at again
-            // a timeout later; an idle one is closed if it has been idle that long, else looked
-            // at again when it will have been.
-            let mut deadline = Instant::now() + header_timeout;
-            loop {
-                tokio::select! {
-                    // The connection first: a head that has arrived is read (and its request
-                    // counted) before an expired deadline is looked at.
-                    biased;
-                    result = connection.as_mut() => {
-                        if let Err(error) = result {
-                            tracing::debug!(%peer, "connection ended: {error}");
-                        }
-                        break;
-                    }
-                    () = tokio::time::sleep_until(deadline) => {
-                        let now = Instant::now();
-                        let wait = if closing.is_some() { grace } else { header_timeout };
-                        if tracked.in_flight.load(Ordering::Acquire) > 0 {
-                            deadline = now + wait;
-                            continue;
-                        }
-                        let idle_at = registry_of_task.instant_at(tracked.idle_at.load(Ordering::Relaxed));
-                        let since = closing.map_or(idle_at, |asked| asked.max(idle_at));
-                        if now < since + wait {
-                            deadline = since + wait;
-                            continue;
-                        }
-                        if closing.is_some() {
-                            tracing::debug!(%peer, "connection dropped: it did not close when asked");
-                            break;
-                        }
-                        tracing::debug!(%peer, "closing a connection that sent no request head within {header_timeout:?}");
-                        closing = Some(now);
-                        connection.as_mut().graceful_shutdown();
-                        deadline = now + grace;
-                    }
-                    () = tracked.reclaim.notified(), if closing.is_none() => {
-                        tracing::debug!(%peer, "closing an idle connection to make room for a new one");
-                        let now = Instant::now();
-                        closing = Some(now);
-                        connection.as_mut().graceful_shutdown();
-                        deadline = now + grace;
-                    }
-                    _ = stopping.changed(), if closing.is_none() => {
-                        let now = Instant::now();
-                        closing = Some(now);
-                        connection.as_mut().graceful_shutdown();
-                        deadline = now + grace;
-                    }
-                }
-            }
+            watch.drive(connection).await;
             drop(slot);
         });
     }
@@ -493,6 +407,149 @@ pub async fn serve(
             limits.shutdown_timeout
         );
     }
+}
+
+/// What a connection's task watches besides the connection: its request bookkeeping, the
+/// header timeout, and the server's stop signal.
+struct Watch {
+    peer: std::net::SocketAddr,
+    tracked: Arc<Tracked>,
+    registry: Arc<Registry>,
+    header_timeout: Duration,
+    stopping: watch::Receiver<bool>,
+}
+
+impl Watch {
+    /// Serves `connection` to its end: closed gracefully when idle past the header timeout,
+    /// when asked to make room at the cap, or at shutdown, and dropped if it does not close
+    /// within the grace period.
+    async fn drive<C>(mut self, connection: C)
+    where
+        C: GracefulConnection,
+        C::Error: std::fmt::Display,
+    {
+        let mut connection = std::pin::pin!(connection);
+        let header_timeout = self.header_timeout;
+        let grace = CLOSE_GRACE.min(header_timeout);
+        // Since when the connection was asked to close, once it was.
+        let mut closing: Option<Instant> = None;
+        // Idle from the accept: the first head must be complete within the header timeout.
+        // When the deadline comes, a connection with a request under way is looked at again
+        // a timeout later; an idle one is closed if it has been idle that long, else looked
+        // at again when it will have been.
+        let mut deadline = Instant::now() + header_timeout;
+        loop {
+            tokio::select! {
+                // The connection first: a head that has arrived is read (and its request
+                // counted) before an expired deadline is looked at.
+                biased;
+                result = connection.as_mut() => {
+                    if let Err(error) = result {
+                        tracing::debug!(peer = %self.peer, "connection ended: {error}");
+                    }
+                    break;
+                }
+                () = tokio::time::sleep_until(deadline) => {
+                    let now = Instant::now();
+                    let wait = if closing.is_some() { grace } else { header_timeout };
+                    if self.tracked.in_flight.load(Ordering::Acquire) > 0 {
+                        deadline = now + wait;
+                        continue;
+                    }
+                    let idle_at = self.registry.instant_at(self.tracked.idle_at.load(Ordering::Relaxed));
+                    let since = closing.map_or(idle_at, |asked| asked.max(idle_at));
+                    if now < since + wait {
+                        deadline = since + wait;
+                        continue;
+                    }
+                    if closing.is_some() {
+                        tracing::debug!(peer = %self.peer, "connection dropped: it did not close when asked");
+                        break;
+                    }
+                    tracing::debug!(peer = %self.peer, "closing a connection that sent no request head within {header_timeout:?}");
+                    closing = Some(now);
+                    connection.as_mut().graceful_shutdown();
+                    deadline = now + grace;
+                }
+                () = self.tracked.reclaim.notified(), if closing.is_none() => {
+                    tracing::debug!(peer = %self.peer, "closing an idle connection to make room for a new one");
+                    let now = Instant::now();
+                    closing = Some(now);
+                    connection.as_mut().graceful_shutdown();
+                    deadline = now + grace;
+                }
+                _ = self.stopping.changed(), if closing.is_none() => {
+                    let now = Instant::now();
+                    closing = Some(now);
+                    connection.as_mut().graceful_shutdown();
+                    deadline = now + grace;
+                }
+            }
+        }
+    }
+}
+
+/// The HTTP/1 and HTTP/2 connection builder, with the head bounds and the header timeout.
+fn connection_builder(limits: &ConnectionLimits) -> auto::Builder<TokioExecutor> {
+    let stack_head_bytes = limits.stack_head_bytes();
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(stack_head_bytes.max(8192))
+        .max_headers(limits.stack_header_fields());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(stack_head_bytes).unwrap_or(u32::MAX));
+    builder
+}
+
+/// `app` with the bookkeeping of requests and the bounds on request heads.
+fn bounded(app: Router, limits: &ConnectionLimits) -> Router {
+    app.layer(axum::middleware::from_fn(track_requests)).layer(
+        axum::middleware::from_fn_with_state(
+            HeadLimits {
+                bytes: limits.max_header_bytes,
+                fields: limits.max_header_fields,
+            },
+            limit_head,
+        ),
+    )
+}
+
+/// The next connection and its place under the cap (made by closing an idle connection when
+/// the cap is reached); `None` at shutdown.
+async fn next_connection(
+    listener: &TcpListener,
+    permits: &Arc<Semaphore>,
+    registry: &Registry,
+    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Option<(
+    tokio::net::TcpStream,
+    std::net::SocketAddr,
+    OwnedSemaphorePermit,
+)> {
+    let (stream, peer) = loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => break accepted,
+                Err(error) => {
+                    // Out of file descriptors, say: wait a moment rather than spin.
+                    tracing::warn!("cannot accept a connection: {error}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            () = shutdown.as_mut() => return None,
+        }
+    };
+    tracing::debug!(%peer, "connection accepted");
+    let permit = match Arc::clone(permits).try_acquire_owned() {
+        Ok(permit) => permit,
+        Err(_) => make_room(permits, registry, peer, shutdown).await?,
+    };
+    Some((stream, peer, permit))
 }
 
 /// At the cap: closes the connection idle the longest (once one is idle) and waits for a free
