@@ -347,6 +347,64 @@ impl LimitBuilder {
 
     /// Validates and builds the limit.
     pub fn build(self) -> Result<Limit, LimitError> {
+        if self.name.is_empty() {
+            return Err(LimitError::EmptyName);
+        }
+        if self.quota.count() == 0 {
+            return Err(LimitError::ZeroQuota {
+                name: self.name.to_string(),
+                algorithm: self.algorithm,
+            });
+        }
+        if self.mode.is_some() && self.algorithm != Algorithm::LeakyBucket {
+            return Err(LimitError::ModeNotApplicable {
+                name: self.name.to_string(),
+                algorithm: self.algorithm,
+            });
+        }
+        let shape = if self.algorithm.is_rate() {
+            self.rate_shape()?
+        } else {
+            self.window_shape()?
+        };
+        shape.into_limit()
+    }
+
+    /// A window algorithm's shape: no burst (its capacity is the quota count), no mode.
+    fn window_shape(self) -> Result<Shape, LimitError> {
+        let Self {
+            name,
+            algorithm,
+            quota,
+            burst,
+            lease,
+            ..
+        } = self;
+        if burst.is_some() {
+            return Err(LimitError::BurstNotApplicable {
+                name: name.to_string(),
+                algorithm,
+            });
+        }
+        if algorithm == Algorithm::SlidingLog && quota.count() > MAX_SLIDING_LOG_COUNT {
+            return Err(LimitError::LogTooLarge {
+                name: name.to_string(),
+            });
+        }
+        Ok(Shape {
+            name,
+            algorithm,
+            quota,
+            burst: quota.count(),
+            mode: LeakyMode::Meter,
+            interval: 0,
+            lease,
+        })
+    }
+
+    /// A rate algorithm's shape: the burst (the quota count unless given) and the interval
+    /// between requests must span at most 2^50 us, and a queue's `delay_after` fits the burst.
+    fn rate_shape(self) -> Result<Shape, LimitError> {
         let Self {
             name,
             algorithm,
@@ -355,46 +413,11 @@ impl LimitBuilder {
             mode,
             lease,
         } = self;
-        let owned_name = || name.to_string();
-        if name.is_empty() {
-            return Err(LimitError::EmptyName);
-        }
-        if quota.count() == 0 {
-            return Err(LimitError::ZeroQuota {
-                name: owned_name(),
-                algorithm,
-            });
-        }
-        if mode.is_some() && algorithm != Algorithm::LeakyBucket {
-            return Err(LimitError::ModeNotApplicable {
-                name: owned_name(),
-                algorithm,
-            });
-        }
-        if !algorithm.is_rate() {
-            if burst.is_some() {
-                return Err(LimitError::BurstNotApplicable {
-                    name: owned_name(),
-                    algorithm,
-                });
-            }
-            if algorithm == Algorithm::SlidingLog && quota.count() > MAX_SLIDING_LOG_COUNT {
-                return Err(LimitError::LogTooLarge { name: owned_name() });
-            }
-            return Shape {
-                name,
-                algorithm,
-                quota,
-                burst: quota.count(),
-                mode: LeakyMode::Meter,
-                interval: 0,
-                lease,
-            }
-            .into_limit();
-        }
         let burst = burst.unwrap_or(quota.count());
         if burst == 0 {
-            return Err(LimitError::ZeroBurst { name: owned_name() });
+            return Err(LimitError::ZeroBurst {
+                name: name.to_string(),
+            });
         }
         let interval = quota.period_micros().div_ceil(quota.count());
         if burst
@@ -402,7 +425,7 @@ impl LimitBuilder {
             .is_none_or(|span| span > MAX_TOLERANCE_MICROS)
         {
             return Err(LimitError::Overflow {
-                name: owned_name(),
+                name: name.to_string(),
                 burst,
                 interval,
             });
@@ -412,12 +435,12 @@ impl LimitBuilder {
             && (delay_after == 0 || delay_after > burst)
         {
             return Err(LimitError::DelayAfterOutOfRange {
-                name: owned_name(),
+                name: name.to_string(),
                 burst,
                 delay_after,
             });
         }
-        Shape {
+        Ok(Shape {
             name,
             algorithm,
             quota,
@@ -425,8 +448,7 @@ impl LimitBuilder {
             mode,
             interval,
             lease,
-        }
-        .into_limit()
+        })
     }
 }
 
