@@ -13,8 +13,9 @@ mod shard;
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
+use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use self::shard::Shard;
@@ -123,10 +124,10 @@ impl MemoryStoreBuilder {
     }
 }
 
+/// Locks a shard. The lock does not poison: a panic while holding a shard cannot leave a
+/// half-written state (writes are single assignments), so the shard stays sound.
 fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
-    // A panic while holding a shard cannot leave a half-written state (writes are single
-    // assignments), so a poisoned shard is still sound.
-    shard.lock().unwrap_or_else(PoisonError::into_inner)
+    shard.lock()
 }
 
 /// The shards a check touches, locked in ascending order.
