@@ -10,15 +10,15 @@
 //! Entries whose state is as good as fresh expire and are removed as they are met.
 
 mod shard;
+mod siphash;
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use self::shard::Shard;
+use self::siphash::SipKey;
 use super::{Store, StoreError};
 use crate::algorithm::{Adjustment, State};
 use crate::check::{Check, Item, Verdict};
@@ -40,7 +40,7 @@ struct Padded<T>(T);
 /// The in-process store.
 pub struct MemoryStore {
     shards: Box<[Padded<Mutex<Shard>>]>,
-    hash_keys: RandomState,
+    hash_key: SipKey,
     clock: Arc<dyn Clock>,
 }
 
@@ -112,13 +112,13 @@ impl MemoryStoreBuilder {
             .clamp(1, self.max_keys.max(1))
             .next_power_of_two();
         let per_shard = self.max_keys.max(1).div_ceil(shards);
-        let hash_keys = RandomState::new();
+        let hash_key = SipKey::random();
         let shards = (0..shards)
             .map(|index| Padded(Mutex::new(Shard::new(per_shard, index as u64))))
             .collect();
         MemoryStore {
             shards,
-            hash_keys,
+            hash_key,
             clock: self.clock,
         }
     }
@@ -202,9 +202,7 @@ impl MemoryStore {
     /// of about 3 in 10^8.
     #[inline]
     fn key_hash(&self, key: &str) -> u64 {
-        let mut hasher = self.hash_keys.build_hasher();
-        hasher.write(key.as_bytes());
-        hasher.finish()
+        self.hash_key.hash(key.as_bytes())
     }
 
     /// The slot of (key, limit): the key's hash and the limit's id through a bijective mixer
