@@ -181,6 +181,7 @@ pub trait Transition {
 
 /// The decision a state (already brought forward, and already charged if `allowed`) gives a
 /// request of `cost`.
+#[inline(always)]
 fn describe<T: Transition + ?Sized>(
     state: &T::State,
     limit: &Limit,

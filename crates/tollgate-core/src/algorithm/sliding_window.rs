@@ -135,6 +135,17 @@ fn first_admitting(
     (found < period).then_some(found)
 }
 
+/// When a request of `cost` that does not fit in the current window is admitted: in the next
+/// window, where the current count becomes the weighted one, or in the one after.
+#[cold]
+fn after_this_window(state: &State, limit: &Limit, cost: u64) -> Micros {
+    let period = limit.period();
+    match first_admitting(limit, state.current, 0, 0, cost) {
+        Some(found) => state.start + period + found,
+        None => state.start + 2 * period,
+    }
+}
+
 impl Transition for SlidingWindow {
     type State = State;
 
@@ -213,16 +224,10 @@ impl Transition for SlidingWindow {
         if cost > limit.count() {
             return None;
         }
-        let period = limit.period();
         let elapsed = now.saturating_sub(state.start);
-        let at = if let Some(found) =
-            first_admitting(limit, state.previous, state.current, elapsed, cost)
-        {
-            state.start + found
-        } else if let Some(found) = first_admitting(limit, state.current, 0, 0, cost) {
-            state.start + period + found
-        } else {
-            state.start + 2 * period
+        let at = match first_admitting(limit, state.previous, state.current, elapsed, cost) {
+            Some(found) => state.start + found,
+            None => after_this_window(state, limit, cost),
         };
         Some(at.saturating_sub(now))
     }
