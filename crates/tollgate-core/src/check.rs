@@ -191,14 +191,20 @@ impl<'a> Check<'a> {
 
     /// Checks the sizes that come from outside (item count, key length, cost), and that one
     /// name on one key stands for one limit.
+    #[inline]
     pub fn validate(&self) -> Result<(), CheckError> {
+        let items = self.items.as_slice();
         let sound = |item: &Item<'_>| {
-            !item.key.is_empty() && item.key.len() <= MAX_KEY_BYTES && item.cost <= MAX_COST
+            (1..=MAX_KEY_BYTES).contains(&item.key.len()) && item.cost <= MAX_COST
         };
-        if self.items.len() <= MAX_ITEMS && self.items.iter().all(sound) {
-            return self.names_are_unambiguous();
+        match items {
+            // The common check of one limit: no names to compare.
+            [item] if sound(item) => Ok(()),
+            _ if items.len() <= MAX_ITEMS && items.iter().all(sound) => {
+                self.names_are_unambiguous()
+            }
+            _ => self.explain(),
         }
-        self.explain()
     }
 
     fn names_are_unambiguous(&self) -> Result<(), CheckError> {
@@ -223,6 +229,7 @@ impl<'a> Check<'a> {
     }
 
     /// Finds the first problem `validate` saw and says what and where.
+    #[cold]
     fn explain(&self) -> Result<(), CheckError> {
         if self.items.len() > MAX_ITEMS {
             return Err(CheckError::TooManyItems(self.items.len()));

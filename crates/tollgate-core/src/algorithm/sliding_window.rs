@@ -8,7 +8,10 @@
 //!
 //! The weighting uses IEEE doubles, evaluated in exactly the same order as in the Lua script,
 //! so both stores agree to the bit. [`fits`] is the one predicate; `remaining` and
-//! `wait_for` search it, so they can never disagree with it.
+//! `wait_for` search it, so they can never disagree with it. The searches start from the
+//! solved inequality, which is right or one off, and bracket then bisect when it is not, so a
+//! check costs a handful of evaluations; the Lua script walks from the same start one step at a
+//! time and finds the same answer, the predicate being monotone.
 
 use super::{Transition, window_start};
 use crate::clock::Micros;
@@ -29,21 +32,79 @@ pub struct State {
     pub current: u64,
 }
 
+/// `n` as a double. Every count and time here is below 2^53 (quotas and periods are capped for
+/// Lua's sake), so the conversion is exact; going through `i64` takes one instruction where
+/// `u64` takes several.
+fn float(n: u64) -> f64 {
+    debug_assert!(n < 1 << 53);
+    n as i64 as f64
+}
+
+/// `x` truncated to a whole number, negatives (and NaN) as 0: a starting guess for a search.
+fn whole(x: f64) -> u64 {
+    (x as i64).max(0) as u64
+}
+
 /// The previous window's count weighted by how much of it the sliding window still covers,
 /// `elapsed` into the current window.
 fn weighted(limit: &Limit, previous: u64, elapsed: Micros) -> f64 {
     let period = limit.period();
-    previous as f64 * (period - elapsed) as f64 / period as f64
+    float(previous) * float(period - elapsed) / float(period)
 }
 
 /// The one predicate: whether `current` and `cost` fit beside the `weighted` previous count.
 fn fits(limit: &Limit, weighted: f64, current: u64, cost: u64) -> bool {
-    weighted + (current + cost) as f64 <= limit.count() as f64
+    weighted + float(current + cost) <= float(limit.count())
+}
+
+/// The least `x` in `lo..=hi` at which `holds` is true, for a `holds` that is monotone over the
+/// range (false, then true) and is taken to be true at `hi`. The search starts at `guess`,
+/// steps away from it by doubling strides until the answer is bracketed, then bisects: two
+/// evaluations when the guess is right or one off, a few dozen at worst.
+fn least(lo: u64, hi: u64, guess: u64, holds: impl Fn(u64) -> bool) -> u64 {
+    let holds = |x: u64| x >= hi || holds(x);
+    let guess = guess.clamp(lo, hi);
+    let mut stride: u64 = 1;
+    // `holds(above)`, and `!holds(below)` unless the answer is `lo`.
+    let (mut below, mut above) = if holds(guess) {
+        let mut above = guess;
+        loop {
+            if above == lo {
+                return lo;
+            }
+            let probe = above.saturating_sub(stride).max(lo);
+            if !holds(probe) {
+                break (probe, above);
+            }
+            above = probe;
+            stride = stride.saturating_mul(2);
+        }
+    } else {
+        let mut below = guess;
+        loop {
+            let probe = below.saturating_add(stride).min(hi);
+            if holds(probe) {
+                break (below, probe);
+            }
+            below = probe;
+            stride = stride.saturating_mul(2);
+        }
+    };
+    while above - below > 1 {
+        let middle = below + (above - below) / 2;
+        if holds(middle) {
+            above = middle;
+        } else {
+            below = middle;
+        }
+    }
+    above
 }
 
 /// The first elapsed time in `from..period` at which [`fits`] holds for `previous` weighted at
 /// that time, if any. The guess from solving the inequality is corrected by walking the
 /// (monotone) predicate itself, so the answer is exactly the predicate's.
+#[inline]
 fn first_admitting(
     limit: &Limit,
     previous: u64,
@@ -52,7 +113,7 @@ fn first_admitting(
     cost: u64,
 ) -> Option<Micros> {
     let period = limit.period();
-    let room = limit.count() as f64 - (current + cost) as f64;
+    let room = float(limit.count()) - float(current + cost);
     if room < 0.0 {
         return None;
     }
@@ -60,23 +121,29 @@ fn first_admitting(
         return Some(from);
     }
     let (previous_f, period_f, used_f, count_f) = (
-        previous as f64,
-        period as f64,
-        (current + cost) as f64,
-        limit.count() as f64,
+        float(previous),
+        float(period),
+        float(current + cost),
+        float(limit.count()),
     );
-    // Exactly `fits(weighted(elapsed))`, with the conversions hoisted out of the walk.
+    // Exactly `fits(weighted(elapsed))`, with the conversions hoisted out of the search.
     let holds =
-        |elapsed: Micros| previous_f * (period - elapsed) as f64 / period_f + used_f <= count_f;
-    let solved = (period_f - room * period_f / previous_f).ceil();
-    let mut guess = (solved.max(from as f64) as Micros).min(period);
-    while guess > from && holds(guess - 1) {
-        guess -= 1;
+        |elapsed: Micros| previous_f * float(period - elapsed) / period_f + used_f <= count_f;
+    // The inequality solved for `elapsed`, truncated: the answer or one below it.
+    let solved = whole(period_f - room * period_f / previous_f);
+    let found = least(from, period, solved, holds);
+    (found < period).then_some(found)
+}
+
+/// When a request of `cost` that does not fit in the current window is admitted: in the next
+/// window, where the current count becomes the weighted one, or in the one after.
+#[cold]
+fn after_this_window(state: &State, limit: &Limit, cost: u64) -> Micros {
+    let period = limit.period();
+    match first_admitting(limit, state.current, 0, 0, cost) {
+        Some(found) => state.start + period + found,
+        None => state.start + 2 * period,
     }
-    while guess < period && !holds(guess) {
-        guess += 1;
-    }
-    (guess < period).then_some(guess)
 }
 
 impl Transition for SlidingWindow {
@@ -130,17 +197,16 @@ impl Transition for SlidingWindow {
         }
     }
 
+    #[inline]
     fn remaining(state: &State, limit: &Limit, now: Micros) -> u64 {
         let weighted = weighted(limit, state.previous, now.saturating_sub(state.start));
-        let estimate = (limit.count() as f64 - (weighted + state.current as f64)).floor();
-        let mut guess = (estimate.max(0.0) as u64).min(limit.count().saturating_sub(state.current));
-        while guess > 0 && !fits(limit, weighted, state.current, guess) {
-            guess -= 1;
-        }
-        while guess < limit.count() && fits(limit, weighted, state.current, guess + 1) {
-            guess += 1;
-        }
-        guess
+        let count = limit.count();
+        let estimate = whole(float(count) - (weighted + float(state.current)));
+        let guess = estimate.min(count.saturating_sub(state.current));
+        // The most that fits, up to the count; 0 when nothing does.
+        least(0, count, guess, |units| {
+            !fits(limit, weighted, state.current, units + 1)
+        })
     }
 
     fn reset_after(state: &State, limit: &Limit, now: Micros) -> Micros {
@@ -158,16 +224,10 @@ impl Transition for SlidingWindow {
         if cost > limit.count() {
             return None;
         }
-        let period = limit.period();
         let elapsed = now.saturating_sub(state.start);
-        let at = if let Some(found) =
-            first_admitting(limit, state.previous, state.current, elapsed, cost)
-        {
-            state.start + found
-        } else if let Some(found) = first_admitting(limit, state.current, 0, 0, cost) {
-            state.start + period + found
-        } else {
-            state.start + 2 * period
+        let at = match first_admitting(limit, state.previous, state.current, elapsed, cost) {
+            Some(found) => state.start + found,
+            None => after_this_window(state, limit, cost),
         };
         Some(at.saturating_sub(now))
     }
@@ -175,8 +235,104 @@ impl Transition for SlidingWindow {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use crate::algorithm::Algorithm;
     use crate::testing::Run;
+
+    #[test]
+    fn least_finds_what_a_walk_finds_from_any_guess() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        for _ in 0..20_000 {
+            let lo = rng.u64(0..1_000);
+            let hi = lo + rng.u64(0..1_000);
+            let threshold = rng.u64(0..hi + 10);
+            let guess = rng.u64(0..hi + 10);
+            let expected = (lo..hi).find(|&x| x >= threshold).unwrap_or(hi);
+            assert_eq!(
+                least(lo, hi, guess, |x| x >= threshold),
+                expected,
+                "lo {lo} hi {hi} threshold {threshold} guess {guess}"
+            );
+        }
+    }
+
+    /// `remaining` and `first_admitting` as the Lua script computes them: a walk one step at a
+    /// time from the solved guess.
+    fn walked_remaining(state: &State, limit: &Limit, now: Micros) -> u64 {
+        let weighted = weighted(limit, state.previous, now.saturating_sub(state.start));
+        let estimate = (limit.count() as f64 - (weighted + state.current as f64)).floor();
+        let mut guess = (estimate.max(0.0) as u64).min(limit.count().saturating_sub(state.current));
+        while guess > 0 && !fits(limit, weighted, state.current, guess) {
+            guess -= 1;
+        }
+        while guess < limit.count() && fits(limit, weighted, state.current, guess + 1) {
+            guess += 1;
+        }
+        guess
+    }
+
+    fn walked_first_admitting(
+        limit: &Limit,
+        previous: u64,
+        current: u64,
+        from: Micros,
+        cost: u64,
+    ) -> Option<Micros> {
+        let period = limit.period();
+        let room = limit.count() as f64 - (current + cost) as f64;
+        if room < 0.0 {
+            return None;
+        }
+        if previous == 0 {
+            return Some(from);
+        }
+        let holds = |elapsed: Micros| {
+            previous as f64 * (period - elapsed) as f64 / period as f64 + (current + cost) as f64
+                <= limit.count() as f64
+        };
+        let solved = (period as f64 - room * period as f64 / previous as f64).ceil();
+        let mut guess = (solved.max(from as f64) as Micros).min(period);
+        while guess > from && holds(guess - 1) {
+            guess -= 1;
+        }
+        while guess < period && !holds(guess) {
+            guess += 1;
+        }
+        (guess < period).then_some(guess)
+    }
+
+    #[test]
+    fn searches_agree_with_the_lua_walk() {
+        let mut rng = fastrand::Rng::with_seed(11);
+        for _ in 0..20_000 {
+            let count = rng.u64(1..2_000);
+            let period = if rng.bool() {
+                rng.u64(1..5_000_000)
+            } else {
+                rng.u64(1..=crate::MAX_PERIOD_MICROS)
+            };
+            let quota = crate::Quota::new(count, std::time::Duration::from_micros(period)).unwrap();
+            let limit = Limit::new("w", Algorithm::SlidingWindow, quota).unwrap();
+            let state = State {
+                start: rng.u64(period..4_000_000_000_000_000) / period * period,
+                previous: rng.u64(0..=2 * count),
+                current: rng.u64(0..=2 * count),
+            };
+            let now = state.start + rng.u64(0..period);
+            let from = now - state.start;
+            let cost = rng.u64(0..=count + 1);
+            assert_eq!(
+                SlidingWindow::remaining(&state, &limit, now),
+                walked_remaining(&state, &limit, now),
+                "{state:?} {limit} at {now}"
+            );
+            assert_eq!(
+                first_admitting(&limit, state.previous, state.current, from, cost),
+                walked_first_admitting(&limit, state.previous, state.current, from, cost),
+                "{state:?} {limit} from {from} cost {cost}"
+            );
+        }
+    }
 
     #[test]
     fn weights_the_previous_window_by_its_overlap() {

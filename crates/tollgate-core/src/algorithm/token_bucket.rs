@@ -20,8 +20,10 @@ pub struct State {
     pub last: Micros,
 }
 
+/// The capacity as a signed count of tokens: exact, since a limit's burst times its interval
+/// stays below 2^50.
 fn capacity(limit: &Limit) -> i64 {
-    i64::try_from(limit.capacity()).unwrap_or(i64::MAX)
+    limit.capacity() as i64
 }
 
 impl Transition for TokenBucket {
@@ -59,8 +61,10 @@ impl Transition for TokenBucket {
     }
 
     fn consume(state: &mut State, limit: &Limit, _now: Micros, cost: u64) {
-        let cost = i64::try_from(cost).unwrap_or(i64::MAX);
-        state.tokens = state.tokens.saturating_sub(cost).max(-capacity(limit));
+        state.tokens = state
+            .tokens
+            .saturating_sub_unsigned(cost)
+            .max(-capacity(limit));
     }
 
     fn refund(state: &mut State, limit: &Limit, now: Micros, amount: u64, charged_at: Micros) {

@@ -10,15 +10,15 @@
 //! Entries whose state is as good as fresh expire and are removed as they are met.
 
 mod shard;
+mod siphash;
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
+use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use self::shard::Shard;
+use self::siphash::SipKey;
 use super::{Store, StoreError};
 use crate::algorithm::{Adjustment, State};
 use crate::check::{Check, Item, Verdict};
@@ -40,9 +40,8 @@ struct Padded<T>(T);
 /// The in-process store.
 pub struct MemoryStore {
     shards: Box<[Padded<Mutex<Shard>>]>,
-    hash_keys: RandomState,
+    hash_key: SipKey,
     clock: Arc<dyn Clock>,
-    evictions: AtomicU64,
 }
 
 impl std::fmt::Debug for MemoryStoreBuilder {
@@ -58,7 +57,6 @@ impl std::fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryStore")
             .field("shards", &self.shards.len())
-            .field("evictions", &self.evictions)
             .finish_non_exhaustive()
     }
 }
@@ -114,23 +112,22 @@ impl MemoryStoreBuilder {
             .clamp(1, self.max_keys.max(1))
             .next_power_of_two();
         let per_shard = self.max_keys.max(1).div_ceil(shards);
-        let hash_keys = RandomState::new();
+        let hash_key = SipKey::random();
         let shards = (0..shards)
             .map(|index| Padded(Mutex::new(Shard::new(per_shard, index as u64))))
             .collect();
         MemoryStore {
             shards,
-            hash_keys,
+            hash_key,
             clock: self.clock,
-            evictions: AtomicU64::new(0),
         }
     }
 }
 
+/// Locks a shard. The lock does not poison: a panic while holding a shard cannot leave a
+/// half-written state (writes are single assignments), so the shard stays sound.
 fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
-    // A panic while holding a shard cannot leave a half-written state (writes are single
-    // assignments), so a poisoned shard is still sound.
-    shard.lock().unwrap_or_else(PoisonError::into_inner)
+    shard.lock()
 }
 
 /// The shards a check touches, locked in ascending order.
@@ -203,10 +200,9 @@ impl MemoryStore {
     /// with random keys that never leave the process: aiming one key at another's state means
     /// guessing among 2^64 values, and accidental collisions among a million keys have a chance
     /// of about 3 in 10^8.
+    #[inline]
     fn key_hash(&self, key: &str) -> u64 {
-        let mut hasher = self.hash_keys.build_hasher();
-        hasher.write(key.as_bytes());
-        hasher.finish()
+        self.hash_key.hash(key.as_bytes())
     }
 
     /// The slot of (key, limit): the key's hash and the limit's id through a bijective mixer
@@ -287,7 +283,6 @@ impl MemoryStore {
     /// Puts states back after a check or an adjustment. States that are as good as fresh
     /// leave; new keys are added only when `admitted` and something was counted.
     fn put_back(&self, gathered: &mut Gathered<'_, '_>, admitted: bool, now: Micros) {
-        let mut evicted = 0;
         for w in &mut gathered.work {
             let Some(state) = w.state.take() else {
                 continue;
@@ -295,11 +290,8 @@ impl MemoryStore {
             if w.existed || (admitted && w.cost > 0) {
                 let expires_at = now + state.reset_after(w.limit, now);
                 let shard = gathered.locked.shard(self.shard_of(w.slot));
-                evicted += u64::from(shard.put(w.slot, state, expires_at, now));
+                shard.put(w.slot, state, expires_at, now);
             }
-        }
-        if evicted > 0 {
-            self.evictions.fetch_add(evicted, Ordering::Relaxed);
         }
     }
 
@@ -311,15 +303,17 @@ impl MemoryStore {
         check.validate()?;
         if let [item] = check.items() {
             let slot = Self::slot_of(self.key_hash(&item.key), item.limit);
-            let mut shard = lock(&self.shards[self.shard_of(slot)].0);
-            let (decision, evicted) = shard.decide_one(slot, item.limit, item.cost, now);
-            drop(shard);
-            if evicted {
-                self.evictions.fetch_add(1, Ordering::Relaxed);
-            }
+            let decision = lock(&self.shards[self.shard_of(slot)].0)
+                .decide_one(slot, item.limit, item.cost, now);
             return Ok(Verdict::single(now, decision));
         }
-        let mut gathered = self.gather(check.items(), now);
+        Ok(self.decide_many(check.items(), now))
+    }
+
+    /// [`MemoryStore::decide`] for a validated check of any number of items.
+    #[inline(never)]
+    fn decide_many(&self, items: &[Item<'_>], now: Micros) -> Verdict {
+        let mut gathered = self.gather(items, now);
         let admitted = gathered.work.iter().all(|w| w.admits(now));
         let decisions: SmallVec<[Decision; 2]> = gathered
             .work
@@ -335,13 +329,13 @@ impl MemoryStore {
             })
             .collect();
         self.put_back(&mut gathered, admitted, now);
-        Ok(Verdict::from_decisions(
+        Verdict::from_decisions(
             now,
             gathered
                 .positions
                 .iter()
                 .map(|&position| decisions[position]),
-        ))
+        )
     }
 
     /// Refunds or charges each item of `check` by its cost at `now`, as `adjustments` (one per
@@ -399,15 +393,18 @@ impl MemoryStore {
 
     /// What the store holds.
     pub fn stats(&self) -> MemoryStats {
-        let (keys, heap_bytes) = self.shards.iter().fold((0, 0), |(keys, bytes), shard| {
+        let mut stats = MemoryStats {
+            keys: 0,
+            evictions: 0,
+            heap_bytes: 0,
+        };
+        for shard in &self.shards {
             let shard = lock(&shard.0);
-            (keys + shard.slots.len(), bytes + shard.heap_bytes())
-        });
-        MemoryStats {
-            keys,
-            evictions: self.evictions.load(Ordering::Relaxed),
-            heap_bytes,
+            stats.keys += shard.slots.len();
+            stats.evictions += shard.evictions;
+            stats.heap_bytes += shard.heap_bytes();
         }
+        stats
     }
 }
 

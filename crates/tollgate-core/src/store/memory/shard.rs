@@ -53,6 +53,8 @@ pub(super) struct Shard {
     pub(super) slots: IndexMap<u64, Slot, BuildHasherDefault<PrehashedHasher>>,
     capacity: usize,
     rng: fastrand::Rng,
+    /// Live entries evicted to make room, counted under the shard's lock.
+    pub(super) evictions: u64,
 }
 
 impl Shard {
@@ -61,6 +63,7 @@ impl Shard {
             slots: IndexMap::default(),
             capacity,
             rng: fastrand::Rng::with_seed(seed),
+            evictions: 0,
         }
     }
 
@@ -69,32 +72,36 @@ impl Shard {
     }
 
     /// Decides one (key, limit) in place: the hot path of single-limit checks, one lookup and
-    /// no copies. Returns the decision and whether a live entry was evicted to make room.
+    /// no copies.
     pub(super) fn decide_one(
         &mut self,
         slot: u64,
         limit: &Limit,
         cost: u64,
         now: Micros,
-    ) -> (Decision, bool) {
-        let Some(index) = self.slots.get_index_of(&slot) else {
-            let mut state = State::fresh(limit, now);
-            let decision = decide_in_place(&mut state, limit, cost, now);
-            let evicted = decision.allowed()
-                && cost > 0
-                && self.put(slot, state, now + decision.reset_after_micros(), now);
-            return (decision, evicted);
+    ) -> Decision {
+        let Some((index, _, entry)) = self.slots.get_full_mut(&slot) else {
+            return self.decide_new(slot, limit, cost, now);
         };
-        let entry = &mut self.slots[index];
-        entry.state.bring_forward(limit, now);
-        let decision = decide_in_place(&mut entry.state, limit, cost, now);
+        let decision = entry.state.step(limit, now, cost);
         let reset_after = decision.reset_after_micros();
         if reset_after == 0 {
             self.slots.swap_remove_index(index);
         } else {
             entry.expires_at = now + reset_after;
         }
-        (decision, false)
+        decision
+    }
+
+    /// [`Shard::decide_one`] for a (key, limit) the shard does not hold.
+    #[cold]
+    fn decide_new(&mut self, slot: u64, limit: &Limit, cost: u64, now: Micros) -> Decision {
+        let mut state = State::fresh(limit, now);
+        let decision = decide_in_place(&mut state, limit, cost, now);
+        if decision.allowed() && cost > 0 {
+            self.put(slot, state, now + decision.reset_after_micros(), now);
+        }
+        decision
     }
 
     /// Moves a state out for the length of a check, leaving a placeholder that only the lock
@@ -106,20 +113,21 @@ impl Shard {
             .map(|slot| std::mem::replace(&mut slot.state, placeholder))
     }
 
-    /// Stores a state; returns whether a live entry had to be evicted to make room.
-    pub(super) fn put(&mut self, slot: u64, state: State, expires_at: Micros, now: Micros) -> bool {
+    /// Stores a state, evicting an entry to make room if the shard is full.
+    pub(super) fn put(&mut self, slot: u64, state: State, expires_at: Micros, now: Micros) {
         if expires_at <= now {
             self.slots.swap_remove(&slot);
-            return false;
+            return;
         }
         if let Some(existing) = self.slots.get_mut(&slot) {
             *existing = Slot { state, expires_at };
-            return false;
+            return;
         }
         self.expire_sample(now);
-        let evicted = self.slots.len() >= self.capacity && self.evict_one(now);
+        if self.slots.len() >= self.capacity && self.evict_one(now) {
+            self.evictions += 1;
+        }
         self.slots.insert(slot, Slot { state, expires_at });
-        evicted
     }
 
     /// Removes a random entry if it has expired, so idle keys leave even without eviction.
