@@ -2,6 +2,12 @@
 //! `RandomState` computes for `write(bytes)` then `finish()`, without the streaming state a
 //! `Hasher` keeps between writes (a pending tail, a byte count), which a key hashed whole does
 //! not need.
+//!
+//! Written here rather than taken from the siphasher crate because the one-pass form is what
+//! keeps a memory-store check within governor's instruction count: with siphasher's one-shot
+//! `hash`, `N=20000 scripts/instructions` measured GCRA 362 and token bucket 382 instructions
+//! per check against 351 and 364 with this one (governor: 362). The tests pin it to the standard
+//! library's SipHash for every length up to 64 bytes, keyed and unkeyed.
 
 use std::hash::BuildHasher;
 
