@@ -189,6 +189,19 @@ impl<'a> Check<'a> {
         Ok(())
     }
 
+    /// The adjustment of a gathered entry. Stores gather a check's items by (key, limit): a pair
+    /// listed twice is one entry whose cost is the sum of its listings' costs, and the
+    /// adjustment of its first listing stands for it. `positions[i]` is the entry item `i` was
+    /// gathered into; `adjustments` holds one adjustment per item.
+    pub fn gathered_adjustment<P: PartialEq + Copy>(
+        positions: &[P],
+        entry: P,
+        adjustments: &[crate::Adjustment],
+    ) -> crate::Adjustment {
+        let first = positions.iter().position(|&p| p == entry).unwrap_or(0);
+        adjustments[first]
+    }
+
     /// Checks the sizes that come from outside (item count, key length, cost), and that one
     /// name on one key stands for one limit.
     #[inline]

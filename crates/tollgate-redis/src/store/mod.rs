@@ -433,13 +433,7 @@ impl Store for RedisStore {
         let (parts, positions) = self.plan(check);
         for (index, (_, part)) in parts.iter().enumerate() {
             let part_adjustments: Vec<Adjustment> = (0..part.items.len())
-                .map(|item| {
-                    let first = positions
-                        .iter()
-                        .position(|&p| p == (index, item))
-                        .unwrap_or(0);
-                    adjustments[first]
-                })
+                .map(|item| Check::gathered_adjustment(&positions, (index, item), adjustments))
                 .collect();
             self.adjust_part(part, &part_adjustments, at).await?;
         }

@@ -350,13 +350,7 @@ impl MemoryStore {
         let mut gathered = self.gather(check.items(), now);
         let mut charged = false;
         for (w, position) in gathered.work.iter_mut().zip(0..) {
-            // A pair listed twice was merged; its first listing's adjustment stands for both.
-            let first = gathered
-                .positions
-                .iter()
-                .position(|&p| p == position)
-                .unwrap_or(0);
-            let adjustment = adjustments[first];
+            let adjustment = Check::gathered_adjustment(&gathered.positions, position, adjustments);
             charged |= adjustment == Adjustment::Charge;
             if let Some(state) = w.state.as_mut() {
                 state.adjust(w.limit, now, adjustment, w.cost);
