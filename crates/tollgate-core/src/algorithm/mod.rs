@@ -339,12 +339,9 @@ impl State {
 /// Decides a request of `cost` under `limit` without touching `stored`: the decision, and the
 /// state to keep if the request is admitted.
 pub fn step(stored: Option<&State>, limit: &Limit, now: Micros, cost: u64) -> (Decision, State) {
-    let mut state = State::current(stored.cloned(), limit, now);
-    let allowed = state.admits(limit, now, cost);
-    if allowed {
-        state.consume(limit, now, cost);
-    }
-    (state.describe(limit, now, cost, allowed), state)
+    let mut state = stored.cloned().unwrap_or_else(|| State::fresh(limit, now));
+    let decision = state.step(limit, now, cost);
+    (decision, state)
 }
 
 /// Describes what a request of `cost` would get under `limit`, without counting it.

@@ -9,15 +9,6 @@ use crate::clock::Micros;
 use crate::decision::Decision;
 use crate::limit::Limit;
 
-/// Admits and counts `cost` if it fits; the state must already be brought forward.
-fn decide_in_place(state: &mut State, limit: &Limit, cost: u64, now: Micros) -> Decision {
-    let allowed = state.admits(limit, now, cost);
-    if allowed {
-        state.consume(limit, now, cost);
-    }
-    state.describe(limit, now, cost, allowed)
-}
-
 /// How many entries eviction looks at to choose one.
 const EVICTION_SAMPLES: usize = 5;
 
@@ -97,7 +88,7 @@ impl Shard {
     #[cold]
     fn decide_new(&mut self, slot: u64, limit: &Limit, cost: u64, now: Micros) -> Decision {
         let mut state = State::fresh(limit, now);
-        let decision = decide_in_place(&mut state, limit, cost, now);
+        let decision = state.step(limit, now, cost);
         if decision.allowed() && cost > 0 {
             self.put(slot, state, now + decision.reset_after_micros(), now);
         }
