@@ -2,6 +2,7 @@
 //! the hop-by-hop fields (RFC 9110 §7.6.1), which belong to each connection, and the
 //! `X-Forwarded-*` fields, which tell the upstream who asked.
 
+use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use axum::extract::ConnectInfo;
 use axum::http::uri::{Authority, PathAndQuery, Scheme};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Uri, header};
 use axum::response::IntoResponse;
+use bytes::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -60,12 +62,19 @@ impl Upstream {
 
     /// The upstream's URI for a request's path and query.
     fn uri_for(&self, path_and_query: Option<&PathAndQuery>) -> Result<Uri, axum::http::Error> {
-        let tail = path_and_query.map_or("/", PathAndQuery::as_str);
-        Uri::builder()
-            .scheme(Scheme::HTTP)
-            .authority(self.authority.clone())
-            .path_and_query(format!("{}{tail}", self.base_path))
-            .build()
+        let path_and_query = match path_and_query {
+            // Without a base path the request's own path and query go as they are.
+            Some(path_and_query) if self.base_path.is_empty() => path_and_query.clone(),
+            _ => {
+                let tail = path_and_query.map_or("/", PathAndQuery::as_str);
+                PathAndQuery::try_from(format!("{}{tail}", self.base_path))?
+            }
+        };
+        let mut parts = axum::http::uri::Parts::default();
+        parts.scheme = Some(Scheme::HTTP);
+        parts.authority = Some(self.authority.clone());
+        parts.path_and_query = Some(path_and_query);
+        Ok(Uri::from_parts(parts)?)
     }
 }
 
@@ -90,6 +99,13 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 /// Removes the hop-by-hop fields, and those the `Connection` field names. `TE: trailers` is
 /// kept when `keep_te_trailers`, as gRPC needs it to reach the upstream.
 fn strip_hop_by_hop(headers: &mut HeaderMap, keep_te_trailers: bool) {
+    // Most messages carry none of them: one look at the names, and nothing else to do.
+    if !headers
+        .keys()
+        .any(|name| name == header::TE || HOP_BY_HOP.contains(name))
+    {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -114,6 +130,10 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, keep_te_trailers: bool) {
     }
 }
 
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
 /// Appends the client to `X-Forwarded-For` and records the original host and scheme.
 fn add_forwarded(
     headers: &mut HeaderMap,
@@ -121,19 +141,24 @@ fn add_forwarded(
     original_host: Option<HeaderValue>,
 ) {
     if let Some(peer) = peer {
-        let ip = peer.ip().to_canonical().to_string();
-        let chain = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-            Some(earlier) if !earlier.trim().is_empty() => format!("{earlier}, {ip}"),
-            _ => ip,
-        };
-        if let Ok(value) = HeaderValue::from_str(&chain) {
-            headers.insert("x-forwarded-for", value);
+        let mut chain = String::with_capacity(64);
+        if let Some(earlier) = headers
+            .get(X_FORWARDED_FOR)
+            .and_then(|v| v.to_str().ok())
+            .filter(|earlier| !earlier.trim().is_empty())
+        {
+            chain.push_str(earlier);
+            chain.push_str(", ");
+        }
+        let _ = write!(chain, "{}", peer.ip().to_canonical());
+        if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(chain)) {
+            headers.insert(X_FORWARDED_FOR, value);
         }
     }
     if let Some(host) = original_host {
-        headers.insert("x-forwarded-host", host);
+        headers.insert(X_FORWARDED_HOST, host);
     }
-    headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
 }
 
 /// The upstream client and where it sends requests.

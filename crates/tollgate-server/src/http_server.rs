@@ -279,55 +279,75 @@ async fn track_requests(request: Request, next: Next) -> Response {
     }
 }
 
-/// The bounds [`limit_head`] applies.
+/// The bounds [`head_over_limits`] applies.
 #[derive(Clone, Copy)]
 struct HeadLimits {
     bytes: usize,
     fields: usize,
 }
 
-/// Refuses request heads over the configured limits with a problem detail.
-async fn limit_head(State(limits): State<HeadLimits>, request: Request, next: Next) -> Response {
+/// Refuses request heads over the configured limits with a problem detail, and counts the
+/// others as under way on their connection (one middleware, not two: each layer of a router
+/// costs every request a clone of the inner service and a boxed future).
+async fn limit_and_track(
+    State(limits): State<HeadLimits>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Some(refusal) = head_over_limits(limits, &request) {
+        return refusal;
+    }
+    track_requests(request, next).await
+}
+
+/// The answer for a request head over the configured limits, if it is.
+fn head_over_limits(limits: HeadLimits, request: &Request) -> Option<Response> {
     let target = request
         .uri()
         .path_and_query()
         .map_or(0, |p| p.as_str().len());
     if target > MAX_URI_BYTES {
-        return ApiError {
-            status: StatusCode::URI_TOO_LONG,
-            detail: format!(
-                "the request target is {target} bytes long, the maximum is {MAX_URI_BYTES}"
-            ),
-        }
-        .into_response();
+        return Some(
+            ApiError {
+                status: StatusCode::URI_TOO_LONG,
+                detail: format!(
+                    "the request target is {target} bytes long, the maximum is {MAX_URI_BYTES}"
+                ),
+            }
+            .into_response(),
+        );
     }
     let headers = request.headers();
     if headers.len() > limits.fields {
-        return ApiError {
-            status: StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            detail: format!(
-                "the request has {} header fields, the maximum is {}",
-                headers.len(),
-                limits.fields
-            ),
-        }
-        .into_response();
+        return Some(
+            ApiError {
+                status: StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                detail: format!(
+                    "the request has {} header fields, the maximum is {}",
+                    headers.len(),
+                    limits.fields
+                ),
+            }
+            .into_response(),
+        );
     }
     let bytes: usize = headers
         .iter()
         .map(|(name, value)| name.as_str().len() + value.len())
         .sum();
     if bytes > limits.bytes {
-        return ApiError {
-            status: StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            detail: format!(
-                "the request's header fields take {bytes} bytes, the maximum is {}",
-                limits.bytes
-            ),
-        }
-        .into_response();
+        return Some(
+            ApiError {
+                status: StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                detail: format!(
+                    "the request's header fields take {bytes} bytes, the maximum is {}",
+                    limits.bytes
+                ),
+            }
+            .into_response(),
+        );
     }
-    next.run(request).await
+    None
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then drains.
@@ -508,15 +528,13 @@ fn connection_builder(limits: &ConnectionLimits) -> auto::Builder<TokioExecutor>
 
 /// `app` with the bookkeeping of requests and the bounds on request heads.
 fn bounded(app: Router, limits: &ConnectionLimits) -> Router {
-    app.layer(axum::middleware::from_fn(track_requests)).layer(
-        axum::middleware::from_fn_with_state(
-            HeadLimits {
-                bytes: limits.max_header_bytes,
-                fields: limits.max_header_fields,
-            },
-            limit_head,
-        ),
-    )
+    app.layer(axum::middleware::from_fn_with_state(
+        HeadLimits {
+            bytes: limits.max_header_bytes,
+            fields: limits.max_header_fields,
+        },
+        limit_and_track,
+    ))
 }
 
 /// The next connection and its place under the cap (made by closing an idle connection when

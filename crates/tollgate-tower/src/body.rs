@@ -32,7 +32,12 @@ pub(crate) enum Outcome {
 impl Completion {
     pub(crate) fn new<S: Store>(limiter: Limiter<S>, evaluation: Arc<Evaluation>) -> Self {
         let refund_on_grpc_error = evaluation.refunds_on(500);
+        let holds_slots = evaluation.holds_slots();
         let finish = move |outcome: Outcome| {
+            // A forwarded request without slots has nothing to give back: no task for it.
+            if outcome == Outcome::Forwarded && !holds_slots {
+                return;
+            }
             let Ok(runtime) = tokio::runtime::Handle::try_current() else {
                 return;
             };

@@ -85,11 +85,10 @@ where
             let grpc = is_grpc(&parts);
             let headers = Headers(&parts.headers);
             let outcome = layer.limiter.evaluate(&attributes(&parts, &headers)).await;
-            let families = layer
-                .limiter
-                .policies()
-                .map(|policies| policies.header_families().to_vec())
-                .unwrap_or_default();
+            let policies = layer.limiter.policies();
+            let families = policies
+                .as_deref()
+                .map_or(&[][..], |policies| policies.header_families());
             let evaluation = match outcome {
                 Ok(evaluation) => Arc::new(evaluation),
                 Err(error) => {
@@ -102,14 +101,14 @@ where
             // From here, a request that does not go ahead gives back what it took.
             let mut completion = Completion::new(layer.limiter.clone(), Arc::clone(&evaluation));
             let _permit = match &evaluation.action {
-                Action::Refuse(_) => return Ok(refusal(&evaluation, &families, grpc)),
+                Action::Refuse(_) => return Ok(refusal(&evaluation, families, grpc)),
                 Action::Allow => None,
                 Action::Delay(delay) => match Arc::clone(&layer.delayed).try_acquire_owned() {
                     Ok(permit) => {
                         tokio::time::sleep(*delay).await;
                         Some(permit)
                     }
-                    Err(_) => return Ok(too_many_waiting(&evaluation, *delay, &families, grpc)),
+                    Err(_) => return Ok(too_many_waiting(&evaluation, *delay, families, grpc)),
                 },
             };
             completion.forwarded();
@@ -121,7 +120,7 @@ where
                 let _ = layer.limiter.refund_for_status(&evaluation, status).await;
             }
             let (mut parts, body) = response.into_parts();
-            add_fields(&mut parts.headers, evaluation.header_fields(&families));
+            add_fields(&mut parts.headers, evaluation.header_fields(families));
             Ok(Response::from_parts(
                 parts,
                 RateLimitBody::inner(body, completion),
