@@ -112,15 +112,13 @@ fn group_by_destination(jobs: Vec<Job>) -> Vec<Vec<Job>> {
 
 /// Sends one group as one script call and hands each job its decisions.
 async fn call(mut connection: Connection, script: Arc<Script>, jobs: Vec<Job>, timeout: Duration) {
-    let (keys, args) = encode_checks(jobs.iter().map(|job| &job.part));
+    let (keys, spec) = encode_checks(jobs.iter().map(|job| &job.part));
     let mut invocation = script.prepare_invoke();
     for key in &keys {
         invocation.key(key);
     }
     invocation.arg(jobs[0].at.map_or_else(String::new, |at| at.to_string()));
-    for arg in args {
-        invocation.arg(arg);
-    }
+    invocation.arg(spec);
     let counts: Vec<usize> = jobs.iter().map(|job| job.part.items.len()).collect();
     let outcome = match invocation.invoke_async::<Vec<i64>>(&mut connection).await {
         Ok(reply) => {
