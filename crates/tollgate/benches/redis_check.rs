@@ -139,21 +139,24 @@ fn redis_benchmark_run(
             "--csv",
         ])
         .args(["EVALSHA", sha, "1", "tg:{user:__rand_int__}:rate"])
-        .args([
-            "", "1", "1", "1", "6", "1000", "1000000", "1000", "1000", "0", "1",
-        ])
+        // The limit (GCRA 1000/s), then one check of one item: key 1, limit 1, cost 1.
+        .args(["", "[1,6,1000,1000000,1000,1000,0,1,1,1,1,1]"])
         .output()
         .expect("redis-benchmark (installed with redis-server)");
     let csv = String::from_utf8_lossy(&output.stdout);
-    let row: Vec<f64> = csv
+    // The row's last seven fields: rps, avg, min, p50, p95, p99, max (the test's name, first,
+    // holds commas of its own).
+    let mut row: Vec<f64> = csv
         .lines()
         .last()
         .unwrap_or("")
-        .split(',')
+        .rsplit(',')
+        .take(7)
         .filter_map(|field| field.trim_matches('"').parse().ok())
         .collect();
+    row.reverse();
     assert!(
-        row.len() >= 6,
+        row.len() == 7,
         "unexpected redis-benchmark output:\n{csv}{}",
         String::from_utf8_lossy(&output.stderr)
     );

@@ -44,9 +44,10 @@ use tollgate_core::store::{Store, StoreError};
 use crate::{RedisConfig, RedisUrl};
 
 /// The Lua source of the check script, for tooling that runs it directly (`redis-benchmark`,
-/// `redis-cli --eval`). ARGV: the time or `''`, the number of checks, then per check its item
-/// count and per item: key index, algorithm (1-6), count, period, capacity, interval,
-/// delay_after, cost.
+/// `redis-cli --eval`). ARGV[1]: the time or `''`. ARGV[2]: little-endian doubles: the number
+/// of distinct limits, each limit's algorithm (1-6), count, period, capacity, interval and
+/// delay_after, then the number of checks, and per check its item count and per item: key
+/// index, limit index, cost.
 pub const CHECK_SCRIPT: &str = concat!(
     include_str!("scripts/algorithms.lua"),
     include_str!("scripts/check.lua")
@@ -324,15 +325,13 @@ impl RedisStore {
         adjustments: &[Adjustment],
         at: Option<Micros>,
     ) -> Result<(), StoreError> {
-        let (keys, args) = encode_adjustments(part, adjustments);
+        let (keys, spec) = encode_adjustments(part, adjustments);
         let mut invocation = self.shared.adjust_script.prepare_invoke();
         for key in &keys {
             invocation.key(key);
         }
         invocation.arg(at.map_or_else(String::new, |at| at.to_string()));
-        for arg in args {
-            invocation.arg(arg);
-        }
+        invocation.arg(spec);
         let mut connection = self.shared.connection.clone();
         let timeout = self.shared.config.timeout;
         match tokio::time::timeout(timeout, invocation.invoke_async::<i64>(&mut connection)).await {

@@ -26,8 +26,8 @@ pub(crate) struct Part {
     pub(crate) items: Vec<PartItem>,
 }
 
-/// The script arguments of a limit: alg, count, period, capacity, interval, delay_after.
-fn push_limit(args: &mut Vec<u64>, limit: &Limit) {
+/// A limit's six script parameters: alg, count, period, capacity, interval, delay_after.
+fn limit_parameters(limit: &Limit) -> [u64; 6] {
     let code = match limit.algorithm() {
         Algorithm::FixedWindow => 1,
         Algorithm::SlidingLog => 2,
@@ -40,69 +40,124 @@ fn push_limit(args: &mut Vec<u64>, limit: &Limit) {
         LeakyMode::Meter => 0,
         LeakyMode::Queue { delay_after } => delay_after,
     };
-    args.extend([
+    [
         code,
         limit.count(),
         limit.period(),
         limit.capacity(),
         limit.interval(),
         delay_after,
-    ]);
+    ]
 }
 
-/// Gives each distinct key one index, so that checks of one call touching the same key share
-/// its state inside the script.
+/// The numbers a script reads, as it reads them: one JSON array (the scripts' `take`), its
+/// closing bracket added by [`Tables::finish`].
+struct Numbers(String);
+
+impl Default for Numbers {
+    fn default() -> Self {
+        Self(String::with_capacity(64))
+    }
+}
+
+impl Numbers {
+    fn push(&mut self, value: u64) {
+        use std::fmt::Write as _;
+        // Writing to a String cannot fail.
+        let _ = write!(self.0, ",{value}");
+    }
+
+    fn extend(&mut self, values: impl IntoIterator<Item = u64>) {
+        for value in values {
+            self.push(value);
+        }
+    }
+}
+
+/// What one script call sends: KEYS (each distinct key once, so that checks of one call
+/// touching the same key share its state inside the script) and the distinct limits, each
+/// with a 1-based Lua index.
 #[derive(Default)]
-struct KeyTable {
+struct Tables {
     keys: Vec<String>,
-    index: HashMap<String, usize>,
+    key_index: HashMap<String, usize>,
+    limits: Vec<[u64; 6]>,
 }
 
-impl KeyTable {
+impl Tables {
     /// The 1-based Lua index of `key`.
-    fn index_of(&mut self, key: &str) -> u64 {
+    fn key(&mut self, key: &str) -> u64 {
         let next = self.keys.len();
-        let index = *self.index.entry(key.to_owned()).or_insert_with(|| {
+        let index = *self.key_index.entry(key.to_owned()).or_insert_with(|| {
             self.keys.push(key.to_owned());
             next
         });
         index as u64 + 1
     }
+
+    /// The 1-based Lua index of `limit`'s parameters.
+    fn limit(&mut self, limit: &Limit) -> u64 {
+        let parameters = limit_parameters(limit);
+        let index = match self.limits.iter().position(|known| *known == parameters) {
+            Some(index) => index,
+            None => {
+                self.limits.push(parameters);
+                self.limits.len() - 1
+            }
+        };
+        index as u64 + 1
+    }
+
+    /// KEYS and ARGV[2]: the limits, then `rest`.
+    fn finish(self, rest: &Numbers) -> (Vec<String>, String) {
+        let mut spec = Numbers(String::with_capacity(
+            8 + 40 * self.limits.len() + rest.0.len(),
+        ));
+        spec.push(self.limits.len() as u64);
+        for parameters in &self.limits {
+            spec.extend(*parameters);
+        }
+        let mut text = spec.0;
+        text.replace_range(..1, "[");
+        text.push_str(&rest.0);
+        text.push(']');
+        (self.keys, text)
+    }
 }
 
-/// KEYS and the numeric ARGV (after the time) of one check-script call for `parts`.
-pub(crate) fn encode_checks<'p>(parts: impl Iterator<Item = &'p Part>) -> (Vec<String>, Vec<u64>) {
-    let mut table = KeyTable::default();
-    let mut args = vec![0];
+/// KEYS and ARGV[2] (after the time) of one check-script call for `parts`.
+pub(crate) fn encode_checks<'p>(
+    parts: impl ExactSizeIterator<Item = &'p Part>,
+) -> (Vec<String>, String) {
+    let mut tables = Tables::default();
+    let mut rest = Numbers::default();
+    rest.push(parts.len() as u64);
     for part in parts {
-        args[0] += 1;
-        args.push(part.items.len() as u64);
+        rest.push(part.items.len() as u64);
         for item in &part.items {
-            args.push(table.index_of(&part.keys[item.key]));
-            push_limit(&mut args, &item.limit);
-            args.push(item.cost);
+            let key = tables.key(&part.keys[item.key]);
+            let limit = tables.limit(&item.limit);
+            rest.extend([key, limit, item.cost]);
         }
     }
-    (table.keys, args)
+    tables.finish(&rest)
 }
 
-/// KEYS and the numeric ARGV (after the time) of one adjust-script call.
-pub(crate) fn encode_adjustments(
-    part: &Part,
-    adjustments: &[Adjustment],
-) -> (Vec<String>, Vec<u64>) {
-    let mut table = KeyTable::default();
-    let mut args = vec![part.items.len() as u64];
+/// KEYS and ARGV[2] (after the time) of one adjust-script call.
+pub(crate) fn encode_adjustments(part: &Part, adjustments: &[Adjustment]) -> (Vec<String>, String) {
+    let mut tables = Tables::default();
+    let mut rest = Numbers::default();
+    rest.push(part.items.len() as u64);
     for (item, adjustment) in part.items.iter().zip(adjustments) {
-        args.push(table.index_of(&part.keys[item.key]));
-        push_limit(&mut args, &item.limit);
-        args.push(item.cost);
+        let key = tables.key(&part.keys[item.key]);
+        let limit = tables.limit(&item.limit);
+        rest.extend([key, limit, item.cost]);
         match adjustment {
-            Adjustment::Refund { charged_at } => args.extend([1, *charged_at]),
-            Adjustment::Charge => args.extend([2, 0]),
+            Adjustment::Refund { charged_at } => rest.extend([1, *charged_at]),
+            Adjustment::Charge => rest.extend([2, 0]),
         }
     }
-    (table.keys, args)
+    tables.finish(&rest)
 }
 
 /// Why a script reply could not be read.
@@ -170,12 +225,12 @@ mod tests {
                 .collect(),
         };
         let parts = [part(&["a", "b"]), part(&["b"])];
-        let (keys, args) = encode_checks(parts.iter());
+        let (keys, spec) = encode_checks(parts.iter());
         assert_eq!(keys, ["a", "b"]);
-        // 2 checks; the first: 2 items (key 1, key 2); the second: 1 item on key 2.
-        assert_eq!(args[0], 2);
-        assert_eq!((args[1], args[2], args[10]), (2, 1, 2));
-        assert_eq!((args[18], args[19]), (1, 2));
+        // One distinct limit (GCRA 10/s: alg, count, period, capacity, interval, delay_after);
+        // 2 checks; the first: 2 items (key 1, key 2); the second: 1 item on key 2; every
+        // item under limit 1 at cost 1.
+        assert_eq!(spec, "[1,6,10,1000000,10,100000,0,2,2,1,1,1,2,1,1,1,2,1,1]");
     }
 
     #[test]

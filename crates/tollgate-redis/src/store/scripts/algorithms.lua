@@ -349,41 +349,63 @@ BUILD[6] = function() return {
   end,
 } end
 
--- Shared plumbing: reading limits and states, describing decisions ------------------------
+-- Shared plumbing: reading the arguments and states, describing decisions -----------------
 
--- Reads a limit from ARGV starting at `i`: alg, count, period, capacity, interval, delay_after.
-local function read_limit(i)
-  return {
-    alg = tonumber(ARGV[i]), count = tonumber(ARGV[i + 1]), period = tonumber(ARGV[i + 2]),
-    capacity = tonumber(ARGV[i + 3]), interval = tonumber(ARGV[i + 4]), delay_after = tonumber(ARGV[i + 5]),
+-- ARGV[2] is a JSON array of numbers (integers, exact below 2^53 as Lua's doubles are), read
+-- in order: the number of distinct limits, each limit's six parameters (alg, count, period,
+-- capacity, interval, delay_after), then what the script itself reads (see `take`). One
+-- argument decoded by one C call, rather than an argument a number each passed through
+-- `tonumber`, spares Redis a Lua string and a call per number; JSON keeps the argument text,
+-- so `redis-cli --eval` and `redis-benchmark` can still send it.
+local spec, at = cjson.decode(ARGV[2]), 0
+local function take()
+  at = at + 1
+  return spec[at]
+end
+local limits = {}
+for l = 1, take() do
+  limits[l] = {
+    alg = spec[at + 1], count = spec[at + 2], period = spec[at + 3],
+    capacity = spec[at + 4], interval = spec[at + 5], delay_after = spec[at + 6],
   }
+  at = at + 6
 end
 
 -- The stored state of KEYS[k] under L, brought forward to now, cached for the whole call so
 -- that later checks of the same call see what earlier ones wrote. A state stored by another
--- algorithm (the limit was reconfigured) starts fresh.
-local states = {}
+-- algorithm (the limit was reconfigured) starts fresh. Every key is read with one MGET, on
+-- first use. Per key: its state, algorithm, limit and whether it changed.
+local stored
+local states, algs, state_limits, dirty = {}, {}, {}, {}
 local function current(k, L, now)
-  local cached = states[k]
-  if cached == nil or cached.alg ~= L.alg then
-    local algorithm = A[L.alg]
-    local raw = redis.call('GET', KEYS[k])
-    local s
+  local alg = L.alg
+  local algorithm = A[alg]
+  local s = states[k]
+  if s == nil or algs[k] ~= alg then
+    if stored == nil then stored = redis.call('MGET', unpack(KEYS)) end
+    local raw = stored[k]
+    s = nil
     if raw and string.sub(raw, 1, 1) == algorithm.tag then s = algorithm.decode(string.sub(raw, 2), L, now) end
-    cached = { alg = L.alg, state = s or algorithm.fresh(L, now), limit = L, dirty = false }
-    states[k] = cached
+    s = s or algorithm.fresh(L, now)
+    states[k], algs[k], state_limits[k], dirty[k] = s, alg, L, false
   end
-  A[L.alg].advance(cached.state, L, now)
-  return cached
+  algorithm.advance(s, L, now)
+  return s
 end
 
--- {allowed, limit, remaining, reset_after, retry_after (-1: never), delay}
-local function describe(s, L, now, cost, allowed)
+-- Appends a decision to `reply` from position r + 1: allowed, limit, remaining, reset_after,
+-- retry_after (-1: never), delay. Returns the new last position.
+local function describe(reply, r, s, L, now, cost, allowed)
   local algorithm = A[L.alg]
-  local retry = algorithm.wait_for(s, L, now, cost)
   local delay = 0
   if allowed and algorithm.delay then delay = algorithm.delay(s, L, now) end
-  return { allowed and 1 or 0, L.capacity, algorithm.remaining(s, L, now), algorithm.reset_after(s, L, now), retry or -1, delay }
+  reply[r + 1] = allowed and 1 or 0
+  reply[r + 2] = L.capacity
+  reply[r + 3] = algorithm.remaining(s, L, now)
+  reply[r + 4] = algorithm.reset_after(s, L, now)
+  reply[r + 5] = algorithm.wait_for(s, L, now, cost) or -1
+  reply[r + 6] = delay
+  return r + 6
 end
 
 -- The call's time: ARGV[1] when given (tests and replays), else the Redis server's clock.
@@ -402,15 +424,14 @@ end
 -- Writes every changed state back with a TTL of its reset time, or deletes it when it is as
 -- good as fresh.
 local function write_back(now)
-  for k, cached in pairs(states) do
-    if cached.dirty then
-      local algorithm = A[cached.alg]
-      local ttl = algorithm.reset_after(cached.state, cached.limit, now)
+  for k = 1, #KEYS do
+    if dirty[k] then
+      local algorithm, s, L = A[algs[k]], states[k], state_limits[k]
+      local ttl = algorithm.reset_after(s, L, now)
       if ttl <= 0 then
         redis.call('DEL', KEYS[k])
       else
-        local value = algorithm.tag .. algorithm.encode(cached.state, cached.limit)
-        redis.call('SET', KEYS[k], value, 'PX', math.ceil((ttl + ttl_pad) / 1000))
+        redis.call('SET', KEYS[k], algorithm.tag .. algorithm.encode(s, L), 'PX', math.ceil((ttl + ttl_pad) / 1000))
       end
     end
   end

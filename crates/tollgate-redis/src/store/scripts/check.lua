@@ -1,33 +1,31 @@
 -- Decides a batch of checks, each all-or-nothing, in order.
 --
--- ARGV[1]: the time in microseconds, or '' for the server's TIME. ARGV[2]: how many checks.
--- Then per check: its item count n, and per item: key index (into KEYS), alg, count, period,
--- capacity, interval, delay_after, cost. Returns {now, decisions...} with six numbers per item.
+-- ARGV[1]: the time in microseconds, or '' for the server's TIME. ARGV[2]: the limits (see
+-- `take`), then how many checks, and per check its item count n and per item: key index
+-- (into KEYS), limit index (into the limits), cost. Returns {now, decisions...} with six
+-- numbers per item.
 local now = clock()
-local reply = { now }
-local i = 3
-for _ = 1, tonumber(ARGV[2]) do
-  local n = tonumber(ARGV[i])
-  i = i + 1
-  local items = {}
+local reply, r = { now }, 1
+local keys, item_states, item_limits, costs, admits = {}, {}, {}, {}, {}
+for _ = 1, take() do
+  local n = take()
   local admitted = true
   for j = 1, n do
-    local L = read_limit(i + 1)
-    local item = { cached = current(tonumber(ARGV[i]), L, now), limit = L, cost = tonumber(ARGV[i + 7]) }
-    item.admits = A[L.alg].admits(item.cached.state, L, now, item.cost)
-    admitted = admitted and item.admits
-    items[j] = item
-    i = i + 8
+    local k, l, cost = spec[at + 1], spec[at + 2], spec[at + 3]
+    at = at + 3
+    local L = limits[l]
+    local s = current(k, L, now)
+    local ok = A[L.alg].admits(s, L, now, cost)
+    admitted = admitted and ok
+    keys[j], item_states[j], item_limits[j], costs[j], admits[j] = k, s, L, cost, ok
   end
   for j = 1, n do
-    local item = items[j]
-    local s, L = item.cached.state, item.limit
+    local k, s, L, cost = keys[j], item_states[j], item_limits[j], costs[j]
     if admitted then
-      A[L.alg].consume(s, L, now, item.cost)
-      if item.cost > 0 then item.cached.dirty = true end
+      A[L.alg].consume(s, L, now, cost)
+      if cost > 0 then dirty[k] = true end
     end
-    local decision = describe(s, L, now, item.cost, admitted or item.admits)
-    for _, value in ipairs(decision) do reply[#reply + 1] = value end
+    r = describe(reply, r, s, L, now, cost, admitted or admits[j])
   end
 end
 write_back(now)
