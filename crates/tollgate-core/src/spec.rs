@@ -9,7 +9,7 @@ use crate::limit::{Limit, LimitError};
 use crate::quota::Quota;
 
 /// The parts of a limit other than its name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LimitSpec {
     /// The algorithm.
     pub algorithm: Algorithm,

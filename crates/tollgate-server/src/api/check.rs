@@ -150,10 +150,18 @@ impl CheckRequest {
 }
 
 impl InlineLimit {
-    fn build(&self, index: usize) -> Result<Limit, ApiError> {
-        let what = format!("limits[{index}]");
+    /// What the limit is, apart from its name, key and cost.
+    fn spec(&self, index: usize) -> Result<LimitSpec, ApiError> {
         let mode = leaky_mode(self.mode.as_deref(), self.delay_after)
-            .map_err(|error| ApiError::invalid(format!("{what}.mode: {error}")))?;
+            .map_err(|error| ApiError::invalid(format!("limits[{index}].mode: {error}")))?;
+        Ok(LimitSpec {
+            burst: self.burst,
+            mode,
+            ..LimitSpec::new(self.algorithm, self.quota)
+        })
+    }
+
+    fn build(&self, index: usize, spec: &LimitSpec) -> Result<Limit, ApiError> {
         // Unnamed limits are named by what they are, so the same limit keeps its state.
         let name = self.name.clone().unwrap_or_else(|| {
             format!(
@@ -163,69 +171,48 @@ impl InlineLimit {
                 self.burst.unwrap_or(0)
             )
         });
-        let spec = LimitSpec {
-            burst: self.burst,
-            mode,
-            ..LimitSpec::new(self.algorithm, self.quota)
-        };
         spec.build(name)
-            .map_err(|error| ApiError::invalid(format!("{what}: {error}")))
+            .map_err(|error| ApiError::invalid(format!("limits[{index}]: {error}")))
     }
 
-    /// What the limit is, apart from its key and cost: the same spec always builds the same limit.
-    fn spec(&self) -> Option<InlineSpec> {
-        let short =
-            |text: &Option<String>| text.as_ref().is_none_or(|t| t.len() <= MAX_CACHED_TEXT);
-        (short(&self.name) && short(&self.mode)).then(|| InlineSpec {
-            algorithm: self.algorithm,
-            quota: self.quota,
-            burst: self.burst,
-            mode: self.mode.clone(),
-            delay_after: self.delay_after,
-            name: self.name.clone(),
-        })
-    }
-
-    /// The limit, built once per spec: building formats its name and state name and digests
-    /// the latter, which costs more than the rest of a check on the memory store.
+    /// The limit, built once per spec and name: building formats its name and state name and
+    /// digests the latter, which costs more than the rest of a check on the memory store.
     fn compiled(&self, index: usize) -> Result<Limit, ApiError> {
-        let Some(spec) = self.spec() else {
-            return self.build(index);
-        };
+        let spec = self.spec(index)?;
+        if self
+            .name
+            .as_ref()
+            .is_some_and(|name| name.len() > MAX_CACHED_TEXT)
+        {
+            return self.build(index, &spec);
+        }
+        let key = (spec, self.name.clone());
         let compiled = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(limit) = compiled.get(&spec) {
+        if let Some(limit) = compiled.get(&key) {
             return Ok(limit.clone());
         }
         drop(compiled);
-        let limit = self.build(index)?;
+        let limit = self.build(index, &spec)?;
         let mut compiled = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
         if compiled.len() >= MAX_COMPILED {
             compiled.clear();
         }
-        compiled.insert(spec, limit.clone());
+        compiled.insert(key, limit.clone());
         Ok(limit)
     }
 }
 
-/// What an inline limit says, the key of the compiled limits.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct InlineSpec {
-    algorithm: Algorithm,
-    quota: Quota,
-    burst: Option<u64>,
-    mode: Option<String>,
-    delay_after: Option<u64>,
-    name: Option<String>,
-}
-
 /// The most compiled inline limits kept; past it, the cache starts afresh.
 const MAX_COMPILED: usize = 4_096;
-/// Names and modes longer than this are built every time, so the cache stays small.
+/// Names longer than this are built every time, so the cache stays small.
 const MAX_CACHED_TEXT: usize = 128;
 
-/// Inline limits as built, by spec (bounded: see [`MAX_COMPILED`]).
+/// An inline limit's spec and name: what its built form depends on.
+type CompiledKey = (LimitSpec, Option<String>);
+
+/// Inline limits as built, by spec and name (bounded: see [`MAX_COMPILED`]).
 static COMPILED: std::sync::LazyLock<
-    std::sync::Mutex<std::collections::HashMap<InlineSpec, Limit>>,
+    std::sync::Mutex<std::collections::HashMap<CompiledKey, Limit>>,
 > = std::sync::LazyLock::new(Default::default);
 
 pub(crate) fn header_list(attributes: &Attributes) -> Result<Vec<(String, String)>, ApiError> {
