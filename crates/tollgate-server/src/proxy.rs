@@ -59,19 +59,17 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
     let (listener, address) = listen(args.listen, "the proxy").await?;
     let (admin, admin_address) = listen(args.admin.admin, "the admin API").await?;
     let admin_hosts = args.admin.allowed_hosts(admin_address)?;
-    println!("tollgate proxying");
-    println!("  listen: http://{address}");
-    println!("  upstream: {upstream}");
-    println!("  admin: http://{admin_address} (GET /dashboard, /metrics, /admin/...)");
-    println!("  store: {store_description}");
-    println!("  policies: {}", args.config.display());
     let reloader = Arc::new(Reloader::new(
         limiter.clone(),
         None,
         Some(args.config.clone()),
         None,
     ));
-    tokio::spawn(reloader.run(!args.no_watch));
+    reloader.start(!args.no_watch);
+    let banner = format!(
+        "tollgate proxying\n  listen: http://{address}\n  upstream: {upstream}\n  admin: http://{admin_address} (GET /dashboard, /metrics, /admin/...)\n  store: {store_description}\n  policies: {}",
+        args.config.display()
+    );
     let forwarder = Arc::new(Forwarder::new(
         upstream,
         args.upstream_timeout,
@@ -95,15 +93,16 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
         args.admin.admin_token.clone(),
         admin_hosts,
     );
-    tokio::join!(
-        serve(listener, app, &args.connections, crate::shutdown::signal()),
-        serve(
-            admin,
-            admin_app,
-            &args.connections,
-            crate::shutdown::signal()
-        ),
+    let proxy_server = serve(listener, app, &args.connections, crate::shutdown::signal());
+    let admin_server = serve(
+        admin,
+        admin_app,
+        &args.connections,
+        crate::shutdown::signal(),
     );
+    // Announced once the reload and stop signals have their handlers.
+    println!("{banner}");
+    tokio::join!(proxy_server, admin_server);
     // Leased quota this node did not spend goes back for the other nodes.
     limiter.return_leases().await;
     Ok(())

@@ -97,8 +97,11 @@ impl Reloader {
 
     /// Reloads on SIGHUP and, when `watch`, on changes to the files, until the process ends;
     /// changes settle for a moment before a reload, so an editor's several writes make one.
-    pub async fn run(self: Arc<Self>, watch: bool) {
-        let (changes, mut changed) = mpsc::unbounded_channel::<()>();
+    /// The signal handler and the file watch are in place when this returns, so a server that
+    /// announces itself afterwards misses no signal and no change (a SIGHUP before the handler
+    /// would end the process). Call it inside a Tokio runtime.
+    pub fn start(self: Arc<Self>, watch: bool) {
+        let (changes, changed) = mpsc::unbounded_channel::<()>();
         let config_name = self
             .config
             .as_ref()
@@ -158,7 +161,17 @@ impl Reloader {
                 }
             }
         }
-        let mut hangup = hangup_signal();
+        let hangup = hangup_signal();
+        tokio::spawn(self.listen(watcher, changed, hangup));
+    }
+
+    /// Reloads on every change and signal; `_watcher` is kept alive while it runs.
+    async fn listen(
+        self: Arc<Self>,
+        _watcher: Option<notify::RecommendedWatcher>,
+        mut changed: mpsc::UnboundedReceiver<()>,
+        mut hangup: Option<tokio::signal::unix::Signal>,
+    ) {
         loop {
             tokio::select! {
                 Some(()) = changed.recv() => {
@@ -175,12 +188,6 @@ impl Reloader {
     }
 }
 
-#[cfg(unix)]
 fn hangup_signal() -> Option<tokio::signal::unix::Signal> {
     tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok()
-}
-
-#[cfg(not(unix))]
-fn hangup_signal() -> Option<std::convert::Infallible> {
-    None
 }

@@ -111,18 +111,13 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     let (admin, admin_address) = listen(args.admin.admin, "the admin API").await?;
     let admin_hosts = args.admin.allowed_hosts(admin_address)?;
     let (grpc, grpc_address) = listen(args.grpc, "gRPC").await?;
-    print_banner(
-        &args,
-        [http_address, grpc_address, admin_address],
-        &store_description,
-    );
     let reloader = Arc::new(Reloader::new(
         limiter.clone(),
         Some(Arc::clone(&rls)),
         args.config.clone(),
         args.rls_config.clone(),
     ));
-    tokio::spawn(Arc::clone(&reloader).run(!args.no_watch));
+    Arc::clone(&reloader).start(!args.no_watch);
     let app = router(AppState {
         limiter: limiter.clone(),
         rls: Arc::clone(&rls),
@@ -148,6 +143,12 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     // connection cap, and a client that never sends its preface (or goes idle) is closed.
     let grpc_app = tonic::service::Routes::new(RlsGrpc::server(rls)).into_axum_router();
     let grpc_server = serve(grpc, grpc_app, &args.connections, crate::shutdown::signal());
+    // Announced once the reload and stop signals have their handlers.
+    print_banner(
+        &args,
+        [http_address, grpc_address, admin_address],
+        &store_description,
+    );
     tokio::join!(http_server, admin_server, grpc_server);
     // Leased quota this node did not spend goes back for the other nodes.
     limiter.return_leases().await;
