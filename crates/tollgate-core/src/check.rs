@@ -360,7 +360,7 @@ impl Verdict {
     }
 
     /// When the store decided, in its own time (the Redis server's, for Redis stores): what
-    /// [`Limiter::refund`](crate::Limiter::refund) needs to give back exactly this charge.
+    /// `tollgate::Limiter::refund` needs to give back exactly this charge.
     pub fn at(&self) -> Micros {
         self.at
     }

@@ -7,7 +7,7 @@
 //! the next can approach that bound; even traffic stays at the quota).
 //!
 //! The weighting uses IEEE doubles, evaluated in exactly the same order as in the Lua script,
-//! so both stores agree to the bit. [`fits`] is the one predicate; `remaining` and
+//! so both stores agree to the bit. `fits` is the one predicate; `remaining` and
 //! `wait_for` search it, so they can never disagree with it. The searches start from the
 //! solved inequality, which is right or one off, and bracket then bisect when it is not, so a
 //! check costs a handful of evaluations; the Lua script walks from the same start one step at a

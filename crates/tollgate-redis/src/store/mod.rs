@@ -44,9 +44,9 @@ use tollgate_core::store::{Store, StoreError};
 use crate::{RedisConfig, RedisUrl};
 
 /// The Lua source of the check script, for tooling that runs it directly (`redis-benchmark`,
-/// `redis-cli --eval`). ARGV[1]: the time or `''`. ARGV[2]: little-endian doubles: the number
-/// of distinct limits, each limit's algorithm (1-6), count, period, capacity, interval and
-/// delay_after, then the number of checks, and per check its item count and per item: key
+/// `redis-cli --eval`). `ARGV[1]`: the time or `''`. `ARGV[2]`: one JSON array of numbers: the
+/// number of distinct limits, each limit's algorithm (1-6), count, period, capacity, interval
+/// and delay_after, then the number of checks, and per check its item count and per item: key
 /// index, limit index, cost.
 pub const CHECK_SCRIPT: &str = concat!(
     include_str!("scripts/algorithms.lua"),

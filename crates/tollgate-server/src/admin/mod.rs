@@ -54,7 +54,7 @@ pub struct AdminArgs {
     )]
     pub admin_token: Option<String>,
     /// A further name the admin listener answers to (its own address, localhost, 127.0.0.1 and
-    /// [::1] with its port always work); repeat for more. Without a port, the name alone and
+    /// `[::1]` with its port always work); repeat for more. Without a port, the name alone and
     /// the name with the listener's port match.
     #[arg(
         long = "admin-host",

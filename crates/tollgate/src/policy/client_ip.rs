@@ -131,7 +131,7 @@ fn hops_from_nearest(
 /// Walking from the nearest hop, trusted proxies are skipped; the first address that is not
 /// trusted is the client. A hop that cannot be read stops the walk at the last trusted proxy,
 /// which is then taken as the client: a proxy that mangles the header gets one shared quota,
-/// never a client-chosen one. So does a chain of more than [`MAX_HOPS`] trusted proxies.
+/// never a client-chosen one. So does a chain of more than 32 trusted proxies (`MAX_HOPS`).
 pub fn client_ip(
     peer: IpAddr,
     value: Option<&str>,
