@@ -28,18 +28,7 @@ impl Json {
     }
 
     fn number(&mut self, value: u64) {
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        let mut rest = value;
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (rest % 10) as u8;
-            rest /= 10;
-            if rest == 0 {
-                break;
-            }
-        }
-        self.0.extend_from_slice(&digits[at..]);
+        self.raw(itoa::Buffer::new().format(value));
     }
 
     fn bool(&mut self, value: bool) {
