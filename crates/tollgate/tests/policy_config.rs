@@ -79,6 +79,10 @@ fn the_documented_example_loads_and_means_what_it_says() {
 /// Each bad configuration, with the exact error it must produce.
 const BAD: &[(&str, &str)] = &[
     (
+        "policies:\n  - name: x\n    limits:\n      - { name: a, algorithm: leaky_bucket, quota: 5/m, mode: meter, delay_after: 2 }\n",
+        "bad.yaml:4:63: policy \"x\", limit \"a\": mode: delay_after applies only to mode queue, not meter",
+    ),
+    (
         "policies:\n  - name: x\n    limits:\n      - { name: a, algorithm: tokenbucket, quota: 5/m }\n",
         "bad.yaml:4:31: policy \"x\", limit \"a\": algorithm: unknown algorithm \"tokenbucket\" (expected one of: fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra)",
     ),

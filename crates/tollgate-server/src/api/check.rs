@@ -555,3 +555,41 @@ pub(crate) async fn refund(
     }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::InlineLimit;
+
+    fn inline(json: &str) -> InlineLimit {
+        serde_json::from_str(json).expect("an inline limit")
+    }
+
+    #[test]
+    fn compiled_limits_of_one_name_but_another_shape_are_not_confused() {
+        let ten = inline(r#"{"key":"a","algorithm":"gcra","quota":"10/s","name":"shared"}"#);
+        let twenty = inline(r#"{"key":"b","algorithm":"gcra","quota":"20/s","name":"shared"}"#);
+        let queue = inline(
+            r#"{"key":"c","algorithm":"leaky_bucket","quota":"10/s","burst":5,"mode":"queue","delay_after":2,"name":"shared"}"#,
+        );
+        let meter = inline(
+            r#"{"key":"c","algorithm":"leaky_bucket","quota":"10/s","burst":5,"mode":"meter","name":"shared"}"#,
+        );
+        for _ in 0..2 {
+            assert_eq!(ten.compiled(0).unwrap().count(), 10);
+            assert_eq!(twenty.compiled(0).unwrap().count(), 20);
+            assert_ne!(
+                queue.compiled(0).unwrap().mode(),
+                meter.compiled(0).unwrap().mode()
+            );
+        }
+    }
+
+    #[test]
+    fn a_limit_that_does_not_build_is_refused_every_time() {
+        let zero_burst = inline(r#"{"key":"a","algorithm":"gcra","quota":"10/s","burst":0}"#);
+        for _ in 0..2 {
+            let error = zero_burst.compiled(3).unwrap_err();
+            assert!(error.detail.starts_with("limits[3]"), "{}", error.detail);
+        }
+    }
+}
