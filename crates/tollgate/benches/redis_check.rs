@@ -1,5 +1,6 @@
 //! Decisions per second against one local Redis, with 1, 16 and 256 concurrent tasks, and
-//! `redis-benchmark` running the same check script (EVALSHA) at the same concurrency in the
+//! `redis-benchmark` running the same check code (as a script, by EVALSHA; Tollgate calls it
+//! as a Redis Function) at the same concurrency in the
 //! same run: once as that many connections (`-c n`), once as one connection pipelining that
 //! many requests (`-P n`, closer to Tollgate's one multiplexed connection). The ratio is to
 //! the faster of the two.
@@ -30,22 +31,23 @@ struct Run {
     redis_us_per_decision: f64,
 }
 
-/// `INFO commandstats` for EVALSHA: (calls, total microseconds).
-fn evalsha_stats(server: &RedisServer) -> (f64, f64) {
+/// `INFO commandstats` for the check's calls, EVALSHA and FCALL together: (calls, total
+/// microseconds).
+fn script_stats(server: &RedisServer) -> (f64, f64) {
     let info: String = server
         .query(redis::cmd("INFO").arg("commandstats"))
         .expect("INFO commandstats");
-    let line = info
-        .lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
-        .unwrap_or("");
-    let field = |name: &str| {
+    let field = |line: &str, name: &str| {
         line.split([':', ','])
             .find_map(|part| part.strip_prefix(&format!("{name}=")))
             .and_then(|value| value.parse::<f64>().ok())
             .unwrap_or(0.0)
     };
-    (field("calls"), field("usec"))
+    info.lines()
+        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_fcall:"))
+        .fold((0.0, 0.0), |(calls, usec), line| {
+            (calls + field(line, "calls"), usec + field(line, "usec"))
+        })
 }
 
 fn reset_stats(server: &RedisServer) {
@@ -101,7 +103,7 @@ async fn tollgate_run(server: &RedisServer, tasks: usize, max_batch: usize, seco
     let quantile = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize] as f64;
     let elapsed = started.elapsed().as_secs_f64();
     let decisions = latencies.len() as f64;
-    let (calls, usec) = evalsha_stats(server);
+    let (calls, usec) = script_stats(server);
     Run {
         decisions_per_second: decisions / elapsed,
         p50_us: quantile(0.50),
@@ -160,7 +162,7 @@ fn redis_benchmark_run(
         "unexpected redis-benchmark output:\n{csv}{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let (calls, usec) = evalsha_stats(server);
+    let (calls, usec) = script_stats(server);
     Run {
         decisions_per_second: row[0],
         p50_us: row[3] * 1000.0,

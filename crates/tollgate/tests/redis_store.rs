@@ -1,5 +1,6 @@
 //! The Redis store against a real redis-server: the same decisions as the memory store, atomic
-//! scripts, TTLs, escaping, recovery after SCRIPT FLUSH, typed errors, memory per key.
+//! code (as a function library, or as scripts where functions are not available), TTLs,
+//! escaping, recovery after FUNCTION FLUSH and SCRIPT FLUSH, typed errors, memory per key.
 
 #![allow(clippy::disallowed_methods)] // Deadlines and timings of the run itself, not decisions.
 
@@ -65,34 +66,134 @@ async fn admitted_alternating(store: &impl Store, limits: &[Limit]) -> Vec<usize
     admitted
 }
 
-#[tokio::test]
-async fn scripts_are_reloaded_after_script_flush() {
-    // A server of its own: flushing the shared one would pull scripts from under other tests.
-    let own = tollgate_testkit::RedisServer::start();
+/// How many times each way of running the code was called: (FCALL, EVALSHA).
+fn calls_by_kind(server: &tollgate_testkit::RedisServer) -> (u64, u64) {
+    let info: String = server
+        .query(redis::cmd("INFO").arg("commandstats"))
+        .expect("INFO commandstats");
+    let calls = |command: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |calls| calls.parse().expect("a count"))
+    };
+    (calls("fcall"), calls("evalsha"))
+}
+
+/// Checks a 3/m fixed window four times, flushing the server's code with `flush` before the
+/// second, third and fourth, and refunds one: the state survives every flush.
+async fn checks_across_flushes(own: &tollgate_testkit::RedisServer, flush: &[&str]) {
     let store = RedisStore::connect(&own.url(), fresh_config())
         .await
-        .unwrap();
-    let limit = Limit::new("l", Algorithm::FixedWindow, "3/m".parse().unwrap()).unwrap();
+        .expect("connect");
+    let limit =
+        Limit::new("l", Algorithm::FixedWindow, "3/m".parse().expect("quota")).expect("limit");
     let check = Check::one("k", &limit);
-    assert!(store.check(&check, None).await.unwrap().is_allowed());
-    let flushed: String = own.query(redis::cmd("SCRIPT").arg("FLUSH")).unwrap();
-    assert_eq!(flushed, "OK");
-    let verdict = store.check(&check, None).await.unwrap();
+    let flush = || {
+        let flushed: String = own
+            .query(redis::cmd(flush[0]).arg(&flush[1..]))
+            .expect("flush");
+        assert_eq!(flushed, "OK");
+    };
+    assert!(store.check(&check, None).await.expect("check").is_allowed());
+    flush();
+    let verdict = store.check(&check, None).await.expect("check");
     assert_eq!(
         verdict.decisions()[0].remaining(),
         1,
         "the second request counted, the state survived"
     );
-    own.query::<String>(redis::cmd("SCRIPT").arg("FLUSH"))
-        .unwrap();
+    flush();
     let refund = [Adjustment::Refund {
         charged_at: verdict.at(),
     }];
-    store.adjust(&check, &refund, None).await.unwrap();
+    store.adjust(&check, &refund, None).await.expect("refund");
+    flush();
     assert_eq!(
-        store.check(&check, None).await.unwrap().decisions()[0].remaining(),
+        store.check(&check, None).await.expect("check").decisions()[0].remaining(),
         1
     );
+}
+
+#[tokio::test]
+async fn the_code_runs_as_a_function_library_reloaded_after_a_flush() {
+    // A server of its own: flushing the shared one would pull the code from under other tests.
+    let own = tollgate_testkit::RedisServer::start();
+    checks_across_flushes(&own, &["FUNCTION", "FLUSH"]).await;
+    let (fcalls, evalshas) = calls_by_kind(&own);
+    assert!(fcalls >= 4, "every check and refund is an FCALL: {fcalls}");
+    assert_eq!(evalshas, 0, "no script was run");
+    let libraries: Vec<redis::Value> = own.query(redis::cmd("FUNCTION").arg("LIST")).unwrap();
+    assert_eq!(
+        libraries.len(),
+        1,
+        "one library, loaded again after each flush"
+    );
+}
+
+#[tokio::test]
+async fn without_functions_the_same_code_runs_as_scripts() {
+    // FCALL renamed away: as on a Redis older than 7 or a compatible server without functions.
+    let own = tollgate_testkit::RedisServer::start_with(&["--rename-command", "FCALL", ""]);
+    checks_across_flushes(&own, &["SCRIPT", "FLUSH"]).await;
+    let (fcalls, evalshas) = calls_by_kind(&own);
+    assert_eq!(fcalls, 0);
+    assert!(
+        evalshas >= 4,
+        "every check and refund ran as a script: {evalshas}"
+    );
+}
+
+#[tokio::test]
+async fn an_acl_user_without_functions_runs_the_code_as_scripts() {
+    let own = tollgate_testkit::RedisServer::start();
+    let created: String = own
+        .query(redis::cmd("ACL").arg(&[
+            "SETUSER",
+            "limiter",
+            "on",
+            ">secret",
+            "~*",
+            "+@all",
+            "-fcall",
+            "-function",
+        ]))
+        .unwrap();
+    assert_eq!(created, "OK");
+    let url = own.url().replace("redis://", "redis://limiter:secret@");
+    let store = RedisStore::connect(&url, fresh_config()).await.unwrap();
+    let limit = Limit::new("l", Algorithm::Gcra, "2/h".parse().unwrap()).unwrap();
+    let check = Check::one("k", &limit);
+    let mut admitted = Vec::new();
+    for _ in 0..3 {
+        admitted.push(store.check(&check, None).await.unwrap().is_allowed());
+    }
+    assert_eq!(admitted, [true, true, false]);
+    assert!(calls_by_kind(&own).1 >= 1, "the checks ran as scripts");
+}
+
+#[test]
+fn scripts_and_memory_decide_alike_on_random_workloads() {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let own = runtime.block_on(async {
+        tollgate_testkit::RedisServer::start_with(&["--rename-command", "FCALL", ""])
+    });
+    let mut runner = TestRunner::new(common::differential_config("redis_scripts", 40));
+    runner
+        .run(&workload(), |(limits, steps)| {
+            runtime
+                .block_on(async {
+                    let redis = RedisStore::connect(&own.url(), fresh_config())
+                        .await
+                        .expect("connect");
+                    replay_both(&redis, &limits, &steps, |_, expected, actual| {
+                        expected == actual
+                    })
+                    .await
+                })
+                .map_err(proptest::test_runner::TestCaseError::fail)
+        })
+        .expect("memory and redis scripts agree");
 }
 
 #[tokio::test]

@@ -14,11 +14,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use redis::Script;
 use redis::cluster_routing::Slot;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use super::connection::{Connection, store_error};
+use super::program::{Entry, Program};
 use super::wire::{Part, decode_checks, encode_checks};
 use tollgate_core::clock::Micros;
 use tollgate_core::decision::Decision;
@@ -60,7 +60,7 @@ pub(crate) struct Counters {
 /// Starts the batcher; it stops when every sender is dropped.
 pub(crate) fn spawn(
     connection: Connection,
-    script: Arc<Script>,
+    program: Arc<Program>,
     max_batch: usize,
     timeout: Duration,
     counters: Arc<Counters>,
@@ -69,7 +69,7 @@ pub(crate) fn spawn(
     tokio::spawn(run(
         receiver,
         connection,
-        script,
+        program,
         max_batch.max(1),
         timeout,
         counters,
@@ -80,7 +80,7 @@ pub(crate) fn spawn(
 async fn run(
     mut queue: mpsc::Receiver<Job>,
     connection: Connection,
-    script: Arc<Script>,
+    program: Arc<Program>,
     max_batch: usize,
     timeout: Duration,
     counters: Arc<Counters>,
@@ -113,7 +113,7 @@ async fn run(
         }
         let calls: Vec<_> = groups
             .into_iter()
-            .map(|group| call(connection.clone(), Arc::clone(&script), group, timeout))
+            .map(|group| call(connection.clone(), Arc::clone(&program), group, timeout))
             .collect();
         tokio::spawn(async move {
             join_all(calls).await;
@@ -137,17 +137,19 @@ fn group_by_destination(jobs: Vec<Job>) -> Vec<Vec<Job>> {
     groups
 }
 
-/// Sends one group as one script call and hands each job its decisions.
-async fn call(mut connection: Connection, script: Arc<Script>, jobs: Vec<Job>, timeout: Duration) {
+/// Sends one group as one call and hands each job its decisions.
+async fn call(
+    mut connection: Connection,
+    program: Arc<Program>,
+    jobs: Vec<Job>,
+    timeout: Duration,
+) {
     let (keys, spec) = encode_checks(jobs.iter().map(|job| &job.part));
-    let mut invocation = script.prepare_invoke();
-    for key in &keys {
-        invocation.key(key);
-    }
-    invocation.arg(jobs[0].at.map_or_else(String::new, |at| at.to_string()));
-    invocation.arg(spec);
     let counts: Vec<usize> = jobs.iter().map(|job| job.part.items.len()).collect();
-    let outcome = match invocation.invoke_async::<Vec<i64>>(&mut connection).await {
+    let outcome = match program
+        .call::<Vec<i64>>(&mut connection, Entry::Check, &keys, jobs[0].at, &spec)
+        .await
+    {
         Ok(reply) => {
             decode_checks(&reply, &counts).map_err(|error| StoreError::Failed(error.to_string()))
         }

@@ -3,8 +3,9 @@
 //! Every algorithm runs inside Redis as Lua (`scripts/*.lua`, the same transitions as the Rust
 //! ones, piece for piece), so a check is one atomic script call and all application nodes see
 //! one state. Time comes from the Redis server's `TIME`, so nodes with skewed clocks agree.
-//! Scripts run with EVALSHA and are reloaded transparently after `NOSCRIPT` (a Redis restart
-//! or `SCRIPT FLUSH`).
+//! The code is loaded once per node as a Redis Function library and called with `FCALL`
+//! (reloaded by itself after a restart or `FUNCTION FLUSH`); where functions are not available
+//! it runs as scripts by EVALSHA (see `program`).
 //!
 //! On a Redis Cluster every key of one identity carries the same hash tag, so a check on one
 //! identity lives in one slot and stays atomic. A check spanning several slots (per user and
@@ -16,6 +17,7 @@
 mod batcher;
 mod connection;
 mod keys;
+mod program;
 mod wire;
 
 use std::sync::Arc;
@@ -23,7 +25,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use redis::Script;
 use redis::aio::ConnectionManagerConfig;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_routing::Slot;
@@ -33,6 +34,8 @@ use tokio::sync::{mpsc, oneshot};
 use self::batcher::{Job, PartReply};
 use self::connection::{Connection, Status, Target, store_error};
 pub use self::keys::MAX_PART_BYTES;
+pub use self::program::CHECK_SCRIPT;
+use self::program::{Entry, Program};
 use self::wire::{Part, PartItem, encode_adjustments};
 use tollgate_core::algorithm::Adjustment;
 use tollgate_core::check::{Check, Verdict};
@@ -42,20 +45,6 @@ use tollgate_core::limit::Limit;
 use tollgate_core::store::{Store, StoreError};
 
 use crate::{RedisConfig, RedisUrl};
-
-/// The Lua source of the check script, for tooling that runs it directly (`redis-benchmark`,
-/// `redis-cli --eval`). `ARGV[1]`: the time or `''`. `ARGV[2]`: one JSON array of numbers: the
-/// number of distinct limits, each limit's algorithm (1-6), count, period, capacity, interval
-/// and delay_after, then the number of checks, and per check its item count and per item: key
-/// index, limit index, cost.
-pub const CHECK_SCRIPT: &str = concat!(
-    include_str!("scripts/algorithms.lua"),
-    include_str!("scripts/check.lua")
-);
-const ADJUST_SCRIPT: &str = concat!(
-    include_str!("scripts/algorithms.lua"),
-    include_str!("scripts/adjust.lua")
-);
 
 /// A check split into parts (each with its cluster slot, `None` on a single Redis) and, per item
 /// of the check, its (part, item) position.
@@ -89,7 +78,7 @@ struct Shared {
     counters: Arc<batcher::Counters>,
     connection: Connection,
     queue: mpsc::Sender<Job>,
-    adjust_script: Script,
+    program: Arc<Program>,
 }
 
 fn invalid_config(message: String) -> StoreError {
@@ -207,11 +196,11 @@ impl RedisStore {
     }
 
     fn with_connection(connection: Connection, config: RedisConfig) -> Self {
-        let check_script = Arc::new(Script::new(CHECK_SCRIPT));
+        let program = Arc::new(Program::new());
         let counters = Arc::new(batcher::Counters::default());
         let queue = batcher::spawn(
             connection.clone(),
-            check_script,
+            Arc::clone(&program),
             config.max_batch,
             config.timeout,
             Arc::clone(&counters),
@@ -222,7 +211,7 @@ impl RedisStore {
                 counters,
                 connection,
                 queue,
-                adjust_script: Script::new(ADJUST_SCRIPT),
+                program,
             }),
         }
     }
@@ -326,15 +315,13 @@ impl RedisStore {
         at: Option<Micros>,
     ) -> Result<(), StoreError> {
         let (keys, spec) = encode_adjustments(part, adjustments);
-        let mut invocation = self.shared.adjust_script.prepare_invoke();
-        for key in &keys {
-            invocation.key(key);
-        }
-        invocation.arg(at.map_or_else(String::new, |at| at.to_string()));
-        invocation.arg(spec);
         let mut connection = self.shared.connection.clone();
         let timeout = self.shared.config.timeout;
-        match tokio::time::timeout(timeout, invocation.invoke_async::<i64>(&mut connection)).await {
+        let call =
+            self.shared
+                .program
+                .call::<i64>(&mut connection, Entry::Adjust, &keys, at, &spec);
+        match tokio::time::timeout(timeout, call).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(error)) => Err(store_error(&error, timeout)),
             Err(_) => Err(StoreError::Timeout(timeout)),

@@ -1,20 +1,22 @@
 -- Refunds or charges, unconditionally.
 --
--- ARGV[1]: the time in microseconds, or '' for the server's TIME. ARGV[2]: the limits (see
--- `take` above), then how many items, and per item: key index, limit index, amount, kind
+-- args[1]: the time in microseconds, or '' for the server's TIME. args[2]: the limits (see
+-- `take`), then how many items, and per item: key index, limit index, amount, kind
 -- (1 refund, 2 charge), charged_at (for a refund). Returns the time used.
-local now = clock()
-for _ = 1, take() do
-  local k, l, amount, kind, charged_at = spec[at + 1], spec[at + 2], spec[at + 3], spec[at + 4], spec[at + 5]
-  at = at + 5
-  local L = limits[l]
-  local s = current(k, L, now)
-  if kind == 1 then
-    A[L.alg].refund(s, L, now, amount, charged_at)
-  else
-    A[L.alg].consume(s, L, now, amount)
+local function adjust(call_keys, args)
+  local now = begin(call_keys, args)
+  for _ = 1, take() do
+    local k, l, amount, kind, charged_at = spec[at + 1], spec[at + 2], spec[at + 3], spec[at + 4], spec[at + 5]
+    at = at + 5
+    local L = limits[l]
+    local s = current(k, L, now)
+    if kind == 1 then
+      A[L.alg].refund(s, L, now, amount, charged_at)
+    else
+      A[L.alg].consume(s, L, now, amount)
+    end
+    dirty[k] = true
   end
-  dirty[k] = true
+  write_back(now)
+  return now
 end
-write_back(now)
-return now

@@ -6,7 +6,10 @@
 -- A limit L is {alg, count, period, capacity, interval, delay_after}; alg is 1 fixed_window,
 -- 2 sliding_log, 3 sliding_window, 4 token_bucket, 5 leaky_bucket, 6 gcra. A state is a table.
 
-local floor, min, max = math.floor, math.min, math.max
+-- A function library's top level may not read globals (Redis runs it in a bare environment
+-- while loading), so the standard functions and the table of built algorithms are picked up
+-- by `begin` on the first call.
+local floor, min, max
 
 local function window_start(now, period)
   return now - now % period
@@ -27,15 +30,16 @@ local function read_instant(text)
   if string.len(text) == 7 then return (struct.unpack('>I7', text)) end
 end
 
--- Lua creates a closure for every function definition it runs, on every call of a script, so
--- each algorithm's functions are built only when a call uses that algorithm (the builders are
--- cheap; a call rarely touches more than two algorithms).
-local BUILD = {}
-local A = setmetatable({}, { __index = function(built, alg)
+-- Lua creates a closure for every function definition it runs, and a script (EVALSHA) runs
+-- its definitions on every call, so each algorithm's functions are built only when first used
+-- (the builders are cheap; a call rarely touches more than two algorithms). As a Redis
+-- Function library they are built once and kept.
+local BUILD, A = {}
+local function build(built, alg)
   local algorithm = BUILD[alg]()
   rawset(built, alg, algorithm)
   return algorithm
-end })
+end
 
 -- 1: fixed window -------------------------------------------------------------------------
 BUILD[1] = function() return {
@@ -350,39 +354,63 @@ BUILD[6] = function() return {
 } end
 
 -- Shared plumbing: reading the arguments and states, describing decisions -----------------
+--
+-- Everything above is built once when Redis loads the library (as a Redis Function) and kept
+-- between calls; what follows is one call's state, set afresh by `begin` at the start of each.
 
--- ARGV[2] is a JSON array of numbers (integers, exact below 2^53 as Lua's doubles are), read
+-- args[2] is a JSON array of numbers (integers, exact below 2^53 as Lua's doubles are), read
 -- in order: the number of distinct limits, each limit's six parameters (alg, count, period,
--- capacity, interval, delay_after), then what the script itself reads (see `take`). One
+-- capacity, interval, delay_after), then what the entry point itself reads (see `take`). One
 -- argument decoded by one C call, rather than an argument a number each passed through
 -- `tonumber`, spares Redis a Lua string and a call per number; JSON keeps the argument text,
--- so `redis-cli --eval` and `redis-benchmark` can still send it.
-local spec, at = cjson.decode(ARGV[2]), 0
+-- so `redis-cli` and `redis-benchmark` can still send it.
+local spec, at, limits
 local function take()
   at = at + 1
   return spec[at]
 end
-local limits = {}
-for l = 1, take() do
-  limits[l] = {
-    alg = spec[at + 1], count = spec[at + 2], period = spec[at + 3],
-    capacity = spec[at + 4], interval = spec[at + 5], delay_after = spec[at + 6],
-  }
-  at = at + 6
+
+-- The call's keys; the stored state of keys[k] under L, brought forward to now, is cached for
+-- the whole call so that later checks of the same call see what earlier ones wrote. A state
+-- stored by another algorithm (the limit was reconfigured) starts fresh. Every key is read
+-- with one MGET, on first use. Per key: its state, algorithm, limit and whether it changed.
+local keys, stored, states, algs, state_limits, dirty
+
+-- Redis counts TTLs on its own clock, which an explicit time need not follow, so with an
+-- explicit time every TTL is padded by an hour lest a key vanish before its state is fresh.
+local ttl_pad
+
+-- Starts a call: reads its arguments, forgets the last call's states, and returns the call's
+-- time: args[1] when given (tests and replays), else the Redis server's clock.
+local function begin(call_keys, args)
+  if A == nil then
+    floor, min, max = math.floor, math.min, math.max
+    A = setmetatable({}, { __index = build })
+  end
+  keys, stored, states, algs, state_limits, dirty = call_keys, nil, {}, {}, {}, {}
+  spec, at, limits = cjson.decode(args[2]), 0, {}
+  for l = 1, take() do
+    limits[l] = {
+      alg = spec[at + 1], count = spec[at + 2], period = spec[at + 3],
+      capacity = spec[at + 4], interval = spec[at + 5], delay_after = spec[at + 6],
+    }
+    at = at + 6
+  end
+  if args[1] ~= '' then
+    ttl_pad = 3600000000
+    return tonumber(args[1])
+  end
+  ttl_pad = 0
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- The stored state of KEYS[k] under L, brought forward to now, cached for the whole call so
--- that later checks of the same call see what earlier ones wrote. A state stored by another
--- algorithm (the limit was reconfigured) starts fresh. Every key is read with one MGET, on
--- first use. Per key: its state, algorithm, limit and whether it changed.
-local stored
-local states, algs, state_limits, dirty = {}, {}, {}, {}
 local function current(k, L, now)
   local alg = L.alg
   local algorithm = A[alg]
   local s = states[k]
   if s == nil or algs[k] ~= alg then
-    if stored == nil then stored = redis.call('MGET', unpack(KEYS)) end
+    if stored == nil then stored = redis.call('MGET', unpack(keys)) end
     local raw = stored[k]
     s = nil
     if raw and string.sub(raw, 1, 1) == algorithm.tag then s = algorithm.decode(string.sub(raw, 2), L, now) end
@@ -408,30 +436,20 @@ local function describe(reply, r, s, L, now, cost, allowed)
   return r + 6
 end
 
--- The call's time: ARGV[1] when given (tests and replays), else the Redis server's clock.
--- Redis counts TTLs on its own clock, which an explicit time need not follow, so with an
--- explicit time every TTL is padded by an hour lest a key vanish before its state is fresh.
-local ttl_pad = 0
-local function clock()
-  if ARGV[1] ~= '' then
-    ttl_pad = 3600000000
-    return tonumber(ARGV[1])
-  end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
 -- Writes every changed state back with a TTL of its reset time, or deletes it when it is as
 -- good as fresh.
 local function write_back(now)
-  for k = 1, #KEYS do
+  for k = 1, #keys do
     if dirty[k] then
       local algorithm, s, L = A[algs[k]], states[k], state_limits[k]
       local ttl = algorithm.reset_after(s, L, now)
       if ttl <= 0 then
-        redis.call('DEL', KEYS[k])
+        redis.call('DEL', keys[k])
       else
-        redis.call('SET', KEYS[k], algorithm.tag .. algorithm.encode(s, L), 'PX', math.ceil((ttl + ttl_pad) / 1000))
+        -- Written with '%d': passed as a number, Lua would write it with '%.14g', a slower
+        -- floating-point conversion (scripts/redis-script-cost: 1% of a decision).
+        local px = string.format('%d', math.ceil((ttl + ttl_pad) / 1000))
+        redis.call('SET', keys[k], algorithm.tag .. algorithm.encode(s, L), 'PX', px)
       end
     end
   end
