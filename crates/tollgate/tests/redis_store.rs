@@ -172,6 +172,45 @@ async fn an_acl_user_without_functions_runs_the_code_as_scripts() {
     assert!(calls_by_kind(&own).1 >= 1, "the checks ran as scripts");
 }
 
+/// The ACL user the README gives: enough to load the library, check and refund.
+#[tokio::test]
+async fn the_documented_acl_user_can_load_check_and_refund() {
+    let own = tollgate_testkit::RedisServer::start();
+    let rules =
+        "on >secret ~tg:* +fcall +function|load +evalsha +script|load +time +mget +set +del +ping";
+    let created: String = own
+        .query(
+            redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg("tollgate")
+                .arg(rules.split(' ').collect::<Vec<_>>()),
+        )
+        .unwrap();
+    assert_eq!(created, "OK");
+    let url = own.url().replace("redis://", "redis://tollgate:secret@");
+    let store = RedisStore::connect(&url, RedisConfig::default())
+        .await
+        .unwrap();
+    let limit = Limit::new("l", Algorithm::Gcra, "2/h".parse().unwrap()).unwrap();
+    let check = Check::one("k", &limit);
+    let first = store.check(&check, None).await.unwrap();
+    assert!(first.is_allowed());
+    let refund = [Adjustment::Refund {
+        charged_at: first.at(),
+    }];
+    store.adjust(&check, &refund, None).await.unwrap();
+    let mut admitted = Vec::new();
+    for _ in 0..3 {
+        admitted.push(store.check(&check, None).await.unwrap().is_allowed());
+    }
+    assert_eq!(admitted, [true, true, false], "the refund gave one back");
+    assert_eq!(
+        calls_by_kind(&own).1,
+        0,
+        "the library was loaded and called, no script"
+    );
+}
+
 #[test]
 fn scripts_and_memory_decide_alike_on_random_workloads() {
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
