@@ -14,7 +14,7 @@ mod config;
 mod store;
 mod url;
 
-pub use config::{BadPrefix, MAX_PREFIX_BYTES, RedisConfig};
+pub use config::{BadPrefix, MAX_PREFIX_BYTES, RedisAuth, RedisConfig, RedisTls};
 #[cfg(feature = "client")]
 pub use store::{CHECK_SCRIPT, MAX_PART_BYTES, RedisStats, RedisStore};
 pub use url::{RedisUrl, redact_credentials};

@@ -8,7 +8,9 @@
 mod cluster;
 mod ports;
 mod server;
+mod tls;
 
 pub use cluster::RedisCluster;
 pub use ports::free_port;
 pub use server::RedisServer;
+pub use tls::Certificates;

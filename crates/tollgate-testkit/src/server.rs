@@ -5,6 +5,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::ports::free_port;
+use crate::tls::Certificates;
 
 /// How long a server may take to answer its first PING.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
@@ -13,6 +14,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(15);
 #[derive(Debug)]
 pub struct RedisServer {
     port: u16,
+    /// Where the harness sends its own commands: the port, or a Unix socket on a TLS-only server.
+    control: String,
     pid: u32,
     watchdog: Child,
     dir: PathBuf,
@@ -60,13 +63,56 @@ impl RedisServer {
 
     /// Starts a server on `port` in `dir` (a cluster node, say).
     pub(crate) fn spawn(port: u16, dir: &Path, extra: &[&str]) -> Self {
-        let (watchdog, pid) = launch(port, dir, extra);
+        let control = format!("redis://127.0.0.1:{port}");
+        let (watchdog, pid) = launch(port, &control, dir, extra);
         Self {
             port,
+            control,
             pid,
             watchdog,
             dir: dir.to_path_buf(),
             _tempdir: None,
+        }
+    }
+
+    /// Starts a TLS-only server: no plain port, TLS on a free port with `certificates`'
+    /// server certificate, client certificates checked against their CA when a client sends
+    /// one (`--tls-auth-clients optional`), or required with `extra` =
+    /// `["--tls-auth-clients", "yes"]`. The harness reaches it through a Unix socket.
+    pub fn start_tls(certificates: &Certificates, extra: &[&str]) -> Self {
+        let tempdir = tempfile::tempdir().expect("a temporary directory for redis-server");
+        let dir = tempdir.path().to_path_buf();
+        let port = free_port();
+        let socket = dir.join("redis.sock");
+        let port_text = port.to_string();
+        let path = |path: &Path| path.to_str().expect("a UTF-8 path").to_owned();
+        let owned = [
+            "--port".to_owned(),
+            "0".to_owned(),
+            "--tls-port".to_owned(),
+            port_text,
+            "--unixsocket".to_owned(),
+            path(&socket),
+            "--tls-cert-file".to_owned(),
+            path(&certificates.server_cert),
+            "--tls-key-file".to_owned(),
+            path(&certificates.server_key),
+            "--tls-ca-cert-file".to_owned(),
+            path(&certificates.ca),
+            "--tls-auth-clients".to_owned(),
+            "optional".to_owned(),
+        ];
+        let mut args: Vec<&str> = owned.iter().map(String::as_str).collect();
+        args.extend_from_slice(extra);
+        let control = format!("redis+unix://{}", socket.display());
+        let (watchdog, pid) = launch(port, &control, &dir, &args);
+        Self {
+            port,
+            control,
+            pid,
+            watchdog,
+            dir,
+            _tempdir: Some(tempdir),
         }
     }
 
@@ -92,7 +138,7 @@ impl RedisServer {
 
     /// Runs one command on a fresh connection.
     pub fn query<T: redis::FromRedisValue>(&self, cmd: &mut redis::Cmd) -> redis::RedisResult<T> {
-        query(self.port, cmd)
+        query(&self.control, cmd)
     }
 
     /// Sends a signal (`"KILL"`, `"STOP"`, `"CONT"`) to the server process.
@@ -117,7 +163,7 @@ impl RedisServer {
     /// Starts a fresh server on the same port and directory (Redis keeps nothing: state is gone).
     pub fn restart(&mut self, extra: &[&str]) {
         self.kill();
-        (self.watchdog, self.pid) = launch(self.port, &self.dir, extra);
+        (self.watchdog, self.pid) = launch(self.port, &self.control, &self.dir, extra);
     }
 }
 
@@ -129,7 +175,7 @@ impl Drop for RedisServer {
 
 /// Runs redis-server under a watchdog and waits for its first answer: the watchdog and the
 /// server's pid.
-fn launch(port: u16, dir: &Path, extra: &[&str]) -> (Child, u32) {
+fn launch(port: u16, control: &str, dir: &Path, extra: &[&str]) -> (Child, u32) {
     let binary = redis_server_path();
     let port_text = port.to_string();
     let mut args: Vec<&str> = vec![
@@ -179,7 +225,7 @@ fn launch(port: u16, dir: &Path, extra: &[&str]) -> (Child, u32) {
                 std::fs::read_to_string(dir.join("redis.log")).unwrap_or_default()
             );
         }
-        if let Ok(info) = query::<String>(port, redis::cmd("INFO").arg("server")) {
+        if let Ok(info) = query::<String>(control, redis::cmd("INFO").arg("server")) {
             let pid = info
                 .lines()
                 .find_map(|line| line.strip_prefix("process_id:"))
@@ -196,9 +242,9 @@ fn launch(port: u16, dir: &Path, extra: &[&str]) -> (Child, u32) {
     }
 }
 
-/// Runs one command on a fresh connection to `port`.
-fn query<T: redis::FromRedisValue>(port: u16, cmd: &mut redis::Cmd) -> redis::RedisResult<T> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+/// Runs one command on a fresh connection to `control`.
+fn query<T: redis::FromRedisValue>(control: &str, cmd: &mut redis::Cmd) -> redis::RedisResult<T> {
+    let client = redis::Client::open(control)?;
     let mut connection = client.get_connection_with_timeout(Duration::from_secs(2))?;
     cmd.query(&mut connection)
 }

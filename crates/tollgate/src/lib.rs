@@ -73,7 +73,8 @@ pub use policy::{Config, Evaluation, Identity, Policies, Request};
 pub use quota::{MAX_COUNT, MAX_PERIOD_MICROS, Quota, QuotaError, parse_duration};
 pub use spec::{LimitSpec, leaky_mode};
 pub use store::{
-    AnyStore, MemoryStore, RedisConfig, RedisUrl, Store, StoreError, redact_credentials,
+    AnyStore, MemoryStore, RedisAuth, RedisConfig, RedisTls, RedisUrl, Store, StoreError,
+    redact_credentials,
 };
 #[cfg(feature = "redis")]
 pub use store::{RedisStats, RedisStore};

@@ -183,11 +183,21 @@ async fn connect_until_up(link: Weak<Link>, target: Target, timeout: Duration) {
                 return;
             }
             Err(error) => {
+                let tls = link
+                    .urls
+                    .iter()
+                    .all(|url| url.to_string().starts_with("rediss:"));
                 let error = match store_error(&error, timeout) {
                     StoreError::Unavailable(message) => {
-                        StoreError::Unavailable(link.redact(&message))
+                        StoreError::Unavailable(explain(&link.redact(&message), tls))
                     }
-                    StoreError::Failed(message) => StoreError::Failed(link.redact(&message)),
+                    StoreError::Failed(message) => {
+                        StoreError::Failed(explain(&link.redact(&message), tls))
+                    }
+                    StoreError::Timeout(waited) if tls => StoreError::Unavailable(format!(
+                        "no answer within {waited:?}; a plain Redis port never answers a TLS \
+                         handshake: if this port is plain Redis, use redis://"
+                    )),
                     other => other,
                 };
                 failures += 1;
@@ -208,6 +218,26 @@ async fn connect_until_up(link: Weak<Link>, target: Target, timeout: Duration) {
         tokio::time::sleep(jittered).await;
         delay = (delay * 2).min(MAX_RETRY_DELAY);
     }
+}
+
+/// Why a connection attempt failed, said so that an operator knows what to change: the
+/// redis and TLS libraries' words, with what they mean for this setting.
+fn explain(message: &str, tls: bool) -> String {
+    let hint = if message.contains("AuthenticationFailed") || message.contains("WRONGPASS") {
+        "Redis refused the user name or password"
+    } else if message.contains("NOPERM") {
+        "the Redis user lacks a permission it needs (see the README's ACL rules)"
+    } else if message.contains("invalid peer certificate") {
+        "Redis's TLS certificate does not verify: give the CA that signed it (--redis-ca) and \
+         connect by a name the certificate holds"
+    } else if message.contains("CertificateRequired") {
+        "Redis requires a client certificate (--redis-client-cert, --redis-client-key)"
+    } else if !tls && message.contains("reset by peer") {
+        "Redis closed the connection at once: if this port takes TLS, use rediss://"
+    } else {
+        return message.to_owned();
+    };
+    format!("{hint} ({message})")
 }
 
 impl ConnectionLike for Connection {

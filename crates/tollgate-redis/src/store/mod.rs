@@ -18,6 +18,7 @@ mod batcher;
 mod connection;
 mod keys;
 mod program;
+mod security;
 mod wire;
 
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use redis::IntoConnectionInfo;
 use redis::aio::ConnectionManagerConfig;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_routing::Slot;
@@ -107,12 +109,24 @@ impl RedisStore {
             .validate_prefix()
             .map_err(|error| invalid_config(error.to_string()))?;
         let shown = RedisUrl::from(url);
-        let client = redis::Client::open(url).map_err(|error| {
+        let unusable = |error: redis::RedisError| {
             invalid_config(format!(
                 "redis url {shown} does not parse: {}",
                 shown.redact(&error.to_string())
             ))
-        })?;
+        };
+        let info = security::with_auth(
+            url.into_connection_info().map_err(unusable)?,
+            config.auth.as_ref(),
+        );
+        let client = match security::certificates(&config.tls).map_err(invalid_config)? {
+            Some(certificates) => {
+                security::require_tls(&info, &shown.to_string()).map_err(invalid_config)?;
+                redis::Client::build_with_tls(info, certificates)
+            }
+            None => redis::Client::open(info),
+        }
+        .map_err(unusable)?;
         let manager_config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(config.timeout))
             .set_connection_timeout(Some(config.connect_timeout))
@@ -144,20 +158,33 @@ impl RedisStore {
             .map_err(|error| invalid_config(error.to_string()))?;
         let nodes: Vec<&str> = urls.iter().map(AsRef::as_ref).collect();
         let shown: Vec<RedisUrl> = nodes.iter().map(|url| RedisUrl::from(*url)).collect();
-        let client = ClusterClientBuilder::new(nodes)
+        let mut builder = ClusterClientBuilder::new(nodes.iter().copied())
             .connection_timeout(config.connect_timeout)
             .response_timeout(config.timeout)
             .retries(3)
             .min_retry_wait(10)
-            .max_retry_wait(200)
-            .build()
-            .map_err(|error| {
-                let listed: Vec<String> = shown.iter().map(ToString::to_string).collect();
-                let message = shown
-                    .iter()
-                    .fold(error.to_string(), |text, url| url.redact(&text));
-                invalid_config(format!("redis cluster {}: {message}", listed.join(", ")))
-            })?;
+            .max_retry_wait(200);
+        if let Some(auth) = &config.auth {
+            builder = builder.password(&auth.password);
+            if let Some(username) = &auth.username {
+                builder = builder.username(username);
+            }
+        }
+        if let Some(certificates) = security::certificates(&config.tls).map_err(invalid_config)? {
+            for (node, shown) in nodes.iter().zip(&shown) {
+                if let Ok(info) = node.into_connection_info() {
+                    security::require_tls(&info, &shown.to_string()).map_err(invalid_config)?;
+                }
+            }
+            builder = builder.certs(certificates);
+        }
+        let client = builder.build().map_err(|error| {
+            let listed: Vec<String> = shown.iter().map(ToString::to_string).collect();
+            let message = shown
+                .iter()
+                .fold(error.to_string(), |text, url| url.redact(&text));
+            invalid_config(format!("redis cluster {}: {message}", listed.join(", ")))
+        })?;
         let connection = Connection::connect(
             Target::Cluster(client),
             shown,

@@ -10,6 +10,8 @@ pub use any::AnyStore;
 /// The Redis stores (`tollgate-redis`).
 #[cfg(feature = "redis")]
 pub use tollgate_redis as redis;
-pub use tollgate_redis::{BadPrefix, RedisConfig, RedisUrl, redact_credentials};
+pub use tollgate_redis::{
+    BadPrefix, RedisAuth, RedisConfig, RedisTls, RedisUrl, redact_credentials,
+};
 #[cfg(feature = "redis")]
 pub use tollgate_redis::{RedisStats, RedisStore};
