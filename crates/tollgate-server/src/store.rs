@@ -26,6 +26,34 @@ pub struct StoreFlags {
         hide_env_values = true
     )]
     pub redis_cluster: Vec<RedisUrl>,
+    /// For rediss:// URLs: the CA certificates (PEM) to verify Redis with, instead of the
+    /// system's.
+    #[arg(long, env = "TOLLGATE_REDIS_CA", value_name = "FILE")]
+    pub redis_ca: Option<std::path::PathBuf>,
+    /// For rediss:// URLs: a client certificate (PEM) for Redis servers that require mutual TLS.
+    #[arg(
+        long,
+        env = "TOLLGATE_REDIS_CLIENT_CERT",
+        value_name = "FILE",
+        requires = "redis_client_key"
+    )]
+    pub redis_client_cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(
+        long,
+        env = "TOLLGATE_REDIS_CLIENT_KEY",
+        value_name = "FILE",
+        requires = "redis_client_cert"
+    )]
+    pub redis_client_key: Option<std::path::PathBuf>,
+    /// The Redis ACL user, with the password of `--redis-password-file` or
+    /// `TOLLGATE_REDIS_PASSWORD` (kept out of the URL, and so out of process listings).
+    #[arg(long, env = "TOLLGATE_REDIS_USERNAME", value_name = "USER")]
+    pub redis_username: Option<String>,
+    /// A file holding the Redis password; `TOLLGATE_REDIS_PASSWORD` gives it directly. It
+    /// takes the place of a password in the URL.
+    #[arg(long, env = "TOLLGATE_REDIS_PASSWORD_FILE", value_name = "FILE")]
+    pub redis_password_file: Option<std::path::PathBuf>,
     /// How refused keys appear in the logs: plain, hashed (a keyed pseudonym) or none.
     #[arg(
         long,
@@ -56,6 +84,52 @@ impl StoreFlags {
         tollgate::secret::Secret::from_bytes(bytes.trim_ascii())
             .map(Some)
             .map_err(|error| format!("the log keys secret: {error}"))
+    }
+
+    /// The Redis settings of `options` with the flags' certificates and credentials.
+    pub fn redis_options(&self, options: &RedisOptions) -> Result<RedisOptions, String> {
+        let mut options = options.clone();
+        let tls = &mut options.config.tls;
+        if self.redis_ca.is_some() {
+            tls.ca_file.clone_from(&self.redis_ca);
+        }
+        if self.redis_client_cert.is_some() {
+            tls.client_cert.clone_from(&self.redis_client_cert);
+            tls.client_key.clone_from(&self.redis_client_key);
+        }
+        let password = match (
+            &self.redis_password_file,
+            std::env::var_os("TOLLGATE_REDIS_PASSWORD"),
+        ) {
+            (Some(path), _) => Some(
+                std::fs::read_to_string(path)
+                    .map_err(|error| format!("--redis-password-file {}: {error}", path.display()))?
+                    .trim_end_matches(['\r', '\n'])
+                    .to_owned(),
+            ),
+            (None, Some(value)) => Some(
+                value
+                    .into_string()
+                    .map_err(|_| "TOLLGATE_REDIS_PASSWORD is not valid UTF-8".to_owned())?,
+            ),
+            (None, None) => None,
+        };
+        match (password, &self.redis_username) {
+            (Some(password), username) => {
+                options.config.auth = Some(tollgate::RedisAuth {
+                    username: username.clone(),
+                    password,
+                });
+            }
+            (None, Some(_)) => {
+                return Err(
+                    "--redis-username needs a password: --redis-password-file or TOLLGATE_REDIS_PASSWORD"
+                        .to_owned(),
+                );
+            }
+            (None, None) => {}
+        }
+        Ok(options)
     }
 
     /// The store the flags ask for, else the configuration's.
@@ -126,7 +200,7 @@ pub async fn open_limiter(
         tracing::warn!("{problem}");
     }
     let chosen = flags.choose(&policies.config().store);
-    let store = connect(&chosen, &policies.config().redis).await?;
+    let store = connect(&chosen, &flags.redis_options(&policies.config().redis)?).await?;
     let mut description = describe(&chosen);
     if let AnyStore::Redis(redis) = &store
         && !redis.is_connected()

@@ -450,3 +450,66 @@ async fn the_envoy_service_answers_by_its_failure_mode_while_the_breaker_rests_t
     );
     assert_eq!(sample("tollgate_breaker_open "), 1.0, "{metrics}");
 }
+
+/// A managed-Redis setup: TLS-only with a private CA, client certificates required, an ACL user,
+/// the password from the environment. The server shares one limit with a second server whose
+/// password comes from a file, and shows the password nowhere.
+#[tokio::test]
+async fn servers_reach_a_tls_redis_with_a_client_certificate_and_an_acl_user() {
+    let certificates = tollgate_testkit::Certificates::generate();
+    let redis = RedisServer::start_tls(&certificates, &["--tls-auth-clients", "yes"]);
+    redis
+        .query::<()>(redis::cmd("ACL").arg("SETUSER").arg("limiter").arg(vec![
+            "on".to_owned(),
+            format!(">{PASSWORD}"),
+            "~tg:*".to_owned(),
+            "+@all".to_owned(),
+        ]))
+        .expect("the user is made");
+    redis
+        .query::<()>(redis::cmd("ACL").arg("SETUSER").arg("default").arg("off"))
+        .expect("the default user is off");
+    let url = format!("rediss://127.0.0.1:{}", redis.port());
+    let path = |path: &std::path::Path| path.to_str().expect("UTF-8").to_owned();
+    let (ca, cert, key) = (
+        path(&certificates.ca),
+        path(&certificates.client_cert),
+        path(&certificates.client_key),
+    );
+    let tls_flags = [
+        "--redis",
+        url.as_str(),
+        "--redis-ca",
+        &ca,
+        "--redis-client-cert",
+        &cert,
+        "--redis-client-key",
+        &key,
+        "--redis-username",
+        "limiter",
+    ];
+    let from_environment = Tollgate::start_with_env(
+        &support::serve_args(&tls_flags),
+        &[("TOLLGATE_REDIS_PASSWORD", PASSWORD)],
+    );
+    let password_file = certificates.dir().join("redis-password");
+    std::fs::write(&password_file, format!("{PASSWORD}\n")).expect("the password file");
+    let password_file = path(&password_file);
+    let mut with_file = tls_flags.to_vec();
+    with_file.extend(["--redis-password-file", &password_file]);
+    let from_file = Tollgate::serve(&with_file);
+    let body = json!({"limits": [{"key": "tenant:acme", "algorithm": "gcra", "quota": "3/h"}]});
+    let mut allowed = Vec::new();
+    for server in [&from_environment, &from_file, &from_environment, &from_file] {
+        allowed.push(check(&server.http_url(), &body).await.1["allowed"].clone());
+    }
+    assert_eq!(
+        allowed,
+        [true, true, true, false],
+        "one limit of 3 shared over TLS"
+    );
+    for server in [&from_environment, &from_file] {
+        assert_eq!(server.printed["store"], format!("redis at {url}"));
+        assert_no_password("a server on TLS Redis", &everything_shown(server).await);
+    }
+}
