@@ -7,10 +7,12 @@
 
 mod cluster;
 mod ports;
+mod sentinel;
 mod server;
 mod tls;
 
 pub use cluster::RedisCluster;
 pub use ports::free_port;
+pub use sentinel::{MASTER_NAME, RedisSentinels};
 pub use server::RedisServer;
 pub use tls::Certificates;

@@ -64,7 +64,7 @@ impl RedisServer {
     /// Starts a server on `port` in `dir` (a cluster node, say).
     pub(crate) fn spawn(port: u16, dir: &Path, extra: &[&str]) -> Self {
         let control = format!("redis://127.0.0.1:{port}");
-        let (watchdog, pid) = launch(port, &control, dir, extra);
+        let (watchdog, pid) = launch(port, &control, dir, &[], extra);
         Self {
             port,
             control,
@@ -105,7 +105,28 @@ impl RedisServer {
         let mut args: Vec<&str> = owned.iter().map(String::as_str).collect();
         args.extend_from_slice(extra);
         let control = format!("redis+unix://{}", socket.display());
-        let (watchdog, pid) = launch(port, &control, &dir, &args);
+        let (watchdog, pid) = launch(port, &control, &dir, &[], &args);
+        Self {
+            port,
+            control,
+            pid,
+            watchdog,
+            dir,
+            _tempdir: Some(tempdir),
+        }
+    }
+
+    /// Starts a Redis Sentinel (`redis-server FILE --sentinel`) on a free port in its own
+    /// directory, with `config` as its configuration file (it rewrites the file as it learns).
+    pub fn start_sentinel(config: &str) -> Self {
+        let tempdir = tempfile::tempdir().expect("a temporary directory for the sentinel");
+        let dir = tempdir.path().to_path_buf();
+        let file = dir.join("sentinel.conf");
+        std::fs::write(&file, config).expect("write the sentinel's configuration");
+        let port = free_port();
+        let control = format!("redis://127.0.0.1:{port}");
+        let file = file.to_str().expect("a UTF-8 path").to_owned();
+        let (watchdog, pid) = launch(port, &control, &dir, &[&file, "--sentinel"], &[]);
         Self {
             port,
             control,
@@ -163,7 +184,7 @@ impl RedisServer {
     /// Starts a fresh server on the same port and directory (Redis keeps nothing: state is gone).
     pub fn restart(&mut self, extra: &[&str]) {
         self.kill();
-        (self.watchdog, self.pid) = launch(self.port, &self.control, &self.dir, extra);
+        (self.watchdog, self.pid) = launch(self.port, &self.control, &self.dir, &[], extra);
     }
 }
 
@@ -175,10 +196,18 @@ impl Drop for RedisServer {
 
 /// Runs redis-server under a watchdog and waits for its first answer: the watchdog and the
 /// server's pid.
-fn launch(port: u16, control: &str, dir: &Path, extra: &[&str]) -> (Child, u32) {
+/// `leading` goes before the common arguments (a configuration file must come first).
+fn launch(
+    port: u16,
+    control: &str,
+    dir: &Path,
+    leading: &[&str],
+    extra: &[&str],
+) -> (Child, u32) {
     let binary = redis_server_path();
     let port_text = port.to_string();
-    let mut args: Vec<&str> = vec![
+    let mut args: Vec<&str> = leading.to_vec();
+    args.extend([
         "--port",
         &port_text,
         "--bind",
@@ -191,7 +220,7 @@ fn launch(port: u16, control: &str, dir: &Path, extra: &[&str]) -> (Child, u32) 
         "redis.log",
         "--daemonize",
         "no",
-    ];
+    ]);
     args.extend_from_slice(extra);
     // The watchdog: runs the server in the background and kills it as soon as the test
     // process (this shell's parent) is gone, or stops when the server exits.

@@ -19,6 +19,7 @@ use tokio::sync::watch;
 
 use tollgate_core::store::StoreError;
 
+use super::sentinel::{Following, Sentinels};
 use crate::RedisUrl;
 
 /// The first wait between connection attempts; it doubles up to [`MAX_RETRY_DELAY`].
@@ -32,6 +33,8 @@ pub(crate) enum Target {
     Node(redis::Client, ConnectionManagerConfig),
     /// A Redis Cluster.
     Cluster(ClusterClient),
+    /// The master a group of sentinels names, followed across failovers.
+    Sentinel(Sentinels, ConnectionManagerConfig),
 }
 
 /// An established connection.
@@ -39,6 +42,7 @@ pub(crate) enum Target {
 enum Established {
     Node(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(Arc<Following>),
 }
 
 /// Where the connection stands.
@@ -165,6 +169,11 @@ async fn connect_until_up(link: Weak<Link>, target: Target, timeout: Duration) {
                 .get_async_connection()
                 .await
                 .map(Established::Cluster),
+            Target::Sentinel(sentinels, config) => {
+                Following::connect(Arc::clone(sentinels), config.clone())
+                    .await
+                    .map(Established::Sentinel)
+            }
         };
         let Some(link) = link.upgrade() else {
             return;
@@ -246,6 +255,7 @@ impl ConnectionLike for Connection {
         match &mut self.local {
             Some(Established::Node(connection)) => connection.req_packed_command(cmd),
             Some(Established::Cluster(connection)) => connection.req_packed_command(cmd),
+            Some(Established::Sentinel(following)) => following.req_packed_command(cmd),
             None => {
                 let error = not_connected(&self.link);
                 Box::pin(async move { Err(error) })
@@ -267,6 +277,9 @@ impl ConnectionLike for Connection {
             Some(Established::Cluster(connection)) => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
+            Some(Established::Sentinel(following)) => {
+                following.req_packed_commands(pipeline, offset, count)
+            }
             None => {
                 let error = not_connected(&self.link);
                 Box::pin(async move { Err(error) })
@@ -278,6 +291,7 @@ impl ConnectionLike for Connection {
         match self.local.as_ref().or_else(|| self.link.established.get()) {
             Some(Established::Node(connection)) => connection.get_db(),
             Some(Established::Cluster(connection)) => connection.get_db(),
+            Some(Established::Sentinel(following)) => following.get_db(),
             None => 0,
         }
     }

@@ -19,6 +19,7 @@ mod connection;
 mod keys;
 mod program;
 mod security;
+mod sentinel;
 mod wire;
 
 use std::sync::Arc;
@@ -83,6 +84,15 @@ struct Shared {
     program: Arc<Program>,
 }
 
+/// How a connection to one node (a single Redis, or a Sentinel deployment's master) behaves.
+fn manager_config(config: &RedisConfig) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_response_timeout(Some(config.timeout))
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_number_of_retries(2)
+        .set_max_delay(Duration::from_millis(500))
+}
+
 fn invalid_config(message: String) -> StoreError {
     StoreError::Failed(message)
 }
@@ -127,13 +137,8 @@ impl RedisStore {
             None => redis::Client::open(info),
         }
         .map_err(unusable)?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(config.timeout))
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
         let connection = Connection::connect(
-            Target::Node(client, manager_config),
+            Target::Node(client, manager_config(&config)),
             vec![shown],
             config.connect_timeout,
             &runtime()?,
@@ -187,6 +192,47 @@ impl RedisStore {
         })?;
         let connection = Connection::connect(
             Target::Cluster(client),
+            shown,
+            config.connect_timeout,
+            &runtime()?,
+        );
+        Ok(Self::with_connection(connection, config))
+    }
+
+    /// Connects to the master that the sentinels at `sentinels` (`redis://[user:password@]
+    /// host:port` each, `rediss://` for TLS to the sentinels and the data nodes alike) know as
+    /// `master_name`, and fails if the first attempt does. [`RedisStore::open_sentinel`] does
+    /// not wait.
+    pub async fn connect_sentinel(
+        sentinels: &[impl AsRef<str>],
+        master_name: &str,
+        config: RedisConfig,
+    ) -> Result<Self, StoreError> {
+        Self::open_sentinel(sentinels, master_name, config)?
+            .first_connection()
+            .await
+    }
+
+    /// A store on the master of a Sentinel deployment that connects in the background, as
+    /// [`RedisStore::open`] does for a single Redis, and follows failovers: when the master
+    /// stops taking writes or cannot be reached, the sentinels are asked again. Credentials in
+    /// the sentinels' URLs are the sentinels' own; the data nodes take `config.auth`.
+    pub fn open_sentinel(
+        sentinels: &[impl AsRef<str>],
+        master_name: &str,
+        config: RedisConfig,
+    ) -> Result<Self, StoreError> {
+        config
+            .validate_prefix()
+            .map_err(|error| invalid_config(error.to_string()))?;
+        let shown: Vec<RedisUrl> = sentinels
+            .iter()
+            .map(|url| RedisUrl::from(url.as_ref()))
+            .collect();
+        let client = sentinel::client(sentinels, &shown, master_name, &config)
+            .map_err(invalid_config)?;
+        let connection = Connection::connect(
+            Target::Sentinel(client, manager_config(&config)),
             shown,
             config.connect_timeout,
             &runtime()?,

@@ -1,0 +1,95 @@
+//! A Redis Sentinel deployment: one master, one replica and three sentinels watching them,
+//! quick to fail over (the master counts as down after one second of silence).
+
+use std::time::{Duration, Instant};
+
+use crate::RedisServer;
+
+/// The name the sentinels know the master by.
+pub const MASTER_NAME: &str = "tollgate-master";
+
+/// How long forming the group (replica in sync, sentinels aware of each other) may take.
+const FORM_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A master, its replica and three sentinels, all stopped when dropped.
+#[derive(Debug)]
+pub struct RedisSentinels {
+    /// The first master; after a failover, the replica is the master.
+    pub master: RedisServer,
+    /// The master's replica.
+    pub replica: RedisServer,
+    sentinels: Vec<RedisServer>,
+}
+
+impl RedisSentinels {
+    /// Starts the group and waits until it can fail over: the replica in sync, and every
+    /// sentinel aware of the replica and of the two other sentinels.
+    pub fn start() -> Self {
+        let master = RedisServer::start();
+        let master_port = master.port().to_string();
+        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master_port]);
+        let config = format!(
+            "sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
+             sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+             sentinel failover-timeout {MASTER_NAME} 5000\n"
+        );
+        let sentinels = (0..3)
+            .map(|_| RedisServer::start_sentinel(&config))
+            .collect();
+        let group = Self {
+            master,
+            replica,
+            sentinels,
+        };
+        group.wait_until_formed();
+        group
+    }
+
+    /// `redis://127.0.0.1:<port>` of each sentinel.
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        self.sentinels.iter().map(RedisServer::url).collect()
+    }
+
+    /// The master's port as the first sentinel that answers reports it.
+    pub fn master_port(&self) -> Option<u16> {
+        self.sentinels.iter().find_map(|sentinel| {
+            let address: Vec<String> = sentinel
+                .query(
+                    redis::cmd("SENTINEL")
+                        .arg("GET-MASTER-ADDR-BY-NAME")
+                        .arg(MASTER_NAME),
+                )
+                .ok()?;
+            address.get(1)?.parse().ok()
+        })
+    }
+
+    fn wait_until_formed(&self) {
+        let started = Instant::now();
+        while !self.is_formed() {
+            assert!(
+                started.elapsed() < FORM_TIMEOUT,
+                "the sentinel group did not form within {FORM_TIMEOUT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn is_formed(&self) -> bool {
+        let in_sync = self
+            .replica
+            .query::<String>(redis::cmd("INFO").arg("replication"))
+            .is_ok_and(|info| info.contains("master_link_status:up"));
+        in_sync
+            && self.sentinels.iter().all(|sentinel| {
+                let count = |what: &str| {
+                    sentinel
+                        .query::<Vec<redis::Value>>(
+                            redis::cmd("SENTINEL").arg(what).arg(MASTER_NAME),
+                        )
+                        .map_or(0, |found| found.len())
+                };
+                count("REPLICAS") == 1 && count("SENTINELS") == 2
+            })
+    }
+}
