@@ -26,6 +26,26 @@ pub struct StoreFlags {
         hide_env_values = true
     )]
     pub redis_cluster: Vec<RedisUrl>,
+    /// Use the Redis master these sentinels know by `--redis-sentinel-master`, comma-separated
+    /// (`rediss://` for TLS to sentinels and data nodes alike); failovers are followed.
+    #[arg(
+        long,
+        env = "TOLLGATE_REDIS_SENTINEL",
+        value_delimiter = ',',
+        value_name = "URL,...",
+        hide_env_values = true,
+        conflicts_with_all = ["redis", "redis_cluster"],
+        requires = "redis_sentinel_master"
+    )]
+    pub redis_sentinel: Vec<RedisUrl>,
+    /// The master's name in the sentinels' configuration.
+    #[arg(
+        long,
+        env = "TOLLGATE_REDIS_SENTINEL_MASTER",
+        value_name = "NAME",
+        requires = "redis_sentinel"
+    )]
+    pub redis_sentinel_master: Option<String>,
     /// For rediss:// URLs: the CA certificates (PEM) to verify Redis with, instead of the
     /// system's.
     #[arg(long, env = "TOLLGATE_REDIS_CA", value_name = "FILE")]
@@ -134,6 +154,12 @@ impl StoreFlags {
 
     /// The store the flags ask for, else the configuration's.
     pub fn choose(&self, configured: &StoreConfig) -> StoreConfig {
+        if let Some(master) = &self.redis_sentinel_master {
+            return StoreConfig::RedisSentinel {
+                sentinels: self.redis_sentinel.clone(),
+                master: master.clone(),
+            };
+        }
         match (&self.redis, self.redis_cluster.is_empty()) {
             (Some(url), _) => StoreConfig::Redis(url.clone()),
             (None, false) => StoreConfig::RedisCluster(self.redis_cluster.clone()),
@@ -150,6 +176,10 @@ pub fn describe(store: &StoreConfig) -> String {
         StoreConfig::RedisCluster(urls) => {
             let urls: Vec<String> = urls.iter().map(ToString::to_string).collect();
             format!("redis cluster via {}", urls.join(", "))
+        }
+        StoreConfig::RedisSentinel { sentinels, master } => {
+            let urls: Vec<String> = sentinels.iter().map(ToString::to_string).collect();
+            format!("redis master {master:?} via sentinels {}", urls.join(", "))
         }
     }
 }
@@ -171,6 +201,10 @@ pub async fn connect(store: &StoreConfig, options: &RedisOptions) -> Result<AnyS
         StoreConfig::RedisCluster(urls) => {
             let exposed: Vec<&str> = urls.iter().map(RedisUrl::expose).collect();
             RedisStore::open_cluster(&exposed, config).map_err(refused)?
+        }
+        StoreConfig::RedisSentinel { sentinels, master } => {
+            let exposed: Vec<&str> = sentinels.iter().map(RedisUrl::expose).collect();
+            RedisStore::open_sentinel(&exposed, master, config).map_err(refused)?
         }
     };
     // A server that does not answer at all (not even a refusal) takes the connect timeout, and

@@ -513,3 +513,40 @@ async fn servers_reach_a_tls_redis_with_a_client_certificate_and_an_acl_user() {
         assert_no_password("a server on TLS Redis", &everything_shown(server).await);
     }
 }
+
+/// `--redis-sentinel` with `--redis-sentinel-master`: the server finds the master by name.
+#[tokio::test]
+async fn a_server_finds_its_redis_through_sentinel() {
+    let group = tollgate_testkit::RedisSentinels::start();
+    let sentinels = group.sentinel_urls().join(",");
+    let server = Tollgate::serve(&[
+        "--redis-sentinel",
+        &sentinels,
+        "--redis-sentinel-master",
+        tollgate_testkit::MASTER_NAME,
+    ]);
+    assert!(
+        server.printed["store"].starts_with(&format!(
+            "redis master \"{}\" via sentinels",
+            tollgate_testkit::MASTER_NAME
+        )),
+        "{}",
+        server.printed["store"]
+    );
+    let body = json!({"limits": [{"key": "tenant:acme", "algorithm": "gcra", "quota": "1/h"}]});
+    let first = check(&server.http_url(), &body).await.1;
+    let second = check(&server.http_url(), &body).await.1;
+    assert_eq!(
+        (first["allowed"].clone(), second["allowed"].clone()),
+        (json!(true), json!(false))
+    );
+    let keys: Vec<String> = group
+        .master
+        .query(redis::cmd("KEYS").arg("tg:*"))
+        .expect("KEYS");
+    assert_eq!(
+        keys.len(),
+        1,
+        "the state is on the master the sentinels name: {keys:?}"
+    );
+}

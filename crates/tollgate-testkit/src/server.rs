@@ -197,13 +197,7 @@ impl Drop for RedisServer {
 /// Runs redis-server under a watchdog and waits for its first answer: the watchdog and the
 /// server's pid.
 /// `leading` goes before the common arguments (a configuration file must come first).
-fn launch(
-    port: u16,
-    control: &str,
-    dir: &Path,
-    leading: &[&str],
-    extra: &[&str],
-) -> (Child, u32) {
+fn launch(port: u16, control: &str, dir: &Path, leading: &[&str], extra: &[&str]) -> (Child, u32) {
     let binary = redis_server_path();
     let port_text = port.to_string();
     let mut args: Vec<&str> = leading.to_vec();

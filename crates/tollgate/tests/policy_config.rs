@@ -179,6 +179,71 @@ fn breaker_and_deny_cache_settings_are_read() {
     assert_eq!(defaults.config().redis.breaker.failures, 5);
 }
 
+#[test]
+fn sentinel_tls_and_credentials_are_read_from_the_store_and_redis_sections() {
+    let directory = tempfile::tempdir().expect("a directory");
+    let password_file = directory.path().join("redis-password");
+    std::fs::write(&password_file, "s3cret-in-a-file\n").expect("the password file");
+    let text = format!(
+        "store: {{ sentinels: [redis://10.0.0.1:26379, redis://10.0.0.2:26379], master: mymaster }}\n\
+         redis:\n  tls: {{ ca_file: /etc/tollgate/ca.pem, client_cert: c.pem, client_key: k.pem }}\n  \
+         username: tollgate\n  password_file: {}\n",
+        password_file.display()
+    );
+    let policies = Policies::from_yaml("good.yaml", &text).expect("valid");
+    let config = policies.config();
+    let StoreConfig::RedisSentinel { sentinels, master } = &config.store else {
+        panic!("a sentinel store: {:?}", config.store);
+    };
+    assert_eq!(master, "mymaster");
+    assert_eq!(sentinels.len(), 2);
+    let redis = &config.redis.config;
+    assert_eq!(
+        redis.tls.ca_file.as_deref(),
+        Some(std::path::Path::new("/etc/tollgate/ca.pem"))
+    );
+    assert!(redis.tls.client_cert.is_some() && redis.tls.client_key.is_some());
+    let auth = redis.auth.as_ref().expect("credentials");
+    assert_eq!(auth.username.as_deref(), Some("tollgate"));
+    assert_eq!(
+        auth.password, "s3cret-in-a-file",
+        "the line end is not part of it"
+    );
+    assert!(
+        !format!("{config:?}").contains("s3cret"),
+        "Debug masks the password"
+    );
+
+    let missing = errors("redis: { password_file: /nonexistent/redis-password }\n");
+    assert!(
+        missing
+            .iter()
+            .any(|error| error.contains("redis.password_file /nonexistent/redis-password")),
+        "{missing:?}"
+    );
+    for (text, expected) in [
+        ("store: { master: m }\n", "store: expected"),
+        (
+            "store: { sentinels: [redis://a:1], master: m, extra: 1 }\n",
+            "unknown",
+        ),
+        (
+            "redis: { tls: { client_cert: c.pem } }\n",
+            "client_cert and client_key go together",
+        ),
+        (
+            "redis: { username: tollgate }\n",
+            "redis.username: needs redis.password_file",
+        ),
+    ] {
+        let found = errors(text);
+        assert!(
+            found.iter().any(|error| error.contains(expected)),
+            "for {text}: {found:?}"
+        );
+    }
+}
+
 fn errors(text: &str) -> Vec<String> {
     match Policies::from_yaml("bad.yaml", text) {
         Ok(_) => Vec::new(),

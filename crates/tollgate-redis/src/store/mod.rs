@@ -229,8 +229,8 @@ impl RedisStore {
             .iter()
             .map(|url| RedisUrl::from(url.as_ref()))
             .collect();
-        let client = sentinel::client(sentinels, &shown, master_name, &config)
-            .map_err(invalid_config)?;
+        let client =
+            sentinel::client(sentinels, &shown, master_name, &config).map_err(invalid_config)?;
         let connection = Connection::connect(
             Target::Sentinel(client, manager_config(&config)),
             shown,

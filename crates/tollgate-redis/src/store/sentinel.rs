@@ -104,10 +104,7 @@ impl Following {
         }
     }
 
-    pub(crate) fn req_packed_command<'a>(
-        self: &Arc<Self>,
-        cmd: &'a Cmd,
-    ) -> RedisFuture<'a, Value> {
+    pub(crate) fn req_packed_command<'a>(self: &Arc<Self>, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         let mut connection = self.connection();
         let following = Arc::clone(self);
         Box::pin(async move {

@@ -21,6 +21,13 @@ pub enum StoreConfig {
     Redis(crate::RedisUrl),
     /// A Redis Cluster reached through these node URLs.
     RedisCluster(Vec<crate::RedisUrl>),
+    /// The master that these sentinels know by `master`, followed across failovers.
+    RedisSentinel {
+        /// The sentinels' URLs.
+        sentinels: Vec<crate::RedisUrl>,
+        /// The master's name in the sentinels' configuration.
+        master: String,
+    },
 }
 
 /// Options of a Redis store: its settings, and the guards the limiter puts in front of it.
