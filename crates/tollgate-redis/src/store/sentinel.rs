@@ -4,8 +4,9 @@
 //! store connects, and again whenever a command fails in a way a failover explains: the
 //! master refuses writes (`READONLY`: it was demoted), or cannot be reached, or does not answer
 //! in time. One lookup runs at a time; while the sentinels still name the old master (the
-//! failover is under way), lookups repeat at most every [`LOOKUP_PAUSE`]. Commands that fail
-//! meanwhile fail at once, and each policy's failure mode answers them.
+//! failover is under way) and commands keep failing, it asks again every [`LOOKUP_PAUSE`], so
+//! the new master is found within about that of its promotion. Commands that fail meanwhile
+//! fail within the store's timeout, and each policy's failure mode answers them.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -24,6 +25,10 @@ use crate::{RedisConfig, RedisUrl};
 /// The least time between two lookups.
 const LOOKUP_PAUSE: Duration = Duration::from_millis(100);
 
+/// The most lookups one failure starts (a minute's worth), lest sentinels that keep naming an
+/// unreachable master be asked forever; the next failing command starts another round.
+const MAX_LOOKUPS: usize = 600;
+
 /// The sentinels, shared by the connection attempts and the lookups.
 pub(crate) type Sentinels = Arc<tokio::sync::Mutex<SentinelClient>>;
 
@@ -33,6 +38,8 @@ pub(crate) struct Following {
     config: ConnectionManagerConfig,
     master: RwLock<Master>,
     looking_up: AtomicBool,
+    /// Whether the last command failed in a way a failover explains.
+    failing: AtomicBool,
 }
 
 struct Master {
@@ -52,6 +59,7 @@ impl Following {
             config,
             master: RwLock::new(master),
             looking_up: AtomicBool::new(false),
+            failing: AtomicBool::new(false),
         }))
     }
 
@@ -71,37 +79,49 @@ impl Following {
         }
         let following = Arc::clone(self);
         tokio::spawn(async move {
-            let found = {
-                let mut sentinels = following.sentinels.lock().await;
-                find_master(&mut sentinels, &following.config).await
-            };
-            match found {
-                Ok(master) => following.replace(master),
-                Err(error) => tracing::debug!(
-                    target: "tollgate::store",
-                    "the sentinels name no reachable master yet: {}",
-                    crate::redact_credentials(&error.to_string())
-                ),
+            for _ in 0..MAX_LOOKUPS {
+                let found = {
+                    let mut sentinels = following.sentinels.lock().await;
+                    find_master(&mut sentinels, &following.config).await
+                };
+                match found {
+                    Ok(master) => {
+                        if following.replace(master) {
+                            break;
+                        }
+                    }
+                    Err(error) => tracing::debug!(
+                        target: "tollgate::store",
+                        "the sentinels name no reachable master yet: {}",
+                        crate::redact_credentials(&error.to_string())
+                    ),
+                }
+                tokio::time::sleep(LOOKUP_PAUSE).await;
+                if !following.failing.load(Ordering::Acquire) {
+                    break;
+                }
             }
-            tokio::time::sleep(LOOKUP_PAUSE).await;
             following.looking_up.store(false, Ordering::Release);
         });
     }
 
-    fn replace(&self, master: Master) {
+    /// Takes `master` if it is another than the current one; whether it was.
+    fn replace(&self, master: Master) -> bool {
         let mut current = self
             .master
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if current.address != master.address {
-            tracing::warn!(
-                target: "tollgate::store",
-                "Redis master moved from {} to {} (Sentinel)",
-                current.address,
-                master.address
-            );
-            *current = master;
+        if current.address == master.address {
+            return false;
         }
+        tracing::warn!(
+            target: "tollgate::store",
+            "Redis master moved from {} to {} (Sentinel)",
+            current.address,
+            master.address
+        );
+        *current = master;
+        true
     }
 
     pub(crate) fn req_packed_command<'a>(self: &Arc<Self>, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
@@ -136,9 +156,9 @@ impl Following {
     }
 
     fn after<T>(self: &Arc<Self>, outcome: &RedisResult<T>) {
-        if let Err(error) = outcome
-            && failover_explains(error)
-        {
+        let failing = outcome.as_ref().is_err_and(failover_explains);
+        self.failing.store(failing, Ordering::Release);
+        if failing {
             self.look_up();
         }
     }
