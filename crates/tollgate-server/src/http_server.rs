@@ -28,6 +28,9 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio::time::timeout;
+
+use crate::tls::Tls;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::Instant;
 
@@ -350,11 +353,12 @@ fn head_over_limits(limits: HeadLimits, request: &Request) -> Option<Response> {
     None
 }
 
-/// Serves `app` on `listener` until `shutdown` resolves, then drains.
+/// Serves `app` on `listener` (over TLS with `tls`) until `shutdown` resolves, then drains.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: &ConnectionLimits,
+    tls: Option<&Tls>,
     shutdown: impl Future<Output = ()>,
 ) {
     let app = bounded(app, limits);
@@ -394,9 +398,9 @@ pub async fn serve(
                 },
             )
             .service(app.clone());
-        let connection = builder
-            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
-            .into_owned();
+        let service = TowerToHyperService::new(service);
+        let builder = builder.clone();
+        let acceptor = tls.map(Tls::acceptor);
         let slot = Slot {
             registry: Arc::clone(&registry),
             id,
@@ -411,7 +415,23 @@ pub async fn serve(
             stopping: stopping.clone(),
         };
         tokio::spawn(async move {
-            watch.drive(connection).await;
+            match acceptor {
+                None => {
+                    let io = TokioIo::new(stream);
+                    watch.drive(builder.serve_connection(io, service)).await;
+                }
+                // The handshake, like a request head, must come within the header timeout.
+                Some(acceptor) => match timeout(header_timeout, acceptor.accept(stream)).await {
+                    Ok(Ok(stream)) => {
+                        let io = TokioIo::new(stream);
+                        watch.drive(builder.serve_connection(io, service)).await;
+                    }
+                    Ok(Err(error)) => tracing::debug!(%peer, "TLS handshake failed: {error}"),
+                    Err(_) => {
+                        tracing::debug!(%peer, "no TLS handshake within {header_timeout:?}");
+                    }
+                },
+            }
             drop(slot);
         });
     }

@@ -16,3 +16,4 @@ pub mod serve;
 pub mod shutdown;
 pub mod simulate;
 pub mod store;
+pub mod tls;

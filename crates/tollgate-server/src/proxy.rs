@@ -47,6 +47,8 @@ pub struct ProxyArgs {
     #[command(flatten)]
     pub(crate) connections: ConnectionLimits,
     #[command(flatten)]
+    pub(crate) tls: crate::tls::TlsFlags,
+    #[command(flatten)]
     pub(crate) admin: AdminArgs,
 }
 
@@ -56,18 +58,17 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
     let (limiter, store_description) = store::open_limiter(Some(&args.config), &args.store).await?;
     store::sweep_expired(&limiter, std::time::Duration::from_secs(10));
     args.admin.validate()?;
+    let tls = crate::tls::Tls::from_flags(&args.tls)?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let (listener, address) = listen(args.listen, "the proxy").await?;
     let (admin, admin_address) = listen(args.admin.admin, "the admin API").await?;
     let admin_hosts = args.admin.allowed_hosts(admin_address)?;
-    let reloader = Arc::new(Reloader::new(
-        limiter.clone(),
-        None,
-        Some(args.config.clone()),
-        None,
-    ));
+    let reloader = Arc::new(
+        Reloader::new(limiter.clone(), None, Some(args.config.clone()), None).with_tls(tls.clone()),
+    );
     reloader.start(!args.no_watch);
     let banner = format!(
-        "tollgate proxying\n  listen: http://{address}\n  upstream: {upstream}\n  admin: http://{admin_address} (GET /dashboard, /metrics, /admin/...)\n  store: {store_description}\n  policies: {}",
+        "tollgate proxying\n  listen: {scheme}://{address}\n  upstream: {upstream}\n  admin: {scheme}://{admin_address} (GET /dashboard, /metrics, /admin/...)\n  store: {store_description}\n  policies: {}",
         args.config.display()
     );
     let forwarder = Arc::new(Forwarder::new(
@@ -93,11 +94,19 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
         args.admin.admin_token.clone(),
         admin_hosts,
     );
-    let proxy_server = serve(listener, app, &args.connections, crate::shutdown::signal());
+    let tls = tls.as_ref();
+    let proxy_server = serve(
+        listener,
+        app,
+        &args.connections,
+        tls,
+        crate::shutdown::signal(),
+    );
     let admin_server = serve(
         admin,
         admin_app,
         &args.connections,
+        tls,
         crate::shutdown::signal(),
     );
     // Announced once the reload and stop signals have their handlers.

@@ -2,7 +2,7 @@
 //! configuration that fails validation is refused with a logged error and the previous one
 //! stays in force; requests under way finish with the configuration they started with.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use tollgate::{AnyStore, Limiter};
 
 use crate::rls::{Rls, RlsConfig};
+use crate::tls::Tls;
 
 /// What is reloaded, and the counts of reloads (for metrics and logs).
 #[derive(Debug)]
@@ -20,6 +21,8 @@ pub struct Reloader {
     pub(crate) rls: Option<Arc<Rls>>,
     pub(crate) config: Option<PathBuf>,
     pub(crate) rls_config: Option<PathBuf>,
+    /// The listeners' certificates, when they serve TLS.
+    pub(crate) tls: Option<Tls>,
     /// Reloads that took effect.
     pub succeeded: AtomicU64,
     /// Reloads refused.
@@ -39,9 +42,17 @@ impl Reloader {
             rls,
             config,
             rls_config,
+            tls: None,
             succeeded: AtomicU64::new(0),
             failed: AtomicU64::new(0),
         }
+    }
+
+    /// Also reloads the listeners' certificates.
+    #[must_use]
+    pub fn with_tls(mut self, tls: Option<Tls>) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// Reloads everything once.
@@ -78,6 +89,20 @@ impl Reloader {
                 }
             }
         }
+        if let Some(tls) = &self.tls {
+            self.record(match tls.reload() {
+                Ok(()) => {
+                    tracing::info!("TLS certificates reloaded");
+                    true
+                }
+                Err(error) => {
+                    tracing::error!(
+                        "TLS certificates refused, the previous ones stay in force: {error}"
+                    );
+                    false
+                }
+            });
+        }
         if let (Some(directory), Some(rls)) = (&self.rls_config, &self.rls) {
             match RlsConfig::load_dir(directory) {
                 Ok(config) => {
@@ -95,6 +120,16 @@ impl Reloader {
         }
     }
 
+    fn record(&self, succeeded: bool) {
+        let count = if succeeded {
+            &self.succeeded
+        } else {
+            &self.failed
+        };
+        count.fetch_add(1, Ordering::Relaxed);
+        self.limiter.metrics().record_reload(succeeded);
+    }
+
     /// Reloads on SIGHUP and, when `watch`, on changes to the files, until the process ends;
     /// changes settle for a moment before a reload, so an editor's several writes make one.
     /// The signal handler and the file watch are in place when this returns, so a server that
@@ -107,6 +142,15 @@ impl Reloader {
             .as_ref()
             .and_then(|file| file.file_name().map(ToOwned::to_owned));
         let rls_directory = self.rls_config.clone();
+        let tls_files: Vec<PathBuf> = self
+            .tls
+            .iter()
+            .flat_map(|tls| tls.paths().into_iter().map(Path::to_path_buf))
+            .collect();
+        let tls_names: Vec<_> = tls_files
+            .iter()
+            .filter_map(|file| file.file_name().map(ToOwned::to_owned))
+            .collect();
         // Other files in the policy file's directory come and go without a reload, but for
         // the `..data` links through which Kubernetes swaps a mounted ConfigMap.
         let relevant = move |path: &std::path::Path| {
@@ -118,6 +162,7 @@ impl Reloader {
                 || rls_directory
                     .as_ref()
                     .is_some_and(|directory| path.starts_with(directory))
+                || name.is_some_and(|name| tls_names.iter().any(|tls| tls == name))
         };
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
             if event.is_ok_and(|e| !e.kind.is_access() && e.paths.iter().any(|path| relevant(path)))
@@ -138,6 +183,7 @@ impl Reloader {
             let targets = self
                 .config
                 .iter()
+                .chain(&tls_files)
                 .filter_map(|file| {
                     file.parent().map(|dir| {
                         (
@@ -155,7 +201,13 @@ impl Reloader {
                         .iter()
                         .map(|dir| (dir.clone(), RecursiveMode::Recursive)),
                 );
+            let mut watched: Vec<PathBuf> = Vec::new();
             for (target, mode) in targets {
+                // Certificates often sit beside the policy file: one watch a directory.
+                if watched.contains(&target) {
+                    continue;
+                }
+                watched.push(target.clone());
                 if let Err(error) = watcher.watch(&target, mode) {
                     tracing::warn!(path = %target.display(), "cannot watch ({error}); SIGHUP still reloads");
                 }

@@ -55,6 +55,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub(crate) connections: ConnectionLimits,
     #[command(flatten)]
+    pub(crate) tls: crate::tls::TlsFlags,
+    #[command(flatten)]
     pub(crate) admin: AdminArgs,
     #[command(flatten)]
     pub(crate) refunds: crate::api::RefundArgs,
@@ -69,13 +71,23 @@ fn print_banner(args: &ServeArgs, [http, grpc, admin]: [SocketAddr; 3], store: &
         || "built-in example (examples/policies.yaml)".to_owned(),
         |p| p.display().to_string(),
     );
+    let scheme = if args.tls.tls_cert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let over = if args.tls.tls_cert.is_some() {
+        " over TLS"
+    } else {
+        ""
+    };
     println!("tollgate serving");
     println!(
-        "  http: http://{http} (POST /v1/check, /v1/refund, /json; GET /healthz, /readyz, /metrics, /openapi.json)"
+        "  http: {scheme}://{http} (POST /v1/check, /v1/refund, /json; GET /healthz, /readyz, /metrics, /openapi.json)"
     );
-    println!("  grpc: {grpc} (envoy.service.ratelimit.v3.RateLimitService)");
+    println!("  grpc: {grpc} (envoy.service.ratelimit.v3.RateLimitService{over})");
     println!(
-        "  admin: http://{admin} (GET /dashboard, /admin/stats, /admin/top, /admin/config; POST /admin/inspect, /admin/reset, /admin/lift{})",
+        "  admin: {scheme}://{admin} (GET /dashboard, /admin/stats, /admin/top, /admin/config; POST /admin/inspect, /admin/reset, /admin/lift{})",
         if args.admin.admin_token.is_some() {
             "; token required"
         } else {
@@ -107,16 +119,20 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     );
     args.admin.validate()?;
     let charges = Arc::new(args.refunds.charges()?);
+    let tls = crate::tls::Tls::from_flags(&args.tls)?;
     let (http, http_address) = listen(args.http, "HTTP").await?;
     let (admin, admin_address) = listen(args.admin.admin, "the admin API").await?;
     let admin_hosts = args.admin.allowed_hosts(admin_address)?;
     let (grpc, grpc_address) = listen(args.grpc, "gRPC").await?;
-    let reloader = Arc::new(Reloader::new(
-        limiter.clone(),
-        Some(Arc::clone(&rls)),
-        args.config.clone(),
-        args.rls_config.clone(),
-    ));
+    let reloader = Arc::new(
+        Reloader::new(
+            limiter.clone(),
+            Some(Arc::clone(&rls)),
+            args.config.clone(),
+            args.rls_config.clone(),
+        )
+        .with_tls(tls.clone()),
+    );
     Arc::clone(&reloader).start(!args.no_watch);
     let app = router(AppState {
         limiter: limiter.clone(),
@@ -132,17 +148,25 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         args.admin.admin_token.clone(),
         admin_hosts,
     );
-    let http_server = serve(http, app, &args.connections, crate::shutdown::signal());
+    let tls = tls.as_ref();
+    let http_server = serve(http, app, &args.connections, tls, crate::shutdown::signal());
     let admin_server = serve(
         admin,
         admin_app,
         &args.connections,
+        tls,
         crate::shutdown::signal(),
     );
     // The gRPC services go through the same accept loop as HTTP, with the same bounds: a
     // connection cap, and a client that never sends its preface (or goes idle) is closed.
     let grpc_app = tonic::service::Routes::new(RlsGrpc::server(rls)).into_axum_router();
-    let grpc_server = serve(grpc, grpc_app, &args.connections, crate::shutdown::signal());
+    let grpc_server = serve(
+        grpc,
+        grpc_app,
+        &args.connections,
+        tls,
+        crate::shutdown::signal(),
+    );
     // Announced once the reload and stop signals have their handlers.
     print_banner(
         &args,

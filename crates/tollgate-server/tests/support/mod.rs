@@ -31,7 +31,9 @@ fn binary() -> Command {
 
 /// The address in a start-up line such as `http://127.0.0.1:4000 (POST ...)`.
 fn address_in(text: &str) -> SocketAddr {
-    let text = text.trim_start_matches("http://");
+    let text = text
+        .trim_start_matches("http://")
+        .trim_start_matches("https://");
     let end = text.find(' ').unwrap_or(text.len());
     text[..end]
         .parse()
