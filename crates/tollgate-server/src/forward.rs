@@ -13,30 +13,32 @@ use axum::http::uri::{Authority, PathAndQuery, Scheme};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Uri, header};
 use axum::response::IntoResponse;
 use bytes::Bytes;
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use crate::api::ApiError;
 
-/// Where requests go: `http://host:port/base`.
+/// Where requests go: `http://host:port/base` or `https://...`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upstream {
+    scheme: Scheme,
     authority: Authority,
     base_path: String,
 }
 
 impl Upstream {
-    /// Parses an upstream URL; only `http` is spoken to upstreams.
+    /// Parses an upstream URL, `http://` or `https://`.
     pub fn parse(url: &str) -> Result<Self, String> {
         let uri: Uri = url
             .parse()
             .map_err(|error| format!("--upstream {url:?}: not a URL: {error}"))?;
-        match uri.scheme() {
-            Some(scheme) if *scheme == Scheme::HTTP => {}
+        let scheme = match uri.scheme() {
+            Some(scheme) if *scheme == Scheme::HTTP || *scheme == Scheme::HTTPS => scheme.clone(),
             Some(other) => {
                 return Err(format!(
-                    "--upstream {url:?}: the scheme {other} is not supported; give an http:// URL"
+                    "--upstream {url:?}: the scheme {other} is not supported; give an http:// or https:// URL"
                 ));
             }
             None => {
@@ -44,7 +46,7 @@ impl Upstream {
                     "--upstream {url:?}: give a URL such as http://127.0.0.1:3000"
                 ));
             }
-        }
+        };
         let authority = uri
             .authority()
             .cloned()
@@ -55,6 +57,7 @@ impl Upstream {
             ));
         }
         Ok(Self {
+            scheme,
             authority,
             base_path: uri.path().trim_end_matches('/').to_owned(),
         })
@@ -71,7 +74,7 @@ impl Upstream {
             }
         };
         let mut parts = axum::http::uri::Parts::default();
-        parts.scheme = Some(Scheme::HTTP);
+        parts.scheme = Some(self.scheme.clone());
         parts.authority = Some(self.authority.clone());
         parts.path_and_query = Some(path_and_query);
         Ok(Uri::from_parts(parts)?)
@@ -80,7 +83,7 @@ impl Upstream {
 
 impl std::fmt::Display for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "http://{}{}", self.authority, self.base_path)
+        write!(f, "{}://{}{}", self.scheme, self.authority, self.base_path)
     }
 }
 
@@ -134,11 +137,13 @@ const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
-/// Appends the client to `X-Forwarded-For` and records the original host and scheme.
+/// Appends the client to `X-Forwarded-For` and records the original host and scheme (`https`
+/// when the client reached the proxy over TLS).
 fn add_forwarded(
     headers: &mut HeaderMap,
     peer: Option<SocketAddr>,
     original_host: Option<HeaderValue>,
+    tls: bool,
 ) {
     if let Some(peer) = peer {
         let mut chain = String::with_capacity(64);
@@ -158,34 +163,91 @@ fn add_forwarded(
     if let Some(host) = original_host {
         headers.insert(X_FORWARDED_HOST, host);
     }
-    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    let proto = if tls { "https" } else { "http" };
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+}
+
+/// How the proxy speaks to its upstream, and what it tells it.
+#[derive(Debug, Clone)]
+pub struct ForwardSettings {
+    /// How long the upstream has to connect and send its response head.
+    pub timeout: Duration,
+    /// Speak HTTP/2 without upgrade (for gRPC upstreams).
+    pub http2: bool,
+    /// For an `https://` upstream: the CAs (PEM) to verify it with instead of the system's.
+    pub upstream_ca: Option<std::path::PathBuf>,
+    /// Whether clients reach the proxy over TLS (`X-Forwarded-Proto: https`).
+    pub listener_tls: bool,
+}
+
+/// The TLS client settings for the upstream: its CA file's certificates, else the system's.
+fn upstream_tls(
+    upstream: &Upstream,
+    ca: Option<&std::path::Path>,
+) -> Result<rustls::ClientConfig, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    match ca {
+        Some(path) => {
+            for certificate in CertificateDer::pem_file_iter(path)
+                .map_err(|error| format!("--upstream-ca {}: {error}", path.display()))?
+            {
+                let certificate = certificate
+                    .map_err(|error| format!("--upstream-ca {}: {error}", path.display()))?;
+                roots
+                    .add(certificate)
+                    .map_err(|error| format!("--upstream-ca {}: {error}", path.display()))?;
+            }
+        }
+        None => {
+            let (added, _) =
+                roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+            if added == 0 && upstream.scheme == Scheme::HTTPS {
+                return Err(format!(
+                    "--upstream {upstream}: this machine has no CA certificates to verify it \
+                     with (install ca-certificates, or give --upstream-ca)"
+                ));
+            }
+        }
+    }
+    Ok(rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth())
 }
 
 /// The upstream client and where it sends requests.
 #[derive(Debug)]
 pub struct Forwarder {
-    client: Client<HttpConnector, Body>,
+    client: Client<HttpsConnector<HttpConnector>, Body>,
     upstream: Upstream,
-    timeout: Duration,
-    http2: bool,
+    settings: ForwardSettings,
 }
 
 impl Forwarder {
-    /// A forwarder to `upstream`; `http2` speaks HTTP/2 without upgrade (for gRPC upstreams).
-    pub fn new(upstream: Upstream, timeout: Duration, http2: bool) -> Self {
+    /// A forwarder to `upstream`. An `https://` upstream is verified against the system's
+    /// roots or `settings.upstream_ca`; an error says why neither can be used.
+    pub fn new(upstream: Upstream, settings: ForwardSettings) -> Result<Self, String> {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(timeout));
+        connector.set_connect_timeout(Some(settings.timeout));
+        connector.enforce_http(false);
+        let tls = upstream_tls(&upstream, settings.upstream_ca.as_deref())?;
+        let connector = HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(connector);
         let client = Client::builder(TokioExecutor::new())
-            .http2_only(http2)
+            .http2_only(settings.http2)
             .pool_idle_timeout(Duration::from_secs(90))
             .build(connector);
-        Self {
+        Ok(Self {
             client,
             upstream,
-            timeout,
-            http2,
-        }
+            settings,
+        })
     }
 
     /// Sends `request` upstream and streams the answer back; a failure to reach the upstream
@@ -210,16 +272,21 @@ impl Forwarder {
                 .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
         });
         strip_hop_by_hop(&mut parts.headers, true);
-        add_forwarded(&mut parts.headers, peer, original_host);
+        add_forwarded(
+            &mut parts.headers,
+            peer,
+            original_host,
+            self.settings.listener_tls,
+        );
         parts.uri = uri;
         // The client's version is its connection's business; the upstream's is chosen here.
-        parts.version = if self.http2 {
+        parts.version = if self.settings.http2 {
             axum::http::Version::HTTP_2
         } else {
             axum::http::Version::HTTP_11
         };
         let outgoing = Request::from_parts(parts, body);
-        match tokio::time::timeout(self.timeout, self.client.request(outgoing)).await {
+        match tokio::time::timeout(self.settings.timeout, self.client.request(outgoing)).await {
             Ok(Ok(response)) => {
                 let (mut parts, incoming) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers, false);
@@ -242,7 +309,7 @@ impl Forwarder {
                 status: StatusCode::GATEWAY_TIMEOUT,
                 detail: format!(
                     "the upstream at {} did not answer within {:?}",
-                    self.upstream, self.timeout
+                    self.upstream, self.settings.timeout
                 ),
             }
             .into_response(),
@@ -262,8 +329,14 @@ mod tests {
             upstream.uri_for(Some(&path)).expect("builds").to_string(),
             "http://127.0.0.1:3000/base/a/b?c=d"
         );
+        assert_eq!(
+            Upstream::parse("https://example.com/api")
+                .expect("valid")
+                .to_string(),
+            "https://example.com/api"
+        );
         assert!(
-            Upstream::parse("https://example.com")
+            Upstream::parse("ftp://example.com")
                 .unwrap_err()
                 .contains("not supported")
         );
@@ -305,9 +378,15 @@ mod tests {
             &mut headers,
             Some(peer),
             Some(HeaderValue::from_static("shop.example")),
+            false,
         );
         assert_eq!(headers["x-forwarded-for"], "198.51.100.1, 203.0.113.7");
         assert_eq!(headers["x-forwarded-host"], "shop.example");
         assert_eq!(headers["x-forwarded-proto"], "http");
+        add_forwarded(&mut headers, Some(peer), None, true);
+        assert_eq!(
+            headers["x-forwarded-proto"], "https",
+            "the client came over TLS"
+        );
     }
 }

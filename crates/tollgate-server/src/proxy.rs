@@ -10,7 +10,7 @@ use axum::Router;
 use tollgate_tower::RateLimitLayer;
 
 use crate::admin::{AdminArgs, AdminState};
-use crate::forward::{Forwarder, Upstream};
+use crate::forward::{ForwardSettings, Forwarder, Upstream};
 use crate::http_server::listen;
 use crate::http_server::{ConnectionLimits, serve};
 use crate::reload::Reloader;
@@ -39,6 +39,10 @@ pub struct ProxyArgs {
     /// Speak HTTP/2 to the upstream without upgrade (gRPC upstreams).
     #[arg(long, env = "TOLLGATE_UPSTREAM_HTTP2")]
     pub upstream_http2: bool,
+    /// For an https:// upstream: the CA certificates (PEM) to verify it with, instead of the
+    /// system's.
+    #[arg(long, env = "TOLLGATE_UPSTREAM_CA", value_name = "FILE")]
+    pub upstream_ca: Option<std::path::PathBuf>,
     /// Reload only on SIGHUP, not when the configuration files change.
     #[arg(long, env = "TOLLGATE_NO_WATCH")]
     pub no_watch: bool,
@@ -73,9 +77,13 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
     );
     let forwarder = Arc::new(Forwarder::new(
         upstream,
-        args.upstream_timeout,
-        args.upstream_http2,
-    ));
+        ForwardSettings {
+            timeout: args.upstream_timeout,
+            http2: args.upstream_http2,
+            upstream_ca: args.upstream_ca.clone(),
+            listener_tls: tls.is_some(),
+        },
+    )?);
     let forward = tower::service_fn(move |request| {
         let forwarder = Arc::clone(&forwarder);
         async move { Ok::<_, std::convert::Infallible>(forwarder.forward(request).await) }

@@ -6,17 +6,45 @@ mod support;
 
 use std::path::Path;
 
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::Full;
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use serde_json::json;
+use serde_json::{Value, json};
 use support::{Tollgate, eventually};
 use tollgate_server::rls::proto::service::RateLimitRequest;
 use tollgate_server::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
 use tollgate_testkit::Certificates;
 
+/// An HTTPS client (hyper over rustls, each request on a new connection).
+#[derive(Clone)]
+struct HttpsClient(Client<HttpsConnector<HttpConnector>, Full<Bytes>>);
+
+impl HttpsClient {
+    /// Sends a request; its status, or `None` when no answer came (a TLS failure, say).
+    async fn send(&self, method: Method, url: &str, body: Option<&Value>) -> Option<StatusCode> {
+        let mut request = Request::builder()
+            .method(method)
+            .uri(url)
+            .header("x-forwarded-for", "192.0.2.1");
+        if body.is_some() {
+            request = request.header("content-type", "application/json");
+        }
+        let body = body.map_or_else(Bytes::new, |body| Bytes::from(body.to_string()));
+        let request = request.body(Full::new(body)).expect("a request");
+        let response = self.0.request(request).await.ok()?;
+        Some(response.status())
+    }
+}
+
 /// An HTTPS client that trusts `ca` and, when given, presents `client` (certificate, key).
-fn client(ca: &Path, client: Option<(&Path, &Path)>) -> reqwest::Client {
+fn client(ca: &Path, client: Option<(&Path, &Path)>) -> HttpsClient {
     let mut roots = RootCertStore::empty();
     for certificate in CertificateDer::pem_file_iter(ca).expect("the CA file") {
         roots
@@ -36,10 +64,16 @@ fn client(ca: &Path, client: Option<(&Path, &Path)>) -> reqwest::Client {
             )
             .expect("a client identity"),
     };
-    reqwest::Client::builder()
-        .use_preconfigured_tls(config)
-        .build()
-        .expect("a client")
+    let connector = HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_only()
+        .enable_http1()
+        .build();
+    HttpsClient(
+        Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(0)
+            .build(connector),
+    )
 }
 
 fn path(path: &Path) -> &str {
@@ -47,14 +81,12 @@ fn path(path: &Path) -> &str {
 }
 
 /// Whether a check over `client` is answered.
-async fn checks(client: &reqwest::Client, base: &str) -> bool {
+async fn checks(client: &HttpsClient, base: &str) -> bool {
     let body = json!({"limits": [{"key": "k", "algorithm": "gcra", "quota": "100/s"}]});
     client
-        .post(format!("{base}/v1/check"))
-        .json(&body)
-        .send()
+        .send(Method::POST, &format!("{base}/v1/check"), Some(&body))
         .await
-        .is_ok_and(|response| response.status().is_success())
+        .is_some_and(|status| status.is_success())
 }
 
 #[tokio::test]
@@ -77,11 +109,13 @@ async fn every_listener_serves_tls_and_takes_up_a_new_certificate() {
     let trusting = client(&certificates.ca, None);
     assert!(checks(&trusting, &base).await, "a check over TLS");
     let admin = trusting
-        .get(format!("https://{}/admin/stats", server.address("admin")))
-        .send()
-        .await
-        .expect("the admin API over TLS");
-    assert!(admin.status().is_success(), "{}", admin.status());
+        .send(
+            Method::GET,
+            &format!("https://{}/admin/stats", server.address("admin")),
+            None,
+        )
+        .await;
+    assert!(admin.is_some_and(|status| status.is_success()), "{admin:?}");
     let plain = reqwest::Client::new()
         .post(format!("http://{}/v1/check", server.address("http")))
         .send()
@@ -162,30 +196,53 @@ async fn mutual_tls_requires_a_client_certificate_from_the_client_ca() {
 }
 
 #[tokio::test]
-async fn the_proxy_listens_over_tls() {
+async fn the_proxy_listens_over_tls_and_reaches_an_https_upstream() {
     let certificates = Certificates::generate();
-    let upstream = Tollgate::serve(&[]);
-    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/proxy.yaml");
-    let proxy = Tollgate::proxy(&[
-        "--config",
-        config,
-        "--upstream",
-        &upstream.http_url(),
+    let tls = [
         "--tls-cert",
         path(&certificates.server_cert),
         "--tls-key",
         path(&certificates.server_key),
-    ]);
+    ];
+    let upstream = Tollgate::serve(&tls);
+    let upstream_url = format!("https://localhost:{}", upstream.address("http").port());
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/proxy.yaml");
+    let mut args = vec![
+        "--config",
+        config,
+        "--upstream",
+        &upstream_url,
+        "--upstream-ca",
+        path(&certificates.ca),
+    ];
+    args.extend(tls);
+    let proxy = Tollgate::proxy(&args);
     assert!(
         proxy.printed["listen"].starts_with("https://"),
         "{:?}",
         proxy.printed
     );
+    assert_eq!(proxy.printed["upstream"], upstream_url);
+    let healthz = format!("https://{}/healthz", proxy.address("listen"));
     let answer = client(&certificates.ca, None)
-        .get(format!("https://{}/healthz", proxy.address("listen")))
-        .header("x-forwarded-for", "192.0.2.1")
-        .send()
-        .await
-        .expect("the proxy answers over TLS");
-    assert!(answer.status().is_success(), "{}", answer.status());
+        .send(Method::GET, &healthz, None)
+        .await;
+    assert!(
+        answer.is_some_and(|status| status.is_success()),
+        "{answer:?}"
+    );
+
+    // An upstream whose certificate the proxy cannot verify is a 502, not a plain connection.
+    let mut untrusting = args.clone();
+    let position = untrusting
+        .iter()
+        .position(|arg| *arg == "--upstream-ca")
+        .expect("the flag");
+    untrusting[position + 1] = path(&certificates.other_ca);
+    let proxy = Tollgate::proxy(&untrusting);
+    let healthz = format!("https://{}/healthz", proxy.address("listen"));
+    let answer = client(&certificates.ca, None)
+        .send(Method::GET, &healthz, None)
+        .await;
+    assert_eq!(answer, Some(StatusCode::BAD_GATEWAY));
 }
