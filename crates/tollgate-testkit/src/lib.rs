@@ -1,17 +1,21 @@
 //! Real `redis-server` processes for tests: a single node or a 3-master/3-replica Redis Cluster,
-//! each on free loopback ports, owned by a value that stops them when dropped.
+//! each on free loopback ports, owned by a value that stops them when dropped; and a
+//! [`FaultyLink`], a proxy that puts latency, stalls, resets and partitions between a client
+//! and one of them.
 //!
 //! Every server is started under a small watchdog shell that kills it when the test process
 //! exits, so a test that panics, or a cluster shared through a `static`, never leaves servers
 //! behind. A missing `redis-server` is a panic with a clear message, never a skipped test.
 
 mod cluster;
+mod faults;
 mod ports;
 mod sentinel;
 mod server;
 mod tls;
 
 pub use cluster::RedisCluster;
+pub use faults::FaultyLink;
 pub use ports::free_port;
 pub use sentinel::{MASTER_NAME, RedisSentinels};
 pub use server::RedisServer;
