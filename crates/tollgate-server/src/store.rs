@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use tollgate::policy::{RedisOptions, StoreConfig};
-use tollgate::{AnyStore, Limiter, MemoryStore, RedisStore, RedisUrl, StoreError};
+use tollgate::{AnyStore, Limiter, MemoryStore, RedisStore, RedisUrl, Store, StoreError};
 
 /// `--redis` / `--redis-cluster`, which override the configuration's `store`.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -217,8 +217,31 @@ pub async fn connect(store: &StoreConfig, options: &RedisOptions) -> Result<AnyS
              retrying in the background; /readyz answers 503 until connected",
             describe(store)
         );
+    } else if let Err(error) = probe(&redis).await {
+        // Connected, yet a check fails: a Redis user without a command the checks need, say.
+        tracing::error!(
+            "{}: connected, but a check fails: {error}; /readyz answers 503 while it does",
+            describe(store)
+        );
     }
     Ok(AnyStore::Redis(redis))
+}
+
+/// The limit of the probe that `/readyz` and start-up check with, at no cost: it runs what
+/// every check runs (the code, `TIME`, reading the state) without changing any.
+pub(crate) fn probe_limit() -> tollgate::Limit {
+    let quota = tollgate::Quota::per_second(1).expect("1/s is a valid quota");
+    tollgate::Limit::new("tollgate:readyz", tollgate::Algorithm::FixedWindow, quota)
+        .expect("a fixed window of 1/s is a valid limit")
+}
+
+/// The probe on `store`.
+pub(crate) async fn probe(store: &impl Store) -> Result<(), StoreError> {
+    let limit = probe_limit();
+    store
+        .check(&tollgate::Check::new(0).limit("readyz", &limit), None)
+        .await
+        .map(|_| ())
 }
 
 /// Loads the policies (or the built-in example), connects to the store the flags or the

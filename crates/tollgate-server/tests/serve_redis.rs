@@ -550,3 +550,32 @@ async fn a_server_finds_its_redis_through_sentinel() {
         "the state is on the master the sentinels name: {keys:?}"
     );
 }
+
+/// A Redis user that may not run a command the checks need is reported at start-up and on
+/// `/readyz`, naming the command, rather than as a generic failure.
+#[tokio::test]
+async fn a_redis_user_missing_a_permission_is_reported_naming_the_command() {
+    let redis = RedisServer::start();
+    redis
+        .query::<()>(redis::cmd("ACL").arg("SETUSER").arg("limiter").arg(vec![
+            "on".to_owned(),
+            format!(">{PASSWORD}"),
+            "~*".to_owned(),
+            "+@all".to_owned(),
+            "-time".to_owned(),
+        ]))
+        .expect("the user is made");
+    let url = format!("redis://limiter:{PASSWORD}@127.0.0.1:{}", redis.port());
+    let server = Tollgate::serve(&["--redis", &url]);
+    server.wait_for_log("connected, but a check fails");
+    let logged = server.stderr();
+    let named = |text: &str| text.contains("lacks a permission") && text.contains("TIME: ");
+    assert!(named(&logged), "{logged}");
+    let ready = reqwest::get(format!("{}/readyz", server.http_url()))
+        .await
+        .expect("an answer");
+    assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let detail = ready.text().await.expect("a body");
+    assert!(named(&detail), "{detail}");
+    assert_no_password("a server whose Redis user lacks a permission", &logged);
+}

@@ -310,6 +310,12 @@ pub(crate) fn store_error(error: &redis::RedisError, timeout: std::time::Duratio
         || error.is_unrecoverable_error()
     {
         StoreError::Unavailable(message())
+    } else if error.to_string().contains("can't run this command") {
+        // Inside the code Redis says only that; the code puts the command's name first.
+        StoreError::Failed(format!(
+            "the Redis user lacks a permission the checks need (see the README's ACL rules): {}",
+            message()
+        ))
     } else {
         StoreError::Failed(message())
     }

@@ -5,7 +5,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde_json::json;
-use tollgate::{Algorithm, Check, Limit, Quota, Store};
+use tollgate::Store;
 
 use super::AppState;
 use super::problem::ApiError;
@@ -20,17 +20,11 @@ pub(crate) async fn healthz() -> &'static str {
 pub(crate) async fn readyz(
     State(state): State<AppState>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let quota = Quota::per_second(1).map_err(|e| ApiError::invalid(e.to_string()))?;
-    let probe = Limit::new("tollgate:readyz", Algorithm::FixedWindow, quota)
-        .map_err(|e| ApiError::invalid(e.to_string()))?;
     let store = state.limiter.guarded();
-    store
-        .check(&Check::new(0).limit("readyz", &probe), None)
-        .await
-        .map_err(|error| ApiError {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            detail: format!("the store does not answer: {error}"),
-        })?;
+    crate::store::probe(store).await.map_err(|error| ApiError {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        detail: format!("the store does not answer: {error}"),
+    })?;
     let policies = state.limiter.policies().map(|p| p.version());
     Ok(Json(json!({
         "status": "ready",

@@ -376,6 +376,19 @@ end
 -- with one MGET, on first use. Per key: its state, algorithm, limit and whether it changed.
 local keys, stored, states, algs, state_limits, dirty
 
+-- Runs a Redis command; a failure names the command, so that a Redis user without the
+-- permission for it (Redis says only "can't run this command") learns which one it lacks.
+-- Used for the commands made once a call (TIME, MGET): about 4 000 instructions a call, 3.5%
+-- of a one-check call and nothing measurable at 16 (scripts/redis-script-cost); the per-key
+-- writes call Redis directly, where it would cost every decision.
+local function call(command, ...)
+  local ok, result = pcall(redis.call, command, ...)
+  if not ok then
+    error(command .. ': ' .. (type(result) == 'table' and result.err or tostring(result)), 0)
+  end
+  return result
+end
+
 -- Redis counts TTLs on its own clock, which an explicit time need not follow, so with an
 -- explicit time every TTL is padded by an hour lest a key vanish before its state is fresh.
 local ttl_pad
@@ -401,7 +414,7 @@ local function begin(call_keys, args)
     return tonumber(args[1])
   end
   ttl_pad = 0
-  local t = redis.call('TIME')
+  local t = call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
@@ -410,7 +423,7 @@ local function current(k, L, now)
   local algorithm = A[alg]
   local s = states[k]
   if s == nil or algs[k] ~= alg then
-    if stored == nil then stored = redis.call('MGET', unpack(keys)) end
+    if stored == nil then stored = call('MGET', unpack(keys)) end
     local raw = stored[k]
     s = nil
     if raw and string.sub(raw, 1, 1) == algorithm.tag then s = algorithm.decode(string.sub(raw, 2), L, now) end
