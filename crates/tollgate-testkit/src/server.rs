@@ -105,15 +105,7 @@ impl RedisServer {
         let mut args: Vec<&str> = owned.iter().map(String::as_str).collect();
         args.extend_from_slice(extra);
         let control = format!("redis+unix://{}", socket.display());
-        let (watchdog, pid) = launch(port, &control, &dir, &[], &args);
-        Self {
-            port,
-            control,
-            pid,
-            watchdog,
-            dir,
-            _tempdir: Some(tempdir),
-        }
+        Self::launch_in(tempdir, port, control, &[], &args)
     }
 
     /// Starts a Redis Sentinel (`redis-server FILE --sentinel`) on a free port in its own
@@ -126,7 +118,20 @@ impl RedisServer {
         let port = free_port();
         let control = format!("redis://127.0.0.1:{port}");
         let file = file.to_str().expect("a UTF-8 path").to_owned();
-        let (watchdog, pid) = launch(port, &control, &dir, &[&file, "--sentinel"], &[]);
+        Self::launch_in(tempdir, port, control, &[&file, "--sentinel"], &[])
+    }
+
+    /// Launches a server that runs in `tempdir` (removed with it) and is reached through
+    /// `control`.
+    fn launch_in(
+        tempdir: tempfile::TempDir,
+        port: u16,
+        control: String,
+        leading: &[&str],
+        args: &[&str],
+    ) -> Self {
+        let dir = tempdir.path().to_path_buf();
+        let (watchdog, pid) = launch(port, &control, &dir, leading, args);
         Self {
             port,
             control,
