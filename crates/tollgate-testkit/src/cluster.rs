@@ -1,10 +1,22 @@
 //! A Redis Cluster of three masters with one replica each.
 
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::Certificates;
 use crate::ports::free_port;
 use crate::server::RedisServer;
+
+/// What makes a server a cluster node.
+const NODE_ARGS: [&str; 6] = [
+    "--cluster-enabled",
+    "yes",
+    "--cluster-config-file",
+    "nodes.conf",
+    "--cluster-node-timeout",
+    "1000",
+];
 
 /// How long the cluster may take to agree that every slot is served.
 const FORM_TIMEOUT: Duration = Duration::from_secs(60);
@@ -19,23 +31,29 @@ pub struct RedisCluster {
 impl RedisCluster {
     /// Starts six nodes and joins them with `redis-cli --cluster create --cluster-replicas 1`.
     pub fn start() -> Self {
+        Self::start_nodes(|port, dir| RedisServer::spawn(port, dir, &NODE_ARGS), &[])
+    }
+
+    /// The same over TLS only: clients, the cluster bus and replication all speak TLS with
+    /// `certificates`; the harness reaches each node through a Unix socket.
+    pub fn start_tls(certificates: &Certificates) -> Self {
+        let ca = certificates.ca.to_str().expect("a UTF-8 path").to_owned();
+        let mut tls = NODE_ARGS.to_vec();
+        tls.extend(["--tls-cluster", "yes", "--tls-replication", "yes"]);
+        Self::start_nodes(
+            |port, dir| RedisServer::spawn_tls(port, dir, certificates, &tls),
+            &["--tls", "--cacert", &ca],
+        )
+    }
+
+    /// Starts six nodes with `node` and joins them; `cli` is what redis-cli needs to reach them.
+    fn start_nodes(node: impl Fn(u16, &Path) -> RedisServer, cli: &[&str]) -> Self {
         let tempdir = tempfile::tempdir().expect("a temporary directory for the cluster");
         let nodes: Vec<RedisServer> = (0..6)
             .map(|n| {
                 let dir = tempdir.path().join(format!("node-{n}"));
                 std::fs::create_dir_all(&dir).expect("a node directory");
-                RedisServer::spawn(
-                    free_port(),
-                    &dir,
-                    &[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        "nodes.conf",
-                        "--cluster-node-timeout",
-                        "1000",
-                    ],
-                )
+                node(free_port(), &dir)
             })
             .collect();
         let addresses: Vec<String> = nodes
@@ -43,6 +61,7 @@ impl RedisCluster {
             .map(|n| format!("127.0.0.1:{}", n.port()))
             .collect();
         let output = Command::new("redis-cli")
+            .args(cli)
             .args(["--cluster", "create"])
             .args(&addresses)
             .args(["--cluster-replicas", "1", "--cluster-yes"])

@@ -81,16 +81,25 @@ impl RedisServer {
     /// `["--tls-auth-clients", "yes"]`. The harness reaches it through a Unix socket.
     pub fn start_tls(certificates: &Certificates, extra: &[&str]) -> Self {
         let tempdir = tempfile::tempdir().expect("a temporary directory for redis-server");
-        let dir = tempdir.path().to_path_buf();
-        let port = free_port();
+        let mut server = Self::spawn_tls(free_port(), tempdir.path(), certificates, extra);
+        server._tempdir = Some(tempdir);
+        server
+    }
+
+    /// Starts a TLS-only server on `port` in `dir` (a cluster node, say).
+    pub(crate) fn spawn_tls(
+        port: u16,
+        dir: &Path,
+        certificates: &Certificates,
+        extra: &[&str],
+    ) -> Self {
         let socket = dir.join("redis.sock");
-        let port_text = port.to_string();
         let path = |path: &Path| path.to_str().expect("a UTF-8 path").to_owned();
         let owned = [
             "--port".to_owned(),
             "0".to_owned(),
             "--tls-port".to_owned(),
-            port_text,
+            port.to_string(),
             "--unixsocket".to_owned(),
             path(&socket),
             "--tls-cert-file".to_owned(),
@@ -105,7 +114,15 @@ impl RedisServer {
         let mut args: Vec<&str> = owned.iter().map(String::as_str).collect();
         args.extend_from_slice(extra);
         let control = format!("redis+unix://{}", socket.display());
-        Self::launch_in(tempdir, port, control, &[], &args)
+        let (watchdog, pid) = launch(port, &control, dir, &[], &args);
+        Self {
+            port,
+            control,
+            pid,
+            watchdog,
+            dir: dir.to_path_buf(),
+            _tempdir: None,
+        }
     }
 
     /// Starts a Redis Sentinel (`redis-server FILE --sentinel`) on a free port in its own

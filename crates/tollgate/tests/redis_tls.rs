@@ -138,3 +138,49 @@ async fn each_wrong_connection_says_what_is_wrong() {
         "{all:?}"
     );
 }
+
+/// A Redis Cluster that speaks only TLS (clients, bus and replication): the store follows the
+/// slots over TLS and decides exactly, a cross-slot check included.
+#[tokio::test]
+async fn a_tls_cluster_decides_exactly() {
+    let certificates = Certificates::generate();
+    let cluster = tollgate_testkit::RedisCluster::start_tls(&certificates);
+    let urls: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|node| format!("rediss://127.0.0.1:{}", node.port()))
+        .collect();
+    let config = RedisConfig {
+        timeout: Duration::from_secs(2),
+        tls: RedisTls {
+            ca_file: Some(certificates.ca.clone()),
+            ..RedisTls::default()
+        },
+        ..RedisConfig::default()
+    };
+    let store = RedisStore::connect_cluster(&urls, config)
+        .await
+        .expect("the store reaches the cluster over TLS");
+    let limit = Limit::new("per-user", Algorithm::FixedWindow, "5/h".parse().unwrap()).unwrap();
+    for user in ["user:1", "user:2", "user:3"] {
+        let mut admitted = 0;
+        for _ in 0..8 {
+            admitted += usize::from(
+                store
+                    .check(&Check::one(user, &limit), None)
+                    .await
+                    .expect("decided over TLS")
+                    .is_allowed(),
+            );
+        }
+        assert_eq!(admitted, 5, "{user}");
+    }
+    let both = Check::new(1)
+        .limit("user:4", &limit)
+        .limit("user:5", &limit);
+    let mut admitted = 0;
+    for _ in 0..8 {
+        admitted += usize::from(store.check(&both, None).await.unwrap().is_allowed());
+    }
+    assert_eq!(admitted, 5, "a check across two slots, all or nothing");
+}
