@@ -41,7 +41,7 @@ impl RedisCluster {
         let mut tls = NODE_ARGS.to_vec();
         tls.extend(["--tls-cluster", "yes", "--tls-replication", "yes"]);
         Self::start_nodes(
-            |port, dir| RedisServer::spawn_tls(port, dir, certificates, &tls),
+            |port, dir| RedisServer::spawn_tls(port, dir, &[], certificates, &tls),
             &["--tls", "--cacert", &ca],
         )
     }

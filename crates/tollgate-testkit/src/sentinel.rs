@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::RedisServer;
+use crate::{Certificates, RedisServer};
 
 /// The name the sentinels know the master by.
 pub const MASTER_NAME: &str = "tollgate-master";
@@ -25,16 +25,36 @@ impl RedisSentinels {
     /// Starts the group and waits until it can fail over: the replica in sync, and every
     /// sentinel aware of the replica and of the two other sentinels.
     pub fn start() -> Self {
-        let master = RedisServer::start();
+        Self::start_with(None)
+    }
+
+    /// The same over TLS only: clients, replication and the sentinels' own connections.
+    pub fn start_tls(certificates: &Certificates) -> Self {
+        Self::start_with(Some(certificates))
+    }
+
+    fn start_with(certificates: Option<&Certificates>) -> Self {
+        let data_node = |extra: &[&str]| match certificates {
+            Some(certificates) => {
+                let mut tls = vec!["--tls-replication", "yes"];
+                tls.extend_from_slice(extra);
+                RedisServer::start_tls(certificates, &tls)
+            }
+            None => RedisServer::start_with(extra),
+        };
+        let master = data_node(&[]);
         let master_port = master.port().to_string();
-        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master_port]);
-        let config = format!(
+        let replica = data_node(&["--replicaof", "127.0.0.1", &master_port]);
+        let mut config = format!(
             "sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
              sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
              sentinel failover-timeout {MASTER_NAME} 5000\n"
         );
+        if certificates.is_some() {
+            config.push_str("tls-replication yes\n");
+        }
         let sentinels = (0..3)
-            .map(|_| RedisServer::start_sentinel(&config))
+            .map(|_| RedisServer::start_sentinel(&config, certificates))
             .collect();
         let group = Self {
             master,
@@ -48,6 +68,14 @@ impl RedisSentinels {
     /// `redis://127.0.0.1:<port>` of each sentinel.
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinels.iter().map(RedisServer::url).collect()
+    }
+
+    /// `rediss://127.0.0.1:<port>` of each sentinel.
+    pub fn sentinel_tls_urls(&self) -> Vec<String> {
+        self.sentinels
+            .iter()
+            .map(|sentinel| format!("rediss://127.0.0.1:{}", sentinel.port()))
+            .collect()
     }
 
     /// The master's port as the first sentinel that answers reports it.

@@ -81,15 +81,17 @@ impl RedisServer {
     /// `["--tls-auth-clients", "yes"]`. The harness reaches it through a Unix socket.
     pub fn start_tls(certificates: &Certificates, extra: &[&str]) -> Self {
         let tempdir = tempfile::tempdir().expect("a temporary directory for redis-server");
-        let mut server = Self::spawn_tls(free_port(), tempdir.path(), certificates, extra);
+        let mut server = Self::spawn_tls(free_port(), tempdir.path(), &[], certificates, extra);
         server._tempdir = Some(tempdir);
         server
     }
 
-    /// Starts a TLS-only server on `port` in `dir` (a cluster node, say).
+    /// Starts a TLS-only server on `port` in `dir` (a cluster node, say); `leading` goes first
+    /// (a sentinel's configuration file).
     pub(crate) fn spawn_tls(
         port: u16,
         dir: &Path,
+        leading: &[&str],
         certificates: &Certificates,
         extra: &[&str],
     ) -> Self {
@@ -114,7 +116,7 @@ impl RedisServer {
         let mut args: Vec<&str> = owned.iter().map(String::as_str).collect();
         args.extend_from_slice(extra);
         let control = format!("redis+unix://{}", socket.display());
-        let (watchdog, pid) = launch(port, &control, dir, &[], &args);
+        let (watchdog, pid) = launch(port, &control, dir, leading, &args);
         Self {
             port,
             control,
@@ -126,16 +128,23 @@ impl RedisServer {
     }
 
     /// Starts a Redis Sentinel (`redis-server FILE --sentinel`) on a free port in its own
-    /// directory, with `config` as its configuration file (it rewrites the file as it learns).
-    pub fn start_sentinel(config: &str) -> Self {
+    /// directory, with `config` as its configuration file (it rewrites the file as it learns);
+    /// TLS-only with `certificates`.
+    pub fn start_sentinel(config: &str, certificates: Option<&Certificates>) -> Self {
         let tempdir = tempfile::tempdir().expect("a temporary directory for the sentinel");
         let dir = tempdir.path().to_path_buf();
         let file = dir.join("sentinel.conf");
         std::fs::write(&file, config).expect("write the sentinel's configuration");
         let port = free_port();
-        let control = format!("redis://127.0.0.1:{port}");
         let file = file.to_str().expect("a UTF-8 path").to_owned();
-        Self::launch_in(tempdir, port, control, &[&file, "--sentinel"], &[])
+        let leading = [file.as_str(), "--sentinel"];
+        if let Some(certificates) = certificates {
+            let mut server = Self::spawn_tls(port, &dir, &leading, certificates, &[]);
+            server._tempdir = Some(tempdir);
+            return server;
+        }
+        let control = format!("redis://127.0.0.1:{port}");
+        Self::launch_in(tempdir, port, control, &leading, &[])
     }
 
     /// Launches a server that runs in `tempdir` (removed with it) and is reached through

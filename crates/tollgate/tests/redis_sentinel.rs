@@ -96,3 +96,31 @@ async fn a_master_name_the_sentinels_do_not_know_is_an_error_that_says_so() {
         .to_string();
     assert!(refused.contains("at least one sentinel"), "{refused}");
 }
+
+/// Sentinels and data nodes that speak only TLS, with a private CA: `rediss://` sentinel URLs
+/// mean TLS to both.
+#[tokio::test]
+async fn sentinels_and_their_master_over_tls() {
+    let certificates = tollgate_testkit::Certificates::generate();
+    let group = RedisSentinels::start_tls(&certificates);
+    let config = RedisConfig {
+        tls: tollgate::RedisTls {
+            ca_file: Some(certificates.ca.clone()),
+            ..tollgate::RedisTls::default()
+        },
+        timeout: Duration::from_secs(2),
+        ..config()
+    };
+    let store = RedisStore::connect_sentinel(&group.sentinel_tls_urls(), MASTER_NAME, config)
+        .await
+        .expect("the sentinels name the master over TLS");
+    let limit = Limit::new("per-user", Algorithm::Gcra, "2/h".parse().unwrap()).unwrap();
+    let check = Check::one("user:1", &limit);
+    let mut admitted = Vec::new();
+    for _ in 0..3 {
+        admitted.push(store.check(&check, None).await.unwrap().is_allowed());
+    }
+    assert_eq!(admitted, [true, true, false]);
+    let keys: Vec<String> = group.master.query(redis::cmd("KEYS").arg("tg:*")).unwrap();
+    assert_eq!(keys.len(), 1, "the state is on the master: {keys:?}");
+}
