@@ -17,6 +17,6 @@ mod tls;
 pub use cluster::RedisCluster;
 pub use faults::FaultyLink;
 pub use ports::free_port;
-pub use sentinel::{MASTER_NAME, RedisSentinels};
+pub use sentinel::{DATA_PASSWORD, MASTER_NAME, RedisSentinels, SENTINEL_PASSWORD};
 pub use server::RedisServer;
 pub use tls::Certificates;

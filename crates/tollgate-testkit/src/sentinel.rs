@@ -8,6 +8,12 @@ use crate::{Certificates, RedisServer};
 /// The name the sentinels know the master by.
 pub const MASTER_NAME: &str = "tollgate-master";
 
+/// The data nodes' password in a TLS group.
+pub const DATA_PASSWORD: &str = "data-s3cret";
+
+/// The sentinels' password in a TLS group.
+pub const SENTINEL_PASSWORD: &str = "sentinel-s3cret";
+
 /// How long forming the group (replica in sync, sentinels aware of each other) may take.
 const FORM_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -28,7 +34,9 @@ impl RedisSentinels {
         Self::start_with(None)
     }
 
-    /// The same over TLS only: clients, replication and the sentinels' own connections.
+    /// The same over TLS only (clients, replication and the sentinels' own connections), with
+    /// passwords: [`DATA_PASSWORD`] on the master and replica, [`SENTINEL_PASSWORD`] on the
+    /// sentinels.
     pub fn start_tls(certificates: &Certificates) -> Self {
         Self::start_with(Some(certificates))
     }
@@ -36,7 +44,14 @@ impl RedisSentinels {
     fn start_with(certificates: Option<&Certificates>) -> Self {
         let data_node = |extra: &[&str]| match certificates {
             Some(certificates) => {
-                let mut tls = vec!["--tls-replication", "yes"];
+                let mut tls = vec![
+                    "--tls-replication",
+                    "yes",
+                    "--requirepass",
+                    DATA_PASSWORD,
+                    "--masterauth",
+                    DATA_PASSWORD,
+                ];
                 tls.extend_from_slice(extra);
                 RedisServer::start_tls(certificates, &tls)
             }
@@ -50,11 +65,15 @@ impl RedisSentinels {
              sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
              sentinel failover-timeout {MASTER_NAME} 5000\n"
         );
+        let mut sentinel_args: Vec<&str> = Vec::new();
         if certificates.is_some() {
-            config.push_str("tls-replication yes\n");
+            config.push_str(&format!(
+                "tls-replication yes\nsentinel auth-pass {MASTER_NAME} {DATA_PASSWORD}\n"
+            ));
+            sentinel_args.extend(["--requirepass", SENTINEL_PASSWORD]);
         }
         let sentinels = (0..3)
-            .map(|_| RedisServer::start_sentinel(&config, certificates))
+            .map(|_| RedisServer::start_sentinel(&config, certificates, &sentinel_args))
             .collect();
         let group = Self {
             master,
@@ -70,11 +89,16 @@ impl RedisSentinels {
         self.sentinels.iter().map(RedisServer::url).collect()
     }
 
-    /// `rediss://127.0.0.1:<port>` of each sentinel.
+    /// `rediss://:<sentinel password>@127.0.0.1:<port>` of each sentinel of a TLS group.
     pub fn sentinel_tls_urls(&self) -> Vec<String> {
         self.sentinels
             .iter()
-            .map(|sentinel| format!("rediss://127.0.0.1:{}", sentinel.port()))
+            .map(|sentinel| {
+                format!(
+                    "rediss://:{SENTINEL_PASSWORD}@127.0.0.1:{}",
+                    sentinel.port()
+                )
+            })
             .collect()
     }
 

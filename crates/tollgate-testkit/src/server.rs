@@ -115,7 +115,15 @@ impl RedisServer {
         ];
         let mut args: Vec<&str> = owned.iter().map(String::as_str).collect();
         args.extend_from_slice(extra);
-        let control = format!("redis+unix://{}", socket.display());
+        // A server with a password (`--requirepass` among `extra`) asks the harness for it too.
+        let password = extra
+            .iter()
+            .position(|arg| *arg == "--requirepass")
+            .and_then(|at| extra.get(at + 1));
+        let control = match password {
+            Some(password) => format!("redis+unix://{}?pass={password}", socket.display()),
+            None => format!("redis+unix://{}", socket.display()),
+        };
         let (watchdog, pid) = launch(port, &control, dir, leading, &args);
         Self {
             port,
@@ -129,8 +137,12 @@ impl RedisServer {
 
     /// Starts a Redis Sentinel (`redis-server FILE --sentinel`) on a free port in its own
     /// directory, with `config` as its configuration file (it rewrites the file as it learns);
-    /// TLS-only with `certificates`.
-    pub fn start_sentinel(config: &str, certificates: Option<&Certificates>) -> Self {
+    /// TLS-only with `certificates`; `extra` as for [`RedisServer::start_with`].
+    pub fn start_sentinel(
+        config: &str,
+        certificates: Option<&Certificates>,
+        extra: &[&str],
+    ) -> Self {
         let tempdir = tempfile::tempdir().expect("a temporary directory for the sentinel");
         let dir = tempdir.path().to_path_buf();
         let file = dir.join("sentinel.conf");
@@ -139,12 +151,12 @@ impl RedisServer {
         let file = file.to_str().expect("a UTF-8 path").to_owned();
         let leading = [file.as_str(), "--sentinel"];
         if let Some(certificates) = certificates {
-            let mut server = Self::spawn_tls(port, &dir, &leading, certificates, &[]);
+            let mut server = Self::spawn_tls(port, &dir, &leading, certificates, extra);
             server._tempdir = Some(tempdir);
             return server;
         }
         let control = format!("redis://127.0.0.1:{port}");
-        Self::launch_in(tempdir, port, control, &leading, &[])
+        Self::launch_in(tempdir, port, control, &leading, extra)
     }
 
     /// Launches a server that runs in `tempdir` (removed with it) and is reached through

@@ -97,10 +97,11 @@ async fn a_master_name_the_sentinels_do_not_know_is_an_error_that_says_so() {
     assert!(refused.contains("at least one sentinel"), "{refused}");
 }
 
-/// Sentinels and data nodes that speak only TLS, with a private CA: `rediss://` sentinel URLs
-/// mean TLS to both.
+/// Sentinels and data nodes that speak only TLS, with a private CA, each with a password of its
+/// own: `rediss://` sentinel URLs mean TLS to both; the URLs carry the sentinels' password, the
+/// configuration the data nodes'.
 #[tokio::test]
-async fn sentinels_and_their_master_over_tls() {
+async fn sentinels_and_their_master_over_tls_with_passwords() {
     let certificates = tollgate_testkit::Certificates::generate();
     let group = RedisSentinels::start_tls(&certificates);
     let config = RedisConfig {
@@ -109,6 +110,10 @@ async fn sentinels_and_their_master_over_tls() {
             ..tollgate::RedisTls::default()
         },
         timeout: Duration::from_secs(2),
+        auth: Some(tollgate::RedisAuth {
+            username: None,
+            password: tollgate_testkit::DATA_PASSWORD.to_owned(),
+        }),
         ..config()
     };
     let store = RedisStore::connect_sentinel(&group.sentinel_tls_urls(), MASTER_NAME, config)
