@@ -112,7 +112,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "store: mysql://db\n",
-        "bad.yaml:1:8: store: expected \"memory\", a redis:// URL, or a list of Redis Cluster node URLs",
+        "bad.yaml:1:8: store: expected \"memory\", a redis:// URL, a list of Redis Cluster node URLs, or {sentinels: [URL, ...], master: NAME}",
     ),
     (
         "policies:\n  - name: x\n    key: [ip, session]\n    limits: [{ name: a, algorithm: gcra, quota: 1/s }]\n",
