@@ -27,6 +27,12 @@ pub struct Certificates {
 impl Certificates {
     /// Makes a fresh set.
     pub fn generate() -> Self {
+        Self::for_server_names(&["localhost", "127.0.0.1"])
+    }
+
+    /// Makes a fresh set whose server certificate holds only `names` (to show that a client
+    /// checks the name it connected by).
+    pub fn for_server_names(names: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory for certificates");
         let write = |name: &str, pem: String| -> PathBuf {
             let path = dir.path().join(name);
@@ -37,7 +43,7 @@ impl Certificates {
         let (other_pem, _) = authority("Another CA");
         let (server_cert, server_key) = leaf(
             &issuer,
-            vec!["localhost".to_owned(), "127.0.0.1".to_owned()],
+            names.iter().map(|name| (*name).to_owned()).collect(),
         );
         let (client_cert, client_key) = leaf(&issuer, vec!["tollgate-client".to_owned()]);
         Self {

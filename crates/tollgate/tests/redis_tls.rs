@@ -139,6 +139,30 @@ async fn each_wrong_connection_says_what_is_wrong() {
     );
 }
 
+/// The server's certificate must hold the name the store connected by: a certificate for
+/// another name, signed by a trusted CA, is refused.
+#[tokio::test]
+async fn a_certificate_for_another_name_is_refused() {
+    let certificates = Certificates::for_server_names(&["redis.example.com"]);
+    let server = RedisServer::start_tls(&certificates, &[]);
+    let config = RedisConfig {
+        tls: RedisTls {
+            ca_file: Some(certificates.ca.clone()),
+            ..RedisTls::default()
+        },
+        ..RedisConfig::default()
+    };
+    let error = RedisStore::connect(&tls_url(&server), config)
+        .await
+        .expect_err("the name does not match")
+        .to_string();
+    assert!(
+        error.contains("TLS certificate does not verify")
+            && error.contains("not valid for name \"127.0.0.1\""),
+        "{error}"
+    );
+}
+
 /// A Redis Cluster that speaks only TLS (clients, bus and replication): the store follows the
 /// slots over TLS and decides exactly, a cross-slot check included.
 #[tokio::test]
