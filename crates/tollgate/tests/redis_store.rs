@@ -211,6 +211,34 @@ async fn the_documented_acl_user_can_load_check_and_refund() {
     );
 }
 
+/// The store speaks RESP3 where the server does (it then notices a lost connection as the
+/// socket closes), and RESP2 to a server without `HELLO`, deciding alike.
+#[tokio::test]
+async fn resp3_where_the_server_speaks_it_else_resp2() {
+    for (extra, protocol) in [
+        (&[][..], "resp=3"),
+        (&["--rename-command", "HELLO", ""][..], "resp=2"),
+    ] {
+        let own = tollgate_testkit::RedisServer::start_with(extra);
+        let store = RedisStore::connect(&own.url(), fresh_config())
+            .await
+            .unwrap();
+        let limit = Limit::new("l", Algorithm::Gcra, "2/h".parse().unwrap()).unwrap();
+        let check = Check::one("k", &limit);
+        let mut admitted = Vec::new();
+        for _ in 0..3 {
+            admitted.push(store.check(&check, None).await.unwrap().is_allowed());
+        }
+        assert_eq!(admitted, [true, true, false]);
+        let clients: String = own.query(redis::cmd("CLIENT").arg("LIST")).unwrap();
+        let store_connection = clients
+            .lines()
+            .find(|line| line.contains("cmd=fcall"))
+            .unwrap_or_else(|| panic!("the store's connection in {clients}"));
+        assert!(store_connection.contains(protocol), "{store_connection}");
+    }
+}
+
 #[test]
 fn scripts_and_memory_decide_alike_on_random_workloads() {
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");

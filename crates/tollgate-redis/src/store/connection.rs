@@ -14,7 +14,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, Pipeline, ProtocolVersion, RedisFuture, Value};
 use tokio::sync::watch;
 
 use tollgate_core::store::StoreError;
@@ -150,6 +150,35 @@ fn not_connected(link: &Link) -> redis::RedisError {
     std::io::Error::new(std::io::ErrorKind::NotConnected, reason).into()
 }
 
+/// A connection manager for `client`: in RESP3 when the client asks for it and the server
+/// speaks it (a lost connection is then noticed as its socket closes, rather than by the next
+/// command, which would fail), else in RESP2.
+pub(crate) async fn connection_manager(
+    client: &redis::Client,
+    config: &ConnectionManagerConfig,
+) -> redis::RedisResult<ConnectionManager> {
+    match ConnectionManager::new_with_config(client.clone(), config.clone()).await {
+        Err(error) if refuses_resp3(&error) => {
+            let info = client.get_connection_info().clone();
+            let settings = info
+                .redis_settings()
+                .clone()
+                .set_protocol(ProtocolVersion::RESP2);
+            let client = redis::Client::open(info.set_redis_settings(settings))?;
+            ConnectionManager::new_with_config(client, config.clone()).await
+        }
+        outcome => outcome,
+    }
+}
+
+/// The server does not speak RESP3 (it has no `HELLO`: Redis before 6, or a compatible server).
+fn refuses_resp3(error: &redis::RedisError) -> bool {
+    error.kind() == redis::ErrorKind::RESP3NotSupported
+        || error.detail().is_some_and(|detail| {
+            detail.starts_with("unknown command") && detail.to_ascii_uppercase().contains("HELLO")
+        })
+}
+
 /// Tries to connect until it succeeds, then hands the connection to every clone; gives up when
 /// the store is dropped.
 async fn connect_until_up(link: Weak<Link>, target: Target, timeout: Duration) {
@@ -160,11 +189,9 @@ async fn connect_until_up(link: Weak<Link>, target: Target, timeout: Duration) {
             return;
         }
         let attempt = match &target {
-            Target::Node(client, config) => {
-                ConnectionManager::new_with_config(client.clone(), config.clone())
-                    .await
-                    .map(Established::Node)
-            }
+            Target::Node(client, config) => connection_manager(client, config)
+                .await
+                .map(Established::Node),
             Target::Cluster(client) => client
                 .get_async_connection()
                 .await

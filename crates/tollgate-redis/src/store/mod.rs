@@ -27,10 +27,10 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use redis::IntoConnectionInfo;
 use redis::aio::ConnectionManagerConfig;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_routing::Slot;
+use redis::{IntoConnectionInfo, ProtocolVersion};
 use smallvec::SmallVec;
 use tokio::sync::{mpsc, oneshot};
 
@@ -125,10 +125,19 @@ impl RedisStore {
                 shown.redact(&error.to_string())
             ))
         };
-        let info = security::with_auth(
+        let mut info = security::with_auth(
             url.into_connection_info().map_err(unusable)?,
             config.auth.as_ref(),
         );
+        // RESP3 unless the URL says otherwise; servers without it get RESP2 (see
+        // `connection::connection_manager`).
+        if !url.contains("protocol=") {
+            let settings = info
+                .redis_settings()
+                .clone()
+                .set_protocol(ProtocolVersion::RESP3);
+            info = info.set_redis_settings(settings);
+        }
         let client = match security::certificates(&config.tls).map_err(invalid_config)? {
             Some(certificates) => {
                 security::require_tls(&info, &shown.to_string()).map_err(invalid_config)?;

@@ -15,8 +15,8 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
-    Cmd, ConnectionAddr, ErrorKind, IntoConnectionInfo, Pipeline, RedisError, RedisFuture,
-    RedisResult, ServerErrorKind, TlsMode, Value,
+    Cmd, ConnectionAddr, ErrorKind, IntoConnectionInfo, Pipeline, ProtocolVersion, RedisError,
+    RedisFuture, RedisResult, ServerErrorKind, TlsMode, Value,
 };
 
 use super::security;
@@ -214,6 +214,8 @@ pub(crate) fn client(
     let mut builder =
         SentinelClientBuilder::new(addresses, master_name, SentinelServerType::Master)
             .map_err(refused)?;
+    // RESP3 to the master where it speaks it (see `connection_manager`).
+    builder = builder.set_client_to_redis_protocol(ProtocolVersion::RESP3);
     if tls {
         builder = builder
             .set_client_to_sentinel_tls_mode(TlsMode::Secure)
@@ -247,7 +249,7 @@ async fn find_master(
 ) -> RedisResult<Master> {
     let client = sentinels.async_get_client().await?;
     let address = client.get_connection_info().addr().to_string();
-    let connection = ConnectionManager::new_with_config(client, config.clone()).await?;
+    let connection = super::connection::connection_manager(&client, config).await?;
     Ok(Master {
         address,
         connection,
