@@ -31,7 +31,14 @@ pub struct RedisCluster {
 impl RedisCluster {
     /// Starts six nodes and joins them with `redis-cli --cluster create --cluster-replicas 1`.
     pub fn start() -> Self {
-        Self::start_nodes(|port, dir| RedisServer::spawn(port, dir, &NODE_ARGS), &[])
+        Self::start_with(&[])
+    }
+
+    /// The same with extra `redis-server` arguments for every node.
+    pub fn start_with(extra: &[&str]) -> Self {
+        let mut args = NODE_ARGS.to_vec();
+        args.extend_from_slice(extra);
+        Self::start_nodes(|port, dir| RedisServer::spawn(port, dir, &args), &[])
     }
 
     /// The same over TLS only: clients, the cluster bus and replication all speak TLS with

@@ -158,3 +158,35 @@ async fn nodes_with_their_own_connections_never_over_admit_on_the_cluster() {
         never_over_admits(&stores, limit, 120, 12, 12).await;
     }
 }
+
+/// A cluster is spoken to in RESP3 where its nodes have `HELLO`, and in RESP2 where they do
+/// not, deciding alike.
+#[tokio::test]
+async fn a_cluster_gets_resp3_where_it_speaks_it_else_resp2() {
+    for (extra, protocol) in [
+        (&[][..], "resp=3"),
+        (&["--rename-command", "HELLO", ""][..], "resp=2"),
+    ] {
+        let cluster = tollgate_testkit::RedisCluster::start_with(extra);
+        let store = RedisStore::connect_cluster(&cluster.urls(), common::fresh_config())
+            .await
+            .expect("the store reaches the cluster");
+        let limit = Limit::new("l", Algorithm::Gcra, "2/h".parse().unwrap()).unwrap();
+        let check = Check::one("k", &limit);
+        let mut admitted = Vec::new();
+        for _ in 0..3 {
+            admitted.push(store.check(&check, None).await.unwrap().is_allowed());
+        }
+        assert_eq!(admitted, [true, true, false]);
+        let clients: String = cluster
+            .nodes()
+            .iter()
+            .filter_map(|node| node.query::<String>(redis::cmd("CLIENT").arg("LIST")).ok())
+            .collect();
+        let store_connection = clients
+            .lines()
+            .find(|line| line.contains("cmd=fcall"))
+            .unwrap_or_else(|| panic!("the store's connection in {clients}"));
+        assert!(store_connection.contains(protocol), "{store_connection}");
+    }
+}

@@ -28,11 +28,14 @@ const FIRST_RETRY_DELAY: Duration = Duration::from_millis(100);
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(2);
 
 /// What to connect to.
+// One lives per store, moved once into the task that connects: its size costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Target {
     /// A single Redis, through a reconnecting manager.
     Node(redis::Client, ConnectionManagerConfig),
-    /// A Redis Cluster.
-    Cluster(ClusterClient),
+    /// A Redis Cluster: the client to try first (RESP3), and the one for a cluster that refuses
+    /// it (RESP2).
+    Cluster(ClusterClient, ClusterClient),
     /// The master a group of sentinels names, followed across failovers.
     Sentinel(Sentinels, ConnectionManagerConfig),
 }
@@ -102,7 +105,7 @@ impl Connection {
     ) -> Self {
         let (status, _) = watch::channel(Status::Connecting);
         let link = Arc::new(Link {
-            cluster: matches!(target, Target::Cluster(_)),
+            cluster: matches!(target, Target::Cluster(..)),
             urls,
             established: OnceLock::new(),
             status,
@@ -172,11 +175,11 @@ pub(crate) async fn connection_manager(
 }
 
 /// The server does not speak RESP3 (it has no `HELLO`: Redis before 6, or a compatible server).
+/// A cluster client wraps the server's answer in its own error, so the whole text is read.
 fn refuses_resp3(error: &redis::RedisError) -> bool {
+    let text = error.to_string();
     error.kind() == redis::ErrorKind::RESP3NotSupported
-        || error.detail().is_some_and(|detail| {
-            detail.starts_with("unknown command") && detail.to_ascii_uppercase().contains("HELLO")
-        })
+        || (text.contains("unknown command") && text.contains("HELLO"))
 }
 
 /// Tries to connect until it succeeds, then hands the connection to every clone; gives up when
@@ -192,10 +195,11 @@ async fn connect_until_up(link: Weak<Link>, target: Target, timeout: Duration) {
             Target::Node(client, config) => connection_manager(client, config)
                 .await
                 .map(Established::Node),
-            Target::Cluster(client) => client
-                .get_async_connection()
-                .await
-                .map(Established::Cluster),
+            Target::Cluster(preferred, fallback) => match preferred.get_async_connection().await {
+                Err(error) if refuses_resp3(&error) => fallback.get_async_connection().await,
+                outcome => outcome,
+            }
+            .map(Established::Cluster),
             Target::Sentinel(sentinels, config) => {
                 Following::connect(Arc::clone(sentinels), config.clone())
                     .await

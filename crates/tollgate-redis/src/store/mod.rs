@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use redis::aio::ConnectionManagerConfig;
-use redis::cluster::ClusterClientBuilder;
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_routing::Slot;
 use redis::{IntoConnectionInfo, ProtocolVersion};
 use smallvec::SmallVec;
@@ -82,6 +82,46 @@ struct Shared {
     connection: Connection,
     queue: mpsc::Sender<Job>,
     program: Arc<Program>,
+}
+
+/// A cluster client for `nodes` with the configured timeouts, credentials and certificates,
+/// speaking `protocol` (`None`: as the URLs say).
+fn cluster_client(
+    nodes: &[&str],
+    shown: &[RedisUrl],
+    config: &RedisConfig,
+    protocol: Option<ProtocolVersion>,
+) -> Result<ClusterClient, StoreError> {
+    let mut builder = ClusterClientBuilder::new(nodes.iter().copied())
+        .connection_timeout(config.connect_timeout)
+        .response_timeout(config.timeout)
+        .retries(3)
+        .min_retry_wait(10)
+        .max_retry_wait(200);
+    if let Some(protocol) = protocol {
+        builder = builder.use_protocol(protocol);
+    }
+    if let Some(auth) = &config.auth {
+        builder = builder.password(&auth.password);
+        if let Some(username) = &auth.username {
+            builder = builder.username(username);
+        }
+    }
+    if let Some(certificates) = security::certificates(&config.tls).map_err(invalid_config)? {
+        for (node, shown) in nodes.iter().zip(shown) {
+            if let Ok(info) = node.into_connection_info() {
+                security::require_tls(&info, &shown.to_string()).map_err(invalid_config)?;
+            }
+        }
+        builder = builder.certs(certificates);
+    }
+    builder.build().map_err(|error| {
+        let listed: Vec<String> = shown.iter().map(ToString::to_string).collect();
+        let message = shown
+            .iter()
+            .fold(error.to_string(), |text, url| url.redact(&text));
+        invalid_config(format!("redis cluster {}: {message}", listed.join(", ")))
+    })
 }
 
 /// How a connection to one node (a single Redis, or a Sentinel deployment's master) behaves.
@@ -172,35 +212,13 @@ impl RedisStore {
             .map_err(|error| invalid_config(error.to_string()))?;
         let nodes: Vec<&str> = urls.iter().map(AsRef::as_ref).collect();
         let shown: Vec<RedisUrl> = nodes.iter().map(|url| RedisUrl::from(*url)).collect();
-        let mut builder = ClusterClientBuilder::new(nodes.iter().copied())
-            .connection_timeout(config.connect_timeout)
-            .response_timeout(config.timeout)
-            .retries(3)
-            .min_retry_wait(10)
-            .max_retry_wait(200);
-        if let Some(auth) = &config.auth {
-            builder = builder.password(&auth.password);
-            if let Some(username) = &auth.username {
-                builder = builder.username(username);
-            }
-        }
-        if let Some(certificates) = security::certificates(&config.tls).map_err(invalid_config)? {
-            for (node, shown) in nodes.iter().zip(&shown) {
-                if let Ok(info) = node.into_connection_info() {
-                    security::require_tls(&info, &shown.to_string()).map_err(invalid_config)?;
-                }
-            }
-            builder = builder.certs(certificates);
-        }
-        let client = builder.build().map_err(|error| {
-            let listed: Vec<String> = shown.iter().map(ToString::to_string).collect();
-            let message = shown
-                .iter()
-                .fold(error.to_string(), |text, url| url.redact(&text));
-            invalid_config(format!("redis cluster {}: {message}", listed.join(", ")))
-        })?;
+        // RESP3 first, unless the URLs say which; RESP2 for a cluster without `HELLO`.
+        let explicit = nodes.iter().any(|url| url.contains("protocol="));
+        let preferred = (!explicit).then_some(ProtocolVersion::RESP3);
+        let client = cluster_client(&nodes, &shown, &config, preferred)?;
+        let fallback = cluster_client(&nodes, &shown, &config, None)?;
         let connection = Connection::connect(
-            Target::Cluster(client),
+            Target::Cluster(client, fallback),
             shown,
             config.connect_timeout,
             &runtime()?,
