@@ -171,22 +171,16 @@ async fn a_cluster_gets_resp3_where_it_speaks_it_else_resp2() {
         let store = RedisStore::connect_cluster(&cluster.urls(), common::fresh_config())
             .await
             .expect("the store reaches the cluster");
-        let limit = Limit::new("l", Algorithm::Gcra, "2/h".parse().unwrap()).unwrap();
-        let check = Check::one("k", &limit);
-        let mut admitted = Vec::new();
-        for _ in 0..3 {
-            admitted.push(store.check(&check, None).await.unwrap().is_allowed());
-        }
-        assert_eq!(admitted, [true, true, false]);
+        assert_eq!(
+            common::three_checks_of_two_per_hour(&store).await,
+            [true, true, false]
+        );
         let clients: String = cluster
             .nodes()
             .iter()
             .filter_map(|node| node.query::<String>(redis::cmd("CLIENT").arg("LIST")).ok())
             .collect();
-        let store_connection = clients
-            .lines()
-            .find(|line| line.contains("cmd=fcall"))
-            .unwrap_or_else(|| panic!("the store's connection in {clients}"));
+        let store_connection = common::store_connection(&clients);
         assert!(store_connection.contains(protocol), "{store_connection}");
     }
 }

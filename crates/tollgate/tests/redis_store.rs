@@ -162,13 +162,10 @@ async fn an_acl_user_without_functions_runs_the_code_as_scripts() {
     assert_eq!(created, "OK");
     let url = own.url().replace("redis://", "redis://limiter:secret@");
     let store = RedisStore::connect(&url, fresh_config()).await.unwrap();
-    let limit = Limit::new("l", Algorithm::Gcra, "2/h".parse().unwrap()).unwrap();
-    let check = Check::one("k", &limit);
-    let mut admitted = Vec::new();
-    for _ in 0..3 {
-        admitted.push(store.check(&check, None).await.unwrap().is_allowed());
-    }
-    assert_eq!(admitted, [true, true, false]);
+    assert_eq!(
+        common::three_checks_of_two_per_hour(&store).await,
+        [true, true, false]
+    );
     assert!(calls_by_kind(&own).1 >= 1, "the checks ran as scripts");
 }
 
@@ -223,18 +220,12 @@ async fn resp3_where_the_server_speaks_it_else_resp2() {
         let store = RedisStore::connect(&own.url(), fresh_config())
             .await
             .unwrap();
-        let limit = Limit::new("l", Algorithm::Gcra, "2/h".parse().unwrap()).unwrap();
-        let check = Check::one("k", &limit);
-        let mut admitted = Vec::new();
-        for _ in 0..3 {
-            admitted.push(store.check(&check, None).await.unwrap().is_allowed());
-        }
-        assert_eq!(admitted, [true, true, false]);
+        assert_eq!(
+            common::three_checks_of_two_per_hour(&store).await,
+            [true, true, false]
+        );
         let clients: String = own.query(redis::cmd("CLIENT").arg("LIST")).unwrap();
-        let store_connection = clients
-            .lines()
-            .find(|line| line.contains("cmd=fcall"))
-            .unwrap_or_else(|| panic!("the store's connection in {clients}"));
+        let store_connection = common::store_connection(&clients);
         assert!(store_connection.contains(protocol), "{store_connection}");
     }
 }

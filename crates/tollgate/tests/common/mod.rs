@@ -261,3 +261,29 @@ pub async fn never_over_admits(
     );
     assert!(total >= quota, "{algorithm}: only {total} admitted");
 }
+
+/// What three checks of one key on a 2/h GCRA limit were told: admitted or not. A store that
+/// decides exactly answers `[true, true, false]`.
+pub async fn three_checks_of_two_per_hour(store: &RedisStore) -> Vec<bool> {
+    let limit = Limit::new(
+        "l",
+        tollgate::Algorithm::Gcra,
+        "2/h".parse().expect("a quota"),
+    )
+    .expect("a limit");
+    let check = tollgate::Check::one("k", &limit);
+    let mut admitted = Vec::new();
+    for _ in 0..3 {
+        let verdict = store.check(&check, None).await.expect("decided");
+        admitted.push(verdict.is_allowed());
+    }
+    admitted
+}
+
+/// The `CLIENT LIST` line of the store's connection: the one whose last command was FCALL.
+pub fn store_connection(clients: &str) -> &str {
+    clients
+        .lines()
+        .find(|line| line.contains("cmd=fcall"))
+        .unwrap_or_else(|| panic!("no store connection in {clients}"))
+}
