@@ -180,37 +180,28 @@ pub struct ForwardSettings {
     pub listener_tls: bool,
 }
 
-/// The TLS client settings for the upstream: its CA file's certificates, else the system's.
+/// The TLS client settings for the upstream: its CA file's certificates, else the system's
+/// (read only for an `https://` upstream).
 fn upstream_tls(
     upstream: &Upstream,
     ca: Option<&std::path::Path>,
 ) -> Result<rustls::ClientConfig, String> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    match ca {
-        Some(path) => {
-            for certificate in CertificateDer::pem_file_iter(path)
-                .map_err(|error| format!("--upstream-ca {}: {error}", path.display()))?
-            {
-                let certificate = certificate
-                    .map_err(|error| format!("--upstream-ca {}: {error}", path.display()))?;
-                roots
-                    .add(certificate)
-                    .map_err(|error| format!("--upstream-ca {}: {error}", path.display()))?;
-            }
-        }
-        None => {
+    let roots = match ca {
+        Some(path) => crate::tls::root_store(path, "--upstream-ca")?,
+        None if upstream.scheme == Scheme::HTTPS => {
+            let mut roots = rustls::RootCertStore::empty();
             let (added, _) =
                 roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-            if added == 0 && upstream.scheme == Scheme::HTTPS {
+            if added == 0 {
                 return Err(format!(
                     "--upstream {upstream}: this machine has no CA certificates to verify it \
                      with (install ca-certificates, or give --upstream-ca)"
                 ));
             }
+            roots
         }
-    }
+        None => rustls::RootCertStore::empty(),
+    };
     Ok(rustls::ClientConfig::builder()
         .with_root_certificates(roots)
         .with_no_client_auth())

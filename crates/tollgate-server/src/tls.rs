@@ -110,12 +110,7 @@ impl TlsFiles {
         let builder = match &self.client_ca {
             None => builder.with_no_client_auth(),
             Some(path) => {
-                let mut roots = rustls::RootCertStore::empty();
-                for certificate in certificates(path, "--tls-client-ca")? {
-                    roots
-                        .add(certificate)
-                        .map_err(|error| format!("--tls-client-ca {}: {error}", path.display()))?;
-                }
+                let roots = root_store(path, "--tls-client-ca")?;
                 let verifier = WebPkiClientVerifier::builder(Arc::new(roots))
                     .build()
                     .map_err(|error| format!("--tls-client-ca {}: {error}", path.display()))?;
@@ -133,6 +128,18 @@ impl TlsFiles {
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(config)
     }
+}
+
+/// The certificate authorities in a PEM file, for verifying peers; `flag` names the file in
+/// errors.
+pub(crate) fn root_store(path: &Path, flag: &str) -> Result<rustls::RootCertStore, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for certificate in certificates(path, flag)? {
+        roots
+            .add(certificate)
+            .map_err(|error| format!("{flag} {}: {error}", path.display()))?;
+    }
+    Ok(roots)
 }
 
 /// Every certificate in a PEM file, at least one.

@@ -63,16 +63,7 @@ impl RedisServer {
 
     /// Starts a server on `port` in `dir` (a cluster node, say).
     pub(crate) fn spawn(port: u16, dir: &Path, extra: &[&str]) -> Self {
-        let control = format!("redis://127.0.0.1:{port}");
-        let (watchdog, pid) = launch(port, &control, dir, &[], extra);
-        Self {
-            port,
-            control,
-            pid,
-            watchdog,
-            dir: dir.to_path_buf(),
-            _tempdir: None,
-        }
+        Self::launch_at(port, format!("redis://127.0.0.1:{port}"), dir, &[], extra)
     }
 
     /// Starts a TLS-only server: no plain port, TLS on a free port with `certificates`'
@@ -124,15 +115,7 @@ impl RedisServer {
             Some(password) => format!("redis+unix://{}?pass={password}", socket.display()),
             None => format!("redis+unix://{}", socket.display()),
         };
-        let (watchdog, pid) = launch(port, &control, dir, leading, &args);
-        Self {
-            port,
-            control,
-            pid,
-            watchdog,
-            dir: dir.to_path_buf(),
-            _tempdir: None,
-        }
+        Self::launch_at(port, control, dir, leading, &args)
     }
 
     /// Starts a Redis Sentinel (`redis-server FILE --sentinel`) on a free port in its own
@@ -168,15 +151,21 @@ impl RedisServer {
         leading: &[&str],
         args: &[&str],
     ) -> Self {
-        let dir = tempdir.path().to_path_buf();
-        let (watchdog, pid) = launch(port, &control, &dir, leading, args);
+        let mut server = Self::launch_at(port, control, tempdir.path(), leading, args);
+        server._tempdir = Some(tempdir);
+        server
+    }
+
+    /// Launches a server that runs in `dir` and is reached through `control`.
+    fn launch_at(port: u16, control: String, dir: &Path, leading: &[&str], args: &[&str]) -> Self {
+        let (watchdog, pid) = launch(port, &control, dir, leading, args);
         Self {
             port,
             control,
             pid,
             watchdog,
-            dir,
-            _tempdir: Some(tempdir),
+            dir: dir.to_path_buf(),
+            _tempdir: None,
         }
     }
 

@@ -169,6 +169,32 @@ async fn an_acl_user_without_functions_runs_the_code_as_scripts() {
     assert!(calls_by_kind(&own).1 >= 1, "the checks ran as scripts");
 }
 
+/// A permission the connection itself needs (here `SELECT`, for a database in the URL) is
+/// reported as such when connecting.
+#[tokio::test]
+async fn a_connection_the_user_may_not_set_up_says_it_lacks_a_permission() {
+    let own = tollgate_testkit::RedisServer::start();
+    let created: String = own
+        .query(redis::cmd("ACL").arg(&[
+            "SETUSER", "limiter", "on", ">secret", "~*", "+@all", "-select",
+        ]))
+        .unwrap();
+    assert_eq!(created, "OK");
+    let url = format!(
+        "{}/1",
+        own.url().replace("redis://", "redis://limiter:secret@")
+    );
+    let error = RedisStore::connect(&url, fresh_config())
+        .await
+        .expect_err("SELECT is refused")
+        .to_string();
+    assert!(
+        error.contains("lacks a permission") && error.contains("select"),
+        "{error}"
+    );
+    assert!(!error.contains("secret"), "{error}");
+}
+
 /// The ACL user the README gives: enough to load the library, check and refund.
 #[tokio::test]
 async fn the_documented_acl_user_can_load_check_and_refund() {

@@ -265,7 +265,7 @@ async fn connect_until_up(link: Weak<Link>, target: Target, timeout: Duration) {
 fn explain(message: &str, tls: bool) -> String {
     let hint = if message.contains("AuthenticationFailed") || message.contains("WRONGPASS") {
         "Redis refused the user name or password"
-    } else if message.contains("NOPERM") {
+    } else if message.contains("NOPERM") || message.contains("no permissions") {
         "the Redis user lacks a permission it needs (see the README's ACL rules)"
     } else if message.contains("invalid peer certificate") {
         "Redis's TLS certificate does not verify: give the CA that signed it (--redis-ca) and \
