@@ -42,7 +42,7 @@ impl Decision {
     }
 
     /// The same decision `elapsed` later, with nothing else happening: the waits shortened.
-    pub(crate) fn aged(&self, elapsed: Micros) -> Self {
+    pub fn aged(&self, elapsed: Micros) -> Self {
         Self {
             reset_after: self.reset_after.saturating_sub(elapsed),
             retry_after: if self.retry_after == NEVER {

@@ -24,6 +24,7 @@ pub mod clock;
 pub mod decision;
 pub mod limit;
 pub mod quota;
+pub mod scope;
 pub mod spec;
 pub mod store;
 
@@ -39,4 +40,5 @@ pub use clock::{
 pub use decision::Decision;
 pub use limit::{Limit, LimitBuilder, LimitError, MAX_SLIDING_LOG_COUNT};
 pub use quota::{MAX_COUNT, MAX_PERIOD_MICROS, Quota, QuotaError, parse_duration};
+pub use scope::{Scope, ScopeError};
 pub use store::{MemoryStore, Store, StoreError};

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::algorithm::{Algorithm, LeakyMode};
 use crate::clock::Micros;
 use crate::quota::Quota;
+use crate::scope::Scope;
 
 /// The largest number of entries a sliding log may keep per key: the quota count of a
 /// sliding-log limit may not exceed it, because the log costs memory and time per entry.
@@ -109,6 +110,14 @@ pub enum LimitError {
         /// The most the limit grants at once.
         capacity: u64,
     },
+    /// A global limit with a fixed lease, or on a queueing leaky bucket.
+    #[error(
+        "limit {name:?}: a global limit is leased in sizes that adapt to demand, so it takes no fixed lease, and it cannot be a leaky bucket in queue mode"
+    )]
+    GlobalNotApplicable {
+        /// The limit's name.
+        name: String,
+    },
 }
 
 impl Limit {
@@ -131,6 +140,7 @@ impl Limit {
             burst: None,
             mode: None,
             lease: 0,
+            scope: Scope::Region,
         }
     }
 
@@ -201,8 +211,18 @@ impl Limit {
         (self.shape.lease > 0).then_some(self.shape.lease)
     }
 
+    /// Where this limit counts.
+    pub fn scope(&self) -> Scope {
+        self.shape.scope
+    }
+
     fn with_valid_lease(self) -> Result<Limit, LimitError> {
         let queueing = matches!(self.shape.mode, LeakyMode::Queue { .. });
+        if self.shape.scope == Scope::Global && (self.shape.lease > 0 || queueing) {
+            return Err(LimitError::GlobalNotApplicable {
+                name: self.shape.name.to_string(),
+            });
+        }
         if self.shape.lease > self.shape.burst || (self.shape.lease > 0 && queueing) {
             return Err(LimitError::LeaseNotApplicable {
                 name: self.shape.name.to_string(),
@@ -231,7 +251,11 @@ impl Limit {
                 if let Some(burst) = self.burst() {
                     builder = builder.burst(share(burst));
                 }
-                builder.lease(share(self.shape.lease)).build().ok()
+                builder
+                    .lease(share(self.shape.lease))
+                    .scope(self.shape.scope)
+                    .build()
+                    .ok()
             });
         // A share that would not validate (it always does) keeps the whole limit.
         divided.unwrap_or_else(|| self.clone())
@@ -281,6 +305,7 @@ struct Shape {
     mode: LeakyMode,
     interval: Micros,
     lease: u64,
+    scope: Scope,
 }
 
 impl Shape {
@@ -322,9 +347,16 @@ pub struct LimitBuilder {
     burst: Option<u64>,
     mode: Option<LeakyMode>,
     lease: u64,
+    scope: Scope,
 }
 
 impl LimitBuilder {
+    /// Where the limit counts: [`Scope::Region`] (the default) or [`Scope::Global`].
+    pub fn scope(mut self, scope: Scope) -> Self {
+        self.scope = scope;
+        self
+    }
+
     /// Lets each node lease this many units at a time from a shared store and spend them
     /// locally (see `Limiter`'s lease mode); 0, the default, asks the store every time.
     pub fn lease(mut self, units: u64) -> Self {
@@ -378,6 +410,7 @@ impl LimitBuilder {
             quota,
             burst,
             lease,
+            scope,
             ..
         } = self;
         if burst.is_some() {
@@ -399,6 +432,7 @@ impl LimitBuilder {
             mode: LeakyMode::Meter,
             interval: 0,
             lease,
+            scope,
         })
     }
 
@@ -412,6 +446,7 @@ impl LimitBuilder {
             burst,
             mode,
             lease,
+            scope,
         } = self;
         let burst = burst.unwrap_or(quota.count());
         if burst == 0 {
@@ -448,6 +483,7 @@ impl LimitBuilder {
             mode,
             interval,
             lease,
+            scope,
         })
     }
 }

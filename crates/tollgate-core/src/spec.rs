@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::algorithm::{Algorithm, LeakyMode};
 use crate::limit::{Limit, LimitError};
 use crate::quota::Quota;
+use crate::scope::Scope;
 
 /// The parts of a limit other than its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -21,6 +22,8 @@ pub struct LimitSpec {
     pub mode: Option<LeakyMode>,
     /// Units each node leases at a time from a shared store; 0 for none.
     pub lease: u64,
+    /// Where the limit counts.
+    pub scope: Scope,
 }
 
 impl LimitSpec {
@@ -32,6 +35,7 @@ impl LimitSpec {
             burst: None,
             mode: None,
             lease: 0,
+            scope: Scope::Region,
         }
     }
 
@@ -44,7 +48,7 @@ impl LimitSpec {
         if let Some(mode) = self.mode {
             builder = builder.mode(mode);
         }
-        builder.lease(self.lease).build()
+        builder.lease(self.lease).scope(self.scope).build()
     }
 }
 
@@ -93,7 +97,8 @@ impl LimitError {
             | LimitError::DelayAfterOutOfRange { name, .. }
             | LimitError::Overflow { name, .. }
             | LimitError::LogTooLarge { name }
-            | LimitError::LeaseNotApplicable { name, .. } => Some(name),
+            | LimitError::LeaseNotApplicable { name, .. }
+            | LimitError::GlobalNotApplicable { name } => Some(name),
             LimitError::EmptyName => None,
         }
     }

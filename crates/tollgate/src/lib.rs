@@ -43,7 +43,7 @@
 //! The six algorithms live in [`algorithm`], each a pure state transition; stores in [`store`].
 
 pub use tollgate_core::algorithm;
-use tollgate_core::{check, clock, decision, limit, quota, spec};
+use tollgate_core::{check, clock, decision, limit, quota, scope, spec};
 mod error;
 pub mod headers;
 pub mod layer;
@@ -71,6 +71,7 @@ pub use limit::{Limit, LimitBuilder, LimitError, MAX_SLIDING_LOG_COUNT};
 pub use limiter::{KeyLogging, Limiter, LimiterBuilder};
 pub use policy::{Config, Evaluation, Identity, Policies, Request};
 pub use quota::{MAX_COUNT, MAX_PERIOD_MICROS, Quota, QuotaError, parse_duration};
+pub use scope::{Scope, ScopeError};
 pub use spec::{LimitSpec, leaky_mode};
 pub use store::{
     AnyStore, MemoryStore, RedisAuth, RedisConfig, RedisTls, RedisUrl, Store, StoreError,

@@ -85,3 +85,40 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 }
+
+/// A shared store is a store, so that several limiters can decide on one (regions sharing a
+/// global store in one process, say).
+impl<S: Store> Store for Arc<S> {
+    fn check(
+        &self,
+        check: &Check<'_>,
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Verdict, StoreError>> + Send {
+        (**self).check(check, at)
+    }
+
+    fn adjust(
+        &self,
+        check: &Check<'_>,
+        adjustments: &[Adjustment],
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).adjust(check, adjustments, at)
+    }
+
+    fn forget(&self, check: &Check<'_>) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).forget(check)
+    }
+
+    fn kind(&self) -> &'static str {
+        (**self).kind()
+    }
+
+    fn held_keys(&self) -> Option<u64> {
+        (**self).held_keys()
+    }
+
+    fn own_clock(&self) -> Option<&Arc<dyn Clock>> {
+        (**self).own_clock()
+    }
+}

@@ -4,11 +4,11 @@
 //!
 //! - [`CircuitBreaker`] rests a store that keeps failing;
 //! - [`OverLimitCache`] answers a check the store denied moments ago without asking again;
-//! - [`Leasing`] spends leased limits from units taken in advance.
+//! - [`Leasing`] spends leased limits from units taken in advance;
+//! - [`GlobalTier`] spends global limits from adaptive leases on a global store.
 //!
 //! A [`Limiter`](crate::Limiter) puts its store behind [`Guards`] (outermost first: leasing,
-//! the over-limit cache, the breaker). A new layer (a global tier, say) is another `Store`
-//! wrapping the store the limiter is given, so the limiter needs no change for it.
+//! the global tier, the over-limit cache, the breaker).
 
 /// The `Store` methods a layer hands unchanged to the store it wraps (`self.inner`): what it
 /// is and holds (`describe`), and refunds, charges and forgetting (`writes`).
@@ -46,6 +46,7 @@ macro_rules! pass_to_inner {
 }
 
 mod breaker;
+mod global;
 mod leasing;
 mod over_limit_cache;
 
@@ -53,6 +54,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use breaker::{BreakerConfig, CircuitBreaker};
+pub use global::{GlobalLeases, GlobalStats, GlobalTier, LeaseTuning, MAX_GLOBAL_ACCOUNTS};
 pub use leasing::{HOLD as LEASE_HOLD, Leasing};
 pub use over_limit_cache::{MAX_HOLD as CACHE_MAX_HOLD, OverLimitCache};
 
@@ -70,15 +72,16 @@ pub trait StoreObserver: Send + Sync + 'static {
     fn cache_hit(&self) {}
 }
 
-/// A store behind the guards every limiter uses, outermost first: leasing, the over-limit
-/// cache, the circuit breaker.
-pub type Guards<S> = Leasing<OverLimitCache<CircuitBreaker<S>>>;
+/// A store behind the guards every limiter uses, outermost first: leasing, the global tier,
+/// the over-limit cache, the circuit breaker.
+pub type Guards<S> = Leasing<GlobalTier<OverLimitCache<CircuitBreaker<S>>>>;
 
 /// Puts `store` behind the guards: the breaker with its default settings, the over-limit cache
-/// on for stores outside the process (in process, the store is as quick as a cache), all on
-/// `clock`, reporting to `observer`.
+/// on for stores outside the process (in process, the store is as quick as a cache), global
+/// limits leased from `global` when there is one, all on `clock`, reporting to `observer`.
 pub fn guard<S: Store>(
     store: S,
+    global: Option<Arc<GlobalLeases>>,
     clock: Arc<dyn Clock>,
     observer: Arc<dyn StoreObserver>,
 ) -> Guards<S> {
@@ -90,5 +93,5 @@ pub fn guard<S: Store>(
         Arc::clone(&observer),
     );
     let cached = OverLimitCache::new(breaker, cache, Arc::clone(&clock), observer);
-    Leasing::new(cached, clock)
+    Leasing::new(GlobalTier::new(cached, global), clock)
 }

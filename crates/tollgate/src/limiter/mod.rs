@@ -17,13 +17,13 @@ use crate::algorithm::Adjustment;
 use crate::check::{Check, Verdict};
 use crate::clock::{Clock, Stopwatch, SystemClock};
 use crate::error::Error;
-use crate::layer::{BreakerConfig, Guards, StoreObserver, guard};
+use crate::layer::{BreakerConfig, GlobalLeases, Guards, LeaseTuning, StoreObserver, guard};
 use crate::limit::Limit;
 use crate::metrics::Metrics;
 use crate::observer::{Observer, Observers};
 use crate::policy::Policies;
 use crate::secret::Secret;
-use crate::store::{MemoryStore, Store, StoreError};
+use crate::store::{AnyStore, MemoryStore, Store, StoreError};
 use crate::top_keys::TopKey;
 
 use denials::Denials;
@@ -77,6 +77,7 @@ pub struct LimiterBuilder<S> {
     store: S,
     clock: Option<Arc<dyn Clock>>,
     observers: Observers,
+    global: Option<(Arc<AnyStore>, LeaseTuning)>,
 }
 
 impl<S> std::fmt::Debug for LimiterBuilder<S> {
@@ -92,6 +93,13 @@ impl<S: Store> LimiterBuilder<S> {
     /// clock when it keeps one in process (the memory store), else the system clock.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = Some(clock);
+        self
+    }
+
+    /// Leases the limits of scope global from `store`, a store every region shares, sized and
+    /// kept as `tuning` says (see [`GlobalTier`](crate::layer::GlobalTier)).
+    pub fn global(mut self, store: impl Into<Arc<AnyStore>>, tuning: LeaseTuning) -> Self {
+        self.global = Some((store.into(), tuning));
         self
     }
 
@@ -115,8 +123,12 @@ impl<S: Store> LimiterBuilder<S> {
         observers.push(Arc::clone(&metrics) as Arc<dyn Observer>);
         observers.push(Arc::clone(&denials) as Arc<dyn Observer>);
         observers.extend(self.observers);
+        let global = self
+            .global
+            .map(|(store, tuning)| Arc::new(GlobalLeases::new(store, Arc::clone(&clock), tuning)));
         let store = guard(
             self.store,
+            global,
             Arc::clone(&clock),
             Arc::new(observers.clone()) as Arc<dyn StoreObserver>,
         );
@@ -145,7 +157,21 @@ impl<S: Store> Limiter<S> {
             store,
             clock: None,
             observers: Observers::new(),
+            global: None,
         }
+    }
+
+    /// A limiter on `store` for regional limits, leasing global limits from `global` with
+    /// the default tuning.
+    pub fn with_global(store: S, global: impl Into<Arc<AnyStore>>) -> Self {
+        Self::builder(store)
+            .global(global, LeaseTuning::default())
+            .build()
+    }
+
+    /// The leases on the global store, when the limiter has one.
+    pub fn global(&self) -> Option<&Arc<GlobalLeases>> {
+        self.inner.store.inner().leases()
     }
 
     /// A limiter on `store` that decides requests by `policies`.
@@ -180,6 +206,10 @@ impl<S: Store> Limiter<S> {
     }
 
     fn breaker(&self) -> &crate::layer::CircuitBreaker<S> {
+        self.cache().inner()
+    }
+
+    fn cache(&self) -> &crate::layer::OverLimitCache<crate::layer::CircuitBreaker<S>> {
         self.inner.store.inner().inner()
     }
 
@@ -203,12 +233,12 @@ impl<S: Store> Limiter<S> {
     /// process): while a check is denied until T, the same check is denied until T without
     /// asking the store.
     pub fn set_deny_cache(&self, enabled: bool) {
-        self.inner.store.inner().set_enabled(enabled);
+        self.cache().set_enabled(enabled);
     }
 
     /// Checks denied by the over-limit cache without asking the store.
     pub fn deny_cache_hits(&self) -> u64 {
-        self.inner.store.inner().hits()
+        self.cache().hits()
     }
 
     /// The `n` keys most often refused (policy keys such as `ip:203.0.113.7`), from a bounded
@@ -247,9 +277,12 @@ impl<S: Store> Limiter<S> {
     }
 
     /// Gives every lease this node holds back to the store (at shutdown, say), so that no
-    /// quota stays stranded here.
+    /// quota stays stranded here: the regional store's and the global store's.
     pub async fn return_leases(&self) {
         self.inner.store.return_leases().await;
+        if let Some(global) = self.global() {
+            global.return_all().await;
+        }
     }
 
     /// Refunds or charges through the guarded store (which forgets the over-limit cache's

@@ -66,6 +66,10 @@ pub(super) fn read_limit(node: Node<'_, '_>, what: &str, fallback: String) -> Op
         .get("lease")
         .and_then(|n| n.number(&format!("{what}: lease"), 1..=crate::quota::MAX_COUNT))
         .unwrap_or(0);
+    let scope = map
+        .get("scope")
+        .and_then(|n| n.parse::<crate::Scope>(&format!("{what}: scope")))
+        .unwrap_or_default();
     map.deny_unknown(&what, LIMIT_FIELDS);
     Some(LimitConfig {
         name,
@@ -75,6 +79,7 @@ pub(super) fn read_limit(node: Node<'_, '_>, what: &str, fallback: String) -> Op
             burst,
             mode,
             lease,
+            scope,
         },
         origin: map.origin(),
     })

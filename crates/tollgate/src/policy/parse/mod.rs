@@ -66,6 +66,7 @@ const LIMIT_FIELDS: &[&str] = &[
     "mode",
     "delay_after",
     "lease",
+    "scope",
 ];
 const KEY_PARTS: &str = "ip, user, api_key, tenant, route, method, host, header:<name>, param:<name>, const:<value>, global";
 
