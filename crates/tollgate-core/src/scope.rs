@@ -6,7 +6,10 @@ use std::str::FromStr;
 /// Where a limit counts. A regional limit is decided by the node's store (memory, or the
 /// Redis its region shares); a global limit is spent from units the node leases from a global
 /// store that every region shares, so that all regions together never admit more than it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum Scope {
     /// Counted by the node's own store (the default).
     #[default]

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use tollgate::policy::{RedisOptions, StoreConfig};
+use tollgate::policy::{GlobalConfig, RedisOptions, StoreConfig};
 use tollgate::{AnyStore, Limiter, MemoryStore, RedisStore, RedisUrl, Store, StoreError};
 
 /// `--redis` / `--redis-cluster`, which override the configuration's `store`.
@@ -74,6 +74,52 @@ pub struct StoreFlags {
     /// takes the place of a password in the URL.
     #[arg(long, env = "TOLLGATE_REDIS_PASSWORD_FILE", value_name = "FILE")]
     pub redis_password_file: Option<std::path::PathBuf>,
+    /// Lease the limits of scope global from the Redis at this URL, shared by every region
+    /// (overrides the configuration's `store.global`).
+    #[arg(
+        long,
+        env = "TOLLGATE_GLOBAL_REDIS",
+        conflicts_with = "global_redis_cluster",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub global_redis: Option<RedisUrl>,
+    /// Lease the limits of scope global from the Redis Cluster reached through these node
+    /// URLs, comma-separated.
+    #[arg(
+        long,
+        env = "TOLLGATE_GLOBAL_REDIS_CLUSTER",
+        value_delimiter = ',',
+        value_name = "URL,...",
+        hide_env_values = true
+    )]
+    pub global_redis_cluster: Vec<RedisUrl>,
+    /// As `--redis-ca`, for the global store.
+    #[arg(long, env = "TOLLGATE_GLOBAL_REDIS_CA", value_name = "FILE")]
+    pub global_redis_ca: Option<std::path::PathBuf>,
+    /// As `--redis-client-cert`, for the global store.
+    #[arg(
+        long,
+        env = "TOLLGATE_GLOBAL_REDIS_CLIENT_CERT",
+        value_name = "FILE",
+        requires = "global_redis_client_key"
+    )]
+    pub global_redis_client_cert: Option<std::path::PathBuf>,
+    /// As `--redis-client-key`, for the global store.
+    #[arg(
+        long,
+        env = "TOLLGATE_GLOBAL_REDIS_CLIENT_KEY",
+        value_name = "FILE",
+        requires = "global_redis_client_cert"
+    )]
+    pub global_redis_client_key: Option<std::path::PathBuf>,
+    /// As `--redis-username`, for the global store (its password from
+    /// `--global-redis-password-file` or `TOLLGATE_GLOBAL_REDIS_PASSWORD`).
+    #[arg(long, env = "TOLLGATE_GLOBAL_REDIS_USERNAME", value_name = "USER")]
+    pub global_redis_username: Option<String>,
+    /// As `--redis-password-file`, for the global store.
+    #[arg(long, env = "TOLLGATE_GLOBAL_REDIS_PASSWORD_FILE", value_name = "FILE")]
+    pub global_redis_password_file: Option<std::path::PathBuf>,
     /// How refused keys appear in the logs: plain, hashed (a keyed pseudonym) or none.
     #[arg(
         long,
@@ -108,48 +154,53 @@ impl StoreFlags {
 
     /// The Redis settings of `options` with the flags' certificates and credentials.
     pub fn redis_options(&self, options: &RedisOptions) -> Result<RedisOptions, String> {
-        let mut options = options.clone();
-        let tls = &mut options.config.tls;
-        if self.redis_ca.is_some() {
-            tls.ca_file.clone_from(&self.redis_ca);
+        Access {
+            flag: "--redis",
+            env: "TOLLGATE_REDIS_PASSWORD",
+            ca: &self.redis_ca,
+            client_cert: &self.redis_client_cert,
+            client_key: &self.redis_client_key,
+            username: &self.redis_username,
+            password_file: &self.redis_password_file,
         }
-        if self.redis_client_cert.is_some() {
-            tls.client_cert.clone_from(&self.redis_client_cert);
-            tls.client_key.clone_from(&self.redis_client_key);
+        .apply(options)
+    }
+
+    /// The global store's Redis settings of `options` with the flags' certificates and
+    /// credentials.
+    pub fn global_redis_options(&self, options: &RedisOptions) -> Result<RedisOptions, String> {
+        Access {
+            flag: "--global-redis",
+            env: "TOLLGATE_GLOBAL_REDIS_PASSWORD",
+            ca: &self.global_redis_ca,
+            client_cert: &self.global_redis_client_cert,
+            client_key: &self.global_redis_client_key,
+            username: &self.global_redis_username,
+            password_file: &self.global_redis_password_file,
         }
-        let password = match (
-            &self.redis_password_file,
-            std::env::var_os("TOLLGATE_REDIS_PASSWORD"),
-        ) {
-            (Some(path), _) => Some(
-                std::fs::read_to_string(path)
-                    .map_err(|error| format!("--redis-password-file {}: {error}", path.display()))?
-                    .trim_end_matches(['\r', '\n'])
-                    .to_owned(),
-            ),
-            (None, Some(value)) => Some(
-                value
-                    .into_string()
-                    .map_err(|_| "TOLLGATE_REDIS_PASSWORD is not valid UTF-8".to_owned())?,
-            ),
-            (None, None) => None,
+        .apply(options)
+    }
+
+    /// The global store the flags ask for, else the configuration's (with its settings and
+    /// lease tuning); `None` for none.
+    pub fn choose_global(&self, configured: Option<&GlobalConfig>) -> Option<GlobalConfig> {
+        let chosen = match (&self.global_redis, self.global_redis_cluster.is_empty()) {
+            (Some(url), _) => Some(StoreConfig::Redis(url.clone())),
+            (None, false) => Some(StoreConfig::RedisCluster(self.global_redis_cluster.clone())),
+            (None, true) => None,
         };
-        match (password, &self.redis_username) {
-            (Some(password), username) => {
-                options.config.auth = Some(tollgate::RedisAuth {
-                    username: username.clone(),
-                    password,
-                });
-            }
-            (None, Some(_)) => {
-                return Err(
-                    "--redis-username needs a password: --redis-password-file or TOLLGATE_REDIS_PASSWORD"
-                        .to_owned(),
-                );
-            }
-            (None, None) => {}
+        match (chosen, configured) {
+            (Some(store), Some(configured)) => Some(GlobalConfig {
+                store,
+                ..configured.clone()
+            }),
+            (Some(store), None) => Some(GlobalConfig {
+                store,
+                redis: RedisOptions::default(),
+                leases: tollgate::layer::LeaseTuning::default(),
+            }),
+            (None, configured) => configured.cloned(),
         }
-        Ok(options)
     }
 
     /// The store the flags ask for, else the configuration's.
@@ -165,6 +216,65 @@ impl StoreFlags {
             (None, false) => StoreConfig::RedisCluster(self.redis_cluster.clone()),
             (None, true) => configured.clone(),
         }
+    }
+}
+
+/// Certificates and credentials for one Redis store, from flags, files or the environment.
+struct Access<'a> {
+    /// The flags' common prefix, for messages.
+    flag: &'a str,
+    /// The variable that may hold the password.
+    env: &'a str,
+    ca: &'a Option<std::path::PathBuf>,
+    client_cert: &'a Option<std::path::PathBuf>,
+    client_key: &'a Option<std::path::PathBuf>,
+    username: &'a Option<String>,
+    password_file: &'a Option<std::path::PathBuf>,
+}
+
+impl Access<'_> {
+    /// `options` with these certificates and credentials where given.
+    fn apply(&self, options: &RedisOptions) -> Result<RedisOptions, String> {
+        let mut options = options.clone();
+        let tls = &mut options.config.tls;
+        if self.ca.is_some() {
+            tls.ca_file.clone_from(self.ca);
+        }
+        if self.client_cert.is_some() {
+            tls.client_cert.clone_from(self.client_cert);
+            tls.client_key.clone_from(self.client_key);
+        }
+        let flag = self.flag;
+        let password = match (self.password_file, std::env::var_os(self.env)) {
+            (Some(path), _) => Some(
+                std::fs::read_to_string(path)
+                    .map_err(|error| format!("{flag}-password-file {}: {error}", path.display()))?
+                    .trim_end_matches(['\r', '\n'])
+                    .to_owned(),
+            ),
+            (None, Some(value)) => Some(
+                value
+                    .into_string()
+                    .map_err(|_| format!("{} is not valid UTF-8", self.env))?,
+            ),
+            (None, None) => None,
+        };
+        match (password, self.username) {
+            (Some(password), username) => {
+                options.config.auth = Some(tollgate::RedisAuth {
+                    username: username.clone(),
+                    password,
+                });
+            }
+            (None, Some(_)) => {
+                return Err(format!(
+                    "{flag}-username needs a password: {flag}-password-file or {}",
+                    self.env
+                ));
+            }
+            (None, None) => {}
+        }
+        Ok(options)
     }
 }
 
@@ -264,7 +374,30 @@ pub async fn open_limiter(
     {
         description.push_str(" (not connected yet; retrying)");
     }
-    let limiter = Limiter::with_policies(store, policies);
+    let global = flags.choose_global(policies.config().global.as_ref());
+    if global.is_none()
+        && let Some((policy, limit)) = policies
+            .limits()
+            .find(|(_, limit)| limit.limit.scope() == tollgate::Scope::Global)
+    {
+        return Err(format!(
+            "policy {policy:?}, limit {:?}: scope global needs a global store (store.global in \
+             the configuration, or --global-redis / --global-redis-cluster)",
+            &*limit.label
+        ));
+    }
+    let mut builder = Limiter::builder(store);
+    if let Some(global) = global {
+        let options = flags.global_redis_options(&global.redis)?;
+        let store = connect(&global.store, &options).await?;
+        description.push_str(&format!(
+            "; global limits leased from {}",
+            describe(&global.store)
+        ));
+        builder = builder.global(store, global.leases);
+    }
+    let limiter = builder.build();
+    limiter.set_policies(policies);
     limiter.set_key_logging(flags.log_keys);
     if let Some(secret) = flags.log_keys_secret()? {
         limiter.set_key_log_secret(secret);

@@ -15,7 +15,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::check::Verdict;
-use crate::layer::StoreObserver;
+use crate::layer::{GlobalStats, StoreObserver};
 use crate::observer::Observer;
 use crate::policy::{Action, DecidedBy, Evaluation, Request};
 use crate::store::StoreError;
@@ -73,6 +73,83 @@ struct ErrorLabels {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReloadLabels {
     result: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LeaseLabels {
+    event: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GlobalCheckLabels {
+    answer: &'static str,
+}
+
+/// The global tier's counts, copied from its own counters when metrics are read.
+#[derive(Debug, Default)]
+struct GlobalMetrics {
+    units: Family<LeaseLabels, Counter>,
+    held: Gauge,
+    calls: Counter,
+    checks: Family<GlobalCheckLabels, Counter>,
+    /// Copies run one at a time, so that each counter moves up by exactly what is new.
+    copying: Mutex<()>,
+}
+
+impl GlobalMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            "global_lease_units",
+            "Units of global limits leased from the global store, spent here, returned unspent, or stranded (expired unspent)",
+            metrics.units.clone(),
+        );
+        registry.register(
+            "global_lease_units_held",
+            "Units of global limits this node holds now",
+            metrics.held.clone(),
+        );
+        registry.register(
+            "global_store_calls",
+            "Calls to the global store: leases, returns, refunds",
+            metrics.calls.clone(),
+        );
+        registry.register(
+            "global_checks",
+            "Checks of global limits that waited for the global store, or were denied here while its denial lasted",
+            metrics.checks.clone(),
+        );
+        metrics
+    }
+
+    fn copy(&self, stats: &GlobalStats) {
+        let _one = self.copying.lock().unwrap_or_else(|e| e.into_inner());
+        let raise = |counter: &Counter, to: u64| {
+            let now = counter.get();
+            if to > now {
+                counter.inc_by(to - now);
+            }
+        };
+        for (event, units) in [
+            ("leased", stats.leased),
+            ("spent", stats.spent),
+            ("returned", stats.returned),
+            ("stranded", stats.stranded),
+        ] {
+            raise(&self.units.get_or_create(&LeaseLabels { event }), units);
+        }
+        self.held.set(i64::try_from(stats.held).unwrap_or(i64::MAX));
+        raise(&self.calls, stats.store_calls);
+        for (answer, checks) in [
+            ("waited", stats.checks_waited),
+            ("denied_here", stats.checks_denied_here),
+        ] {
+            raise(
+                &self.checks.get_or_create(&GlobalCheckLabels { answer }),
+                checks,
+            );
+        }
+    }
 }
 
 /// Latencies in power-of-two buckets of microseconds, for quantiles a dashboard can show (the
@@ -145,6 +222,7 @@ pub struct Metrics {
     deny_cache_hits: Counter,
     reloads: Family<ReloadLabels, Counter>,
     memory_keys: Gauge,
+    global: GlobalMetrics,
 }
 
 fn latency_buckets() -> impl Iterator<Item = f64> {
@@ -216,6 +294,7 @@ impl Metrics {
             "Keys held by the in-process store",
             memory_keys.clone(),
         );
+        let global = GlobalMetrics::register(&mut registry);
         Self {
             by_policy: Mutex::new(BTreeMap::new()),
             latencies: Latencies::new(),
@@ -230,6 +309,7 @@ impl Metrics {
             deny_cache_hits,
             reloads,
             memory_keys,
+            global,
         }
     }
 
@@ -308,6 +388,11 @@ impl Metrics {
     pub fn record_reload(&self, succeeded: bool) {
         let result = if succeeded { "success" } else { "failure" };
         self.reloads.get_or_create(&ReloadLabels { result }).inc();
+    }
+
+    /// Copies the global tier's counts (see [`GlobalStats`]).
+    pub(crate) fn set_global(&self, stats: &GlobalStats) {
+        self.global.copy(stats);
     }
 
     pub(crate) fn set_gauges(&self, breaker_open: bool, memory_keys: Option<u64>) {

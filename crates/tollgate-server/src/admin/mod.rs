@@ -209,6 +209,7 @@ async fn stats(State(state): State<AdminState>) -> Response {
             "deny_cache_hits": limiter.deny_cache_hits(),
             "memory_keys": store.held_keys(),
         },
+        "global": limiter.global().map(|global| global.stats()),
         "summary": limiter.metrics().summary(),
         "denied_keys": limiter.top_denied_keys(10),
         "routes": limiter.top_routes(10),

@@ -52,6 +52,8 @@ pub(crate) struct InlineLimit {
     burst: Option<u64>,
     mode: Option<String>,
     delay_after: Option<u64>,
+    /// Where the limit counts: `region` (the default) or `global`.
+    scope: Option<tollgate::Scope>,
     name: Option<String>,
     cost: Option<u64>,
 }
@@ -157,6 +159,7 @@ impl InlineLimit {
         Ok(LimitSpec {
             burst: self.burst,
             mode,
+            scope: self.scope.unwrap_or_default(),
             ..LimitSpec::new(self.algorithm, self.quota)
         })
     }

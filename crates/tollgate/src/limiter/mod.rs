@@ -273,6 +273,9 @@ impl<S: Store> Limiter<S> {
         self.inner
             .metrics
             .set_gauges(self.store_resting(), self.store().held_keys());
+        if let Some(global) = self.global() {
+            self.inner.metrics.set_global(&global.stats());
+        }
         self.inner.metrics.encode()
     }
 

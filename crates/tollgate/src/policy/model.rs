@@ -30,6 +30,18 @@ pub enum StoreConfig {
     },
 }
 
+/// The global tier: a store every region shares, for the limits of scope global, and how
+/// this node leases from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GlobalConfig {
+    /// The global store.
+    pub store: StoreConfig,
+    /// Its Redis settings (`global_redis`; by default those of the `redis` section).
+    pub redis: RedisOptions,
+    /// How leases are sized and kept (`store.leases`).
+    pub leases: crate::layer::LeaseTuning,
+}
+
 /// Options of a Redis store: its settings, and the guards the limiter puts in front of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisOptions {
@@ -99,6 +111,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// Options of a Redis store.
     pub redis: RedisOptions,
+    /// The global store, when limits of scope global count across regions.
+    pub global: Option<GlobalConfig>,
     /// Proxies whose forwarding header is believed.
     pub trusted_proxies: Vec<IpNet>,
     /// The forwarding header the trusted proxies write; the other is never read. Default
@@ -135,6 +149,7 @@ impl Default for Config {
         Self {
             store: StoreConfig::Memory,
             redis: RedisOptions::default(),
+            global: None,
             trusted_proxies: Vec::new(),
             forwarded_header: ForwardedHeader::default(),
             ipv4_prefix: 32,

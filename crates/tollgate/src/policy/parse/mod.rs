@@ -1,6 +1,6 @@
 //! Reading a [`Config`] from YAML, checking every value where it is written.
 
-use super::model::Config;
+use super::model::{Config, GlobalConfig};
 use crate::yaml::{ConfigErrors, Node, Reader};
 
 mod limits;
@@ -25,6 +25,7 @@ pub const MAX_LIST_ENTRIES: usize = 100_000;
 const TOP_FIELDS: &[&str] = &[
     "store",
     "redis",
+    "global_redis",
     "trusted_proxies",
     "forwarded_header",
     "ipv4_prefix",
@@ -98,12 +99,24 @@ fn read_config(root: Node<'_, '_>) -> Config {
     let Some(map) = root.map("the configuration") else {
         return config;
     };
+    let mut global = None;
     if let Some(node) = map.get("store") {
-        config.store = read_store(node);
+        (config.store, global) = read_store(node);
     }
     if let Some(node) = map.get("redis") {
-        config.redis = read_redis(node);
+        config.redis = read_redis(node, "redis");
     }
+    let global_redis = map
+        .get("global_redis")
+        .map(|node| read_redis(node, "global_redis"));
+    if let (Some(node), None) = (map.get("global_redis"), &global) {
+        node.error("global_redis: there is no global store (store.global)");
+    }
+    config.global = global.map(|(store, leases)| GlobalConfig {
+        store,
+        redis: global_redis.unwrap_or_else(|| config.redis.clone()),
+        leases,
+    });
     if let Some(node) = map.get("trusted_proxies") {
         config.trusted_proxies = node
             .list()
