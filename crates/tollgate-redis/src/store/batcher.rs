@@ -147,7 +147,7 @@ async fn call(
     let (keys, spec) = encode_checks(jobs.iter().map(|job| &job.part));
     let counts: Vec<usize> = jobs.iter().map(|job| job.part.items.len()).collect();
     let outcome = match program
-        .call::<Vec<i64>>(&mut connection, Entry::Check, &keys, jobs[0].at, &spec)
+        .call::<Vec<u8>>(&mut connection, Entry::Check, &keys, jobs[0].at, &spec)
         .await
     {
         Ok(reply) => {

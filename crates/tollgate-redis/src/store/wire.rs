@@ -10,6 +10,9 @@ use tollgate_core::limit::Limit;
 /// Numbers per decision in a check reply.
 const DECISION_WIDTH: usize = 6;
 
+/// Bytes per number in a check reply (a big-endian `i64`).
+const NUMBER_BYTES: usize = 8;
+
 /// One item of a part: which key of the part, under which limit, at what cost.
 #[derive(Debug, Clone)]
 pub(crate) struct PartItem {
@@ -165,18 +168,28 @@ pub(crate) fn encode_adjustments(part: &Part, adjustments: &[Adjustment]) -> (Ve
 #[error("unexpected reply from the check script: {0}")]
 pub(crate) struct BadReply(pub(crate) String);
 
-/// Splits a check-script reply into the call's time and each part's decisions.
+/// Splits a check-script reply (one string of big-endian `i64`s: the time, then six numbers a
+/// decision) into the call's time and each part's decisions.
 pub(crate) fn decode_checks(
-    reply: &[i64],
+    reply: &[u8],
     item_counts: &[usize],
 ) -> Result<(Micros, Vec<Vec<Decision>>), BadReply> {
     let expected = 1 + DECISION_WIDTH * item_counts.iter().sum::<usize>();
-    if reply.len() != expected {
+    if reply.len() != expected * NUMBER_BYTES {
         return Err(BadReply(format!(
-            "{} numbers, expected {expected}",
-            reply.len()
+            "{} bytes, expected {}",
+            reply.len(),
+            expected * NUMBER_BYTES
         )));
     }
+    let reply: Vec<i64> = reply
+        .chunks_exact(NUMBER_BYTES)
+        .map(|bytes| {
+            let mut number = [0; NUMBER_BYTES];
+            number.copy_from_slice(bytes);
+            i64::from_be_bytes(number)
+        })
+        .collect();
     let number =
         |value: i64| u64::try_from(value).map_err(|_| BadReply(format!("negative value {value}")));
     let now = number(reply[0])?;
@@ -233,14 +246,20 @@ mod tests {
         assert_eq!(spec, "[1,6,10,1000000,10,100000,0,2,2,1,1,1,2,1,1,1,2,1,1]");
     }
 
+    fn packed(numbers: &[i64]) -> Vec<u8> {
+        numbers.iter().flat_map(|n| n.to_be_bytes()).collect()
+    }
+
     #[test]
     fn replies_are_checked_before_they_are_trusted() {
-        let reply = [1_000, 1, 10, 9, 100_000, 0, 0, 0, 10, 0, 900_000, -1, 0];
+        let reply = packed(&[1_000, 1, 10, 9, 100_000, 0, 0, 0, 10, 0, 900_000, -1, 0]);
         let (now, parts) = decode_checks(&reply, &[1, 1]).unwrap();
         assert_eq!(now, 1_000);
         assert!(parts[0][0].allowed());
+        assert_eq!(parts[0][0].remaining(), 9);
         assert_eq!(parts[1][0].retry_after(), None);
         assert!(decode_checks(&reply, &[1]).is_err());
-        assert!(decode_checks(&[1_000, 1, -10, 9, 0, 0, 0], &[1]).is_err());
+        assert!(decode_checks(&reply[..reply.len() - 1], &[1, 1]).is_err());
+        assert!(decode_checks(&packed(&[1_000, 1, -10, 9, 0, 0, 0]), &[1]).is_err());
     }
 }

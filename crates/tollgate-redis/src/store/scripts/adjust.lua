@@ -9,11 +9,11 @@ local function adjust(call_keys, args)
     local k, l, amount, kind, charged_at = spec[at + 1], spec[at + 2], spec[at + 3], spec[at + 4], spec[at + 5]
     at = at + 5
     local L = limits[l]
-    local s = current(k, L, now)
+    local s, algorithm = current(k, L, now)
     if kind == 1 then
-      A[L.alg].refund(s, L, now, amount, charged_at)
+      algorithm.refund(s, L, now, amount, charged_at)
     else
-      A[L.alg].consume(s, L, now, amount)
+      algorithm.consume(s, L, now, amount)
     end
     dirty[k] = true
   end
