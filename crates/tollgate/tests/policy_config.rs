@@ -244,6 +244,80 @@ fn sentinel_tls_and_credentials_are_read_from_the_store_and_redis_sections() {
     }
 }
 
+#[test]
+fn a_global_store_its_settings_and_the_lease_tuning_are_read_from_the_store_section() {
+    let text = "store:\n  region: redis://eu-west.internal:6379\n  global: [redis://g1:6379, redis://g2:6379]\n  \
+                leases: { horizon: 300ms, max_share: 5%, idle: 2s, hold: 500ms }\n\
+                global_redis: { prefix: 'world:', timeout: 150ms }\n\
+                redis: { prefix: 'eu:' }\n\
+                policies:\n  - name: tenant\n    key: [tenant]\n    \
+                limits: [{ algorithm: fixed_window, quota: 10000/m, scope: global }, { algorithm: gcra, quota: 50/s }]\n";
+    let policies = Policies::from_yaml("tiers.yaml", text).expect("valid");
+    let config = policies.config();
+    assert!(
+        matches!(&config.store, StoreConfig::Redis(url) if url.expose() == "redis://eu-west.internal:6379")
+    );
+    let global = config.global.as_ref().expect("a global store");
+    assert!(matches!(&global.store, StoreConfig::RedisCluster(urls) if urls.len() == 2));
+    assert_eq!(global.redis.config.prefix, "world:");
+    assert_eq!(global.redis.config.timeout, Duration::from_millis(150));
+    assert_eq!(config.redis.config.prefix, "eu:");
+    assert_eq!(global.leases.horizon, Duration::from_millis(300));
+    assert_eq!(global.leases.max_share_percent, 5);
+    assert_eq!(global.leases.idle, Duration::from_secs(2));
+    assert_eq!(global.leases.hold, Duration::from_millis(500));
+    let scopes: Vec<tollgate::Scope> = policies.limits().map(|(_, l)| l.limit.scope()).collect();
+    assert_eq!(scopes, [tollgate::Scope::Global, tollgate::Scope::Region]);
+
+    // Without global_redis, the global store takes the redis section's settings.
+    let shared = Policies::from_yaml(
+        "shared.yaml",
+        "store: { global: redis://g:6379 }\nredis: { prefix: 'all:' }\n",
+    )
+    .expect("valid");
+    let global = shared.config().global.as_ref().expect("a global store");
+    assert_eq!(global.redis.config.prefix, "all:");
+    assert_eq!(
+        shared.config().store,
+        StoreConfig::Memory,
+        "the region in process"
+    );
+
+    for (text, expected) in [
+        (
+            "store: { leases: { horizon: 1s } }\n",
+            "store: a global store (store.global) goes with store.leases",
+        ),
+        ("store: { global: memory }\n", "store.global: expected"),
+        (
+            "store: { global: redis://g:1, leases: { max_share: 0% } }\n",
+            "store.leases.max_share: expected a percentage",
+        ),
+        (
+            "store: { global: redis://g:1, leases: { window: 1s } }\n",
+            "unknown",
+        ),
+        (
+            "global_redis: { prefix: 'x:' }\n",
+            "global_redis: there is no global store",
+        ),
+        (
+            "policies:\n  - name: p\n    key: [ip]\n    limits: [{ algorithm: gcra, quota: 1/s, scope: planet }]\n",
+            "unknown scope \"planet\"",
+        ),
+        (
+            "policies:\n  - name: p\n    key: [ip]\n    limits: [{ algorithm: gcra, quota: 1/s, scope: global, lease: 5 }]\n",
+            "takes no fixed lease",
+        ),
+    ] {
+        let found = errors(text);
+        assert!(
+            found.iter().any(|error| error.contains(expected)),
+            "for {text}: {found:?}"
+        );
+    }
+}
+
 fn errors(text: &str) -> Vec<String> {
     match Policies::from_yaml("bad.yaml", text) {
         Ok(_) => Vec::new(),
