@@ -165,9 +165,6 @@ impl GlobalLeases {
     /// The size of the next lease for `account` on `limit`.
     fn size(&self, account: &Account, limit: &Limit, cost: u64, now: Micros) -> u64 {
         let span = self.span();
-        let recent = account
-            .seen
-            .filter(|seen| now.saturating_sub(seen.received) < span);
         let window_left = (limit.algorithm() == Algorithm::FixedWindow)
             .then(|| {
                 account.seen.and_then(|seen| {
@@ -178,6 +175,12 @@ impl GlobalLeases {
                 })
             })
             .flatten();
+        // What the global store said was left still holds if it is recent, and for a fixed
+        // window, if its window has not ended.
+        let recent = account.seen.filter(|seen| {
+            now.saturating_sub(seen.received) < span
+                && (limit.algorithm() != Algorithm::FixedWindow || window_left.is_some())
+        });
         Sizing {
             cost,
             rate: account.demand.rate(now),
@@ -288,8 +291,8 @@ impl GlobalLeases {
         self.counters.stranded(lost);
     }
 
-    /// Fetches the leases `fetch` lists in the background (inline when there is no tokio
-    /// runtime to spawn on).
+    /// Fetches the leases `fetch` lists in the background (not at all when there is no tokio
+    /// runtime to spawn on: checks then ask when they run out).
     pub(super) fn fetch_in_background(
         self: &Arc<Self>,
         fetch: SmallVec<[(String, Limit, u64); 2]>,
@@ -306,25 +309,53 @@ impl GlobalLeases {
             self.in_flight.fetch_add(1, Ordering::AcqRel);
             let leases = Arc::clone(self);
             runtime.spawn(async move {
-                let _ = leases.fetch(&key, &limit, units, 0).await;
+                let _ = leases.fetch(&key, &limit, units).await;
                 leases.in_flight.fetch_sub(1, Ordering::AcqRel);
                 leases.landed.notify_waiters();
             });
         }
     }
 
+    /// Fetches a lease as a task of its own where there is a runtime, so that it lands (and
+    /// its account stops fetching) even if the check waiting for it is cancelled.
+    async fn fetch_detached(
+        self: &Arc<Self>,
+        key: &str,
+        limit: &Limit,
+        units: u64,
+    ) -> Result<Decision, StoreError> {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            let fetched = self.fetch(key, limit, units).await;
+            self.landed.notify_waiters();
+            return fetched;
+        };
+        let (leases, key, limit) = (Arc::clone(self), key.to_owned(), limit.clone());
+        runtime
+            .spawn(async move {
+                let fetched = leases.fetch(&key, &limit, units).await;
+                leases.landed.notify_waiters();
+                fetched
+            })
+            .await
+            .map_err(|error| StoreError::Failed(format!("fetching a global lease: {error}")))?
+    }
+
     /// Asks the global store for a lease for a check that found nothing held here (waiting
     /// for a fetch already under way first), and spends the check's cost from it.
     pub(super) async fn ask(self: &Arc<Self>, item: &Item<'_>) -> Result<Local, StoreError> {
         self.start_sweeper();
+        self.counters.waited();
         let lookup = AccountKey {
             key: item.key.to_string(),
             limit: item.limit.clone(),
         };
-        let mut waited = false;
-        let units = loop {
+        // Checks that find a fetch under way wait for it (a few times, as each landing may
+        // be spent by others first) rather than all ask at once; a check whose own lease was
+        // spent by others first asks again, a few times.
+        let (mut waits, mut fetches) = (0, 0);
+        loop {
             let mut landed = pin!(self.landed.notified());
-            {
+            let units = {
                 let now = self.clock.now();
                 let mut accounts = self.lock();
                 let account = accounts.entry(lookup.clone()).or_default();
@@ -332,45 +363,41 @@ impl GlobalLeases {
                 if let Some(spent) = account.spend(item.cost) {
                     return Ok(Local::Spent(account.admitted(now), spent));
                 }
-                if account.denied_until.is_some_and(|until| now < until) {
+                if account.denied_until.is_some_and(|until| now < until) || fetches == 3 {
                     self.counters.denied_here();
-                    return Ok(Local::Denied(account.denied(now, 0)));
+                    let refresh = self.round_trip.load(Ordering::Relaxed);
+                    return Ok(Local::Denied(account.denied(now, refresh)));
                 }
-                if !account.fetching || waited {
+                if account.fetching && waits < 3 {
+                    landed.as_mut().enable();
+                    None
+                } else {
                     account.fetching = true;
-                    break self.size(account, item.limit, item.cost, now);
+                    Some(self.size(account, item.limit, item.cost, now))
                 }
-                landed.as_mut().enable();
+            };
+            let Some(units) = units else {
+                landed.await;
+                waits += 1;
+                continue;
+            };
+            let decision = self.fetch_detached(&lookup.key, item.limit, units).await?;
+            if !decision.allowed() {
+                return Ok(Local::Denied(decision));
             }
-            // Another check is fetching this lease: wait for it rather than ask twice.
-            landed.await;
-            waited = true;
-        };
-        self.counters.waited();
-        let fetched = self.fetch(&lookup.key, item.limit, units, item.cost).await;
-        self.landed.notify_waiters();
-        Ok(match fetched? {
-            Ok(spent) => Local::Spent(spent.0, spent.1),
-            Err(denied) => Local::Denied(denied),
-        })
+            fetches += 1;
+        }
     }
 
-    /// Takes a lease of `units` (or, when the global store has less left, what it has, if
-    /// that covers `cost`) and keeps it; spends `cost` from it. Returns the check's admitted
-    /// decision and what it spent, or the global store's denial.
-    async fn fetch(
-        &self,
-        key: &str,
-        limit: &Limit,
-        units: u64,
-        cost: u64,
-    ) -> Result<Result<(Decision, Spent), Decision>, StoreError> {
+    /// Takes a lease of `units` (or, when the global store has less left, what it has) and
+    /// keeps it. Returns the global store's last decision.
+    async fn fetch(&self, key: &str, limit: &Limit, units: u64) -> Result<Decision, StoreError> {
         let sent = self.clock.now();
         let mut asked = units;
         let mut answer = self.call(key, limit, asked).await;
         if let Ok((decision, _)) = &answer {
             let left = decision.remaining();
-            if !decision.allowed() && left >= cost.max(1) && left < asked {
+            if !decision.allowed() && left >= 1 && left < asked {
                 asked = left;
                 answer = self.call(key, limit, asked).await;
             }
@@ -392,22 +419,18 @@ impl GlobalLeases {
             })
             .or_default();
         account.fetching = false;
-        let (decision, at) = match answer {
-            Ok(answer) => answer,
-            Err(error) => return Err(error),
-        };
+        let (decision, at) = answer?;
         account.seen = Some(Seen { decision, received });
         if !decision.allowed() {
             account.denied_until = decision
                 .retry_after_micros()
                 .map(|retry| sent.saturating_add(retry));
-            return Ok(Err(decision));
+            return Ok(decision);
         }
         self.counters.leased(asked);
         account.denied_until = None;
         account.add(asked, self.valid_until(limit, &decision, sent), at);
-        let spent = account.spend(cost).unwrap_or_default();
-        Ok(Ok((account.admitted(received), spent)))
+        Ok(decision)
     }
 
     /// One call to the global store for `units` of (key, limit): its decision and time.
