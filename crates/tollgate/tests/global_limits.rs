@@ -14,11 +14,11 @@ use tollgate::{
 const START: u64 = 1_800_000_000_000_000;
 
 fn limit(name: &str, algorithm: Algorithm, quota: &str, scope: Scope) -> Limit {
-    let quota: Quota = quota.parse().unwrap();
+    let quota: Quota = quota.parse().expect("a quota");
     Limit::builder(name, algorithm, quota)
         .scope(scope)
         .build()
-        .unwrap()
+        .expect("a limit")
 }
 
 fn memory(clock: &ManualClock) -> MemoryStore {
@@ -43,7 +43,7 @@ fn regions(n: usize, clock: &ManualClock) -> (Arc<AnyStore>, Vec<Limiter>) {
 
 async fn settle(limiters: &[Limiter]) {
     for limiter in limiters {
-        limiter.global().unwrap().settled().await;
+        limiter.global().expect("a global tier").settled().await;
     }
 }
 
@@ -52,7 +52,7 @@ async fn left(global: &AnyStore, key: &str, limit: &Limit) -> u64 {
     let verdict = global
         .check(&Check::new(0).limit(key, limit), None)
         .await
-        .unwrap();
+        .expect("the global store answers");
     verdict.decisions()[0].remaining()
 }
 

@@ -23,16 +23,16 @@ use tollgate_testkit::{FaultyLink, RedisServer};
 
 /// The day a fixed window of one day counts in.
 fn today() -> u64 {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970");
     now.as_secs() / 86_400
 }
 
 fn global_limit(quota: &str) -> Limit {
-    let quota: Quota = quota.parse().unwrap();
+    let quota: Quota = quota.parse().expect("a quota");
     Limit::builder("tenant", Algorithm::FixedWindow, quota)
         .scope(Scope::Global)
         .build()
-        .unwrap()
+        .expect("a global limit")
 }
 
 /// The global store's settings: one prefix, so that every region and the test's own look
