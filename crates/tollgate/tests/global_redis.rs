@@ -23,7 +23,9 @@ use tollgate_testkit::{FaultyLink, RedisServer};
 
 /// The day a fixed window of one day counts in.
 fn today() -> u64 {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970");
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970");
     now.as_secs() / 86_400
 }
 

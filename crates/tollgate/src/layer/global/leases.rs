@@ -50,10 +50,30 @@ impl Default for LeaseTuning {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// A (key, limit) pair, told apart by the key and the limit's state: limits of one state share
+/// their units in the store, and so their account here. Hashing the state's digest rather than
+/// the whole limit keeps a check's lookup cheap.
+#[derive(Debug, Clone)]
 struct AccountKey {
     key: String,
     limit: Limit,
+}
+
+impl PartialEq for AccountKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.limit.state_id() == other.limit.state_id()
+            && self.key == other.key
+            && self.limit.state_name() == other.limit.state_name()
+    }
+}
+
+impl Eq for AccountKey {}
+
+impl std::hash::Hash for AccountKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.limit.state_id().hash(state);
+        self.key.hash(state);
+    }
 }
 
 /// A global store call's observer that records nothing: the leases count their own calls.
@@ -227,7 +247,7 @@ impl GlobalLeases {
             key: item.key.to_string(),
             limit: item.limit.clone(),
         };
-        if !accounts.contains_key(&lookup) && accounts.len() >= MAX_ACCOUNTS {
+        if accounts.len() >= MAX_ACCOUNTS && !accounts.contains_key(&lookup) {
             accounts.retain(|_, account| account.held() > 0 || account.fetching);
             if accounts.len() >= MAX_ACCOUNTS {
                 return Err(StoreError::Failed(format!(
