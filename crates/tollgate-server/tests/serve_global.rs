@@ -113,6 +113,52 @@ async fn servers_of_two_regions_share_a_global_limit_and_give_back_their_leases(
     panic!("two runs crossed midnight");
 }
 
+#[tokio::test]
+async fn a_charge_is_refunded_once_across_regions() {
+    let global = RedisServer::start();
+    let directory = tempfile::tempdir().expect("a directory");
+    let secret = directory.path().join("refund-secret");
+    std::fs::write(&secret, "a secret shared by every region").expect("the secret");
+    let url = global.url();
+    let args = [
+        "--global-redis",
+        &url,
+        "--refund-secret-file",
+        secret.to_str().expect("a UTF-8 path"),
+    ];
+    let east = Tollgate::serve(&args);
+    let west = Tollgate::serve(&args);
+    let body = json!({"limits": [{"key": "job", "algorithm": "fixed_window", "quota": "1/d", "scope": "global"}]});
+    let client = reqwest::Client::new();
+    let answer: Value = client
+        .post(format!("{}/v1/check", east.http_url()))
+        .json(&body)
+        .send()
+        .await
+        .expect("an answer")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(answer["allowed"], true, "{answer}");
+    let mut refund = body.clone();
+    refund["charge"] = answer["charge"].clone();
+    let mut statuses = Vec::new();
+    for server in [&east, &west, &west] {
+        let response = client
+            .post(format!("{}/v1/refund", server.http_url()))
+            .json(&refund)
+            .send()
+            .await
+            .expect("an answer");
+        statuses.push(response.status().as_u16());
+    }
+    assert_eq!(
+        statuses,
+        [204, 409, 409],
+        "claimed once in the global store, not once per region"
+    );
+}
+
 #[test]
 fn a_global_limit_without_a_global_store_stops_the_server_at_start() {
     let directory = tempfile::tempdir().expect("a directory");

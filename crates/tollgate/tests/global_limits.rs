@@ -206,6 +206,27 @@ async fn an_idle_node_gives_its_units_back() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_check_too_costly_for_what_is_left_takes_nothing() {
+    let clock = ManualClock::new(START);
+    let (global, regions) = regions(1, &clock);
+    let region = &regions[0];
+    let tenant = limit("tenant", Algorithm::FixedWindow, "100/h", Scope::Global);
+    let spend = |cost| Check::new(cost).limit("tenant:acme", &tenant);
+    assert!(region.check(&spend(50)).await.unwrap().is_admitted());
+    region.return_leases().await;
+    assert_eq!(left(&global, "tenant:acme", &tenant).await, 50);
+    for cost in [60, 500] {
+        assert!(!region.check(&spend(cost)).await.unwrap().is_admitted());
+        region.return_leases().await;
+        assert_eq!(
+            left(&global, "tenant:acme", &tenant).await,
+            50,
+            "a denied check of {cost} leased nothing"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_global_limit_without_a_global_store_is_an_error_that_says_so() {
     let limiter = Limiter::new(MemoryStore::new());
     let tenant = limit("tenant", Algorithm::Gcra, "10/s", Scope::Global);

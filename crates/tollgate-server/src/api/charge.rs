@@ -63,6 +63,9 @@ pub struct Charges {
     secret: Secret,
     window: Duration,
     claim: Limit,
+    /// The same claim counted across regions, for a server with a global store: a token is
+    /// claimed once everywhere, since every region refunds the same global limits.
+    global_claim: Limit,
 }
 
 /// Why a refund was refused.
@@ -101,12 +104,17 @@ impl Charges {
         let micros = Micros::try_from(window.as_micros()).unwrap_or(Micros::MAX);
         let quota = Quota::from_micros(1, micros.max(1_000_000))
             .map_err(|error| format!("--refund-window: {error}"))?;
-        let claim = Limit::new("~refund-claim", tollgate::Algorithm::Gcra, quota)
-            .map_err(|error| format!("--refund-window: {error}"))?;
+        let claim = |scope| {
+            Limit::builder("~refund-claim", tollgate::Algorithm::Gcra, quota)
+                .scope(scope)
+                .build()
+                .map_err(|error| format!("--refund-window: {error}"))
+        };
         Ok(Self {
             secret,
             window,
-            claim,
+            claim: claim(tollgate::Scope::Region)?,
+            global_claim: claim(tollgate::Scope::Global)?,
         })
     }
 
@@ -134,7 +142,12 @@ impl Charges {
         }
         let mut claim_key = String::from("charge|");
         push_hex(&mut claim_key, &tag);
-        let claimed = limiter.check(&Check::one(claim_key, &self.claim)).await?;
+        let claim = if limiter.global().is_some() {
+            &self.global_claim
+        } else {
+            &self.claim
+        };
+        let claimed = limiter.check(&Check::one(claim_key, claim)).await?;
         if !claimed.is_admitted() {
             return Err(ChargeError::AlreadyRefunded.into());
         }

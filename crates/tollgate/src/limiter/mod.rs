@@ -284,6 +284,7 @@ impl<S: Store> Limiter<S> {
     pub async fn return_leases(&self) {
         self.inner.store.return_leases().await;
         if let Some(global) = self.global() {
+            global.settled().await;
             global.return_all().await;
         }
     }

@@ -18,7 +18,7 @@ pub(super) struct Chunk {
     pub(super) units: u64,
     /// This node's clock after which the units may no longer be spent.
     pub(super) expires: Micros,
-    /// The global store's time of the lease, for giving units back.
+    /// The global store's time of the lease, for giving units back and refunding checks.
     pub(super) taken_at: Micros,
 }
 
@@ -64,7 +64,6 @@ impl Demand {
 #[derive(Debug, Default)]
 pub(super) struct Account {
     chunks: SmallVec<[Chunk; 2]>,
-    next_id: u64,
     pub(super) demand: Demand,
     pub(super) seen: Option<Seen>,
     /// Before this time (this node's clock) checks are denied here without asking: the global
@@ -96,14 +95,14 @@ impl Account {
         stranded
     }
 
-    /// Adds a chunk of `units` spendable until `expires`.
-    pub(super) fn add(&mut self, units: u64, expires: Micros, taken_at: Micros) {
+    /// Adds a chunk of `units` spendable until `expires`; `id` is unique among every chunk of
+    /// the node (an account forgotten and made again must not take back another's units).
+    pub(super) fn add(&mut self, id: u64, units: u64, expires: Micros, taken_at: Micros) {
         if units == 0 {
             return;
         }
-        self.next_id += 1;
         self.insert(Chunk {
-            id: self.next_id,
+            id,
             units,
             expires,
             taken_at,
@@ -116,7 +115,7 @@ impl Account {
         self.chunks.insert(at, chunk);
     }
 
-    /// Spends `cost` units if held (soonest to expire first).
+    /// Spends `cost` units if held (soonest to expire first), and counts the account as used.
     pub(super) fn spend(&mut self, cost: u64) -> Option<Spent> {
         if self.held() < cost {
             return None;
@@ -309,8 +308,8 @@ mod tests {
     #[test]
     fn units_are_spent_soonest_expiring_first_and_put_back_where_they_came_from() {
         let mut account = Account::default();
-        account.add(3, 2_000, 10);
-        account.add(5, 1_000, 20);
+        account.add(1, 3, 2_000, 10);
+        account.add(2, 5, 1_000, 20);
         assert_eq!(account.held(), 8);
         let spent = account.spend(6).expect("8 held");
         assert_eq!(account.held(), 2);

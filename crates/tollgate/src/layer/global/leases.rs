@@ -24,6 +24,9 @@ use crate::store::{AnyStore, Store, StoreError};
 /// The most (key, limit) accounts a node keeps; idle ones make room for new ones.
 pub const MAX_ACCOUNTS: usize = 100_000;
 
+/// The longest a check waits for another's fetch of the lease it needs before it asks itself.
+const WAIT_FOR_LANDING: Duration = Duration::from_secs(1);
+
 /// How leases on global limits are sized and kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseTuning {
@@ -102,6 +105,8 @@ pub struct GlobalLeases {
     round_trip: AtomicU64,
     /// Background fetches under way.
     in_flight: AtomicUsize,
+    /// The id of the last chunk leased.
+    chunks: AtomicU64,
     /// Wakes checks waiting for a lease, and [`settled`](Self::settled).
     landed: Notify,
     sweeper: AtomicBool,
@@ -137,6 +142,7 @@ impl GlobalLeases {
             counters: Counters::default(),
             round_trip: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            chunks: AtomicU64::new(0),
             landed: Notify::new(),
             sweeper: AtomicBool::new(false),
         }
@@ -258,8 +264,8 @@ impl GlobalLeases {
         let account = accounts.entry(lookup).or_default();
         self.counters.stranded(account.expire(now));
         account.demand.observe(item.cost, now);
-        account.last_used = now;
         if let Some(spent) = account.spend(item.cost) {
+            account.last_used = now;
             if self.wants_more(account, now) {
                 account.fetching = true;
                 let units = self.size(account, item.limit, 0, now);
@@ -329,7 +335,7 @@ impl GlobalLeases {
             self.in_flight.fetch_add(1, Ordering::AcqRel);
             let leases = Arc::clone(self);
             runtime.spawn(async move {
-                let _ = leases.fetch(&key, &limit, units).await;
+                let _ = leases.fetch(&key, &limit, units, 1).await;
                 leases.in_flight.fetch_sub(1, Ordering::AcqRel);
                 leases.landed.notify_waiters();
             });
@@ -343,16 +349,19 @@ impl GlobalLeases {
         key: &str,
         limit: &Limit,
         units: u64,
+        need: u64,
     ) -> Result<Decision, StoreError> {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            let fetched = self.fetch(key, limit, units).await;
+            let fetched = self.fetch(key, limit, units, need).await;
             self.landed.notify_waiters();
             return fetched;
         };
         let (leases, key, limit) = (Arc::clone(self), key.to_owned(), limit.clone());
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
         runtime
             .spawn(async move {
-                let fetched = leases.fetch(&key, &limit, units).await;
+                let fetched = leases.fetch(&key, &limit, units, need).await;
+                leases.in_flight.fetch_sub(1, Ordering::AcqRel);
                 leases.landed.notify_waiters();
                 fetched
             })
@@ -381,6 +390,7 @@ impl GlobalLeases {
                 let account = accounts.entry(lookup.clone()).or_default();
                 self.counters.stranded(account.expire(now));
                 if let Some(spent) = account.spend(item.cost) {
+                    account.last_used = now;
                     return Ok(Local::Spent(account.admitted(now), spent));
                 }
                 if account.denied_until.is_some_and(|until| now < until) || fetches == 3 {
@@ -397,11 +407,15 @@ impl GlobalLeases {
                 }
             };
             let Some(units) = units else {
-                landed.await;
+                // Bounded: a landing elsewhere may wake it, and a fetch that never lands must
+                // not hold the check.
+                let _ = tokio::time::timeout(WAIT_FOR_LANDING, landed).await;
                 waits += 1;
                 continue;
             };
-            let decision = self.fetch_detached(&lookup.key, item.limit, units).await?;
+            let decision = self
+                .fetch_detached(&lookup.key, item.limit, units, item.cost)
+                .await?;
             if !decision.allowed() {
                 return Ok(Local::Denied(decision));
             }
@@ -409,15 +423,22 @@ impl GlobalLeases {
         }
     }
 
-    /// Takes a lease of `units` (or, when the global store has less left, what it has) and
-    /// keeps it. Returns the global store's last decision.
-    async fn fetch(&self, key: &str, limit: &Limit, units: u64) -> Result<Decision, StoreError> {
+    /// Takes a lease of `units` (or, when the global store has less left but at least `need`,
+    /// what it has) and keeps it. Returns the global store's last decision.
+    async fn fetch(
+        &self,
+        key: &str,
+        limit: &Limit,
+        units: u64,
+        need: u64,
+    ) -> Result<Decision, StoreError> {
         let sent = self.clock.now();
         let mut asked = units;
         let mut answer = self.call(key, limit, asked).await;
         if let Ok((decision, _)) = &answer {
             let left = decision.remaining();
-            if !decision.allowed() && left >= 1 && left < asked {
+            // Only what the asker can use: a check too costly for what is left takes nothing.
+            if !decision.allowed() && left >= need.max(1) && left < asked {
                 asked = left;
                 answer = self.call(key, limit, asked).await;
             }
@@ -449,7 +470,9 @@ impl GlobalLeases {
         }
         self.counters.leased(asked);
         account.denied_until = None;
-        account.add(asked, self.valid_until(limit, &decision, sent), at);
+        let id = self.chunks.fetch_add(1, Ordering::Relaxed) + 1;
+        account.add(id, asked, self.valid_until(limit, &decision, sent), at);
+        account.last_used = received;
         Ok(decision)
     }
 
@@ -497,10 +520,13 @@ impl GlobalLeases {
         {
             let mut accounts = self.lock();
             for item in check.items() {
-                accounts.remove(&AccountKey {
+                let removed = accounts.remove(&AccountKey {
                     key: item.key.to_string(),
                     limit: item.limit.clone(),
                 });
+                // Forgotten in the global store too: its units are back there.
+                self.counters
+                    .returned(removed.map_or(0, |account| account.held()));
             }
         }
         self.counters.called();

@@ -165,11 +165,18 @@ impl<S: Store> GlobalTier<S> {
         let mut fetch = SmallVec::new();
         let mut local: SmallVec<[Option<Local>; 4]> = SmallVec::new();
         for item in items {
-            local.push(if item.limit.scope() == Scope::Global {
-                Some(leases.local(item, now, &mut fetch)?)
-            } else {
-                None
-            });
+            if item.limit.scope() != Scope::Global {
+                local.push(None);
+                continue;
+            }
+            match leases.local(item, now, &mut fetch) {
+                Ok(answer) => local.push(Some(answer)),
+                Err(error) => {
+                    leases.fetch_in_background(fetch);
+                    put_back(leases, check, &local);
+                    return Err(error);
+                }
+            }
         }
         leases.fetch_in_background(fetch);
         let mut denied = false;
@@ -223,7 +230,20 @@ impl<S: Store> GlobalTier<S> {
                 Local::Ask => Decision::new(false, 0, 0, 0, Some(0), 0),
             })
             .collect();
-        let at = regional_verdict.as_ref().map_or(now, Verdict::at);
+        // Refunds of this check are reckoned from its oldest charge: the global store charged
+        // the units it spent when their lease was taken. Earlier is never more generous.
+        let leased_at = local
+            .iter()
+            .flatten()
+            .filter_map(|slot| match slot {
+                Local::Spent(_, spent) => spent.iter().map(|part| part.taken_at).min(),
+                _ => None,
+            })
+            .min();
+        let at = match (regional_verdict.as_ref().map(Verdict::at), leased_at) {
+            (Some(regional), Some(leased)) => regional.min(leased),
+            (regional, leased) => regional.or(leased).unwrap_or(now),
+        };
         let verdict = combine(
             check,
             at,
