@@ -230,6 +230,17 @@ impl GlobalLeases {
             && (account.held() as f64) < (rate * round_trip * 1.5).ceil() + 1.0
     }
 
+    /// Whether the global store said lately that it has less left than `account`'s demand
+    /// over a span: the end of the quota, where leases are small and every one is contended.
+    fn running_short(&self, account: &Account, now: Micros) -> bool {
+        let span = self.span();
+        account.seen.is_some_and(|seen| {
+            let rate = account.demand.rate(now);
+            now.saturating_sub(seen.received) < span
+                && (seen.decision.remaining() as f64) < rate * span as f64 / 1e6
+        })
+    }
+
     /// Until when units leased at `sent` may be spent: a fixed window's until its window
     /// ends (measured from before the request, so never past the end), others' for the hold.
     fn valid_until(&self, limit: &Limit, decision: &Decision, sent: Micros) -> Micros {
@@ -274,7 +285,20 @@ impl GlobalLeases {
             return Ok(Local::Spent(account.admitted(now), spent));
         }
         let Some(until) = account.denied_until else {
-            return Ok(Local::Ask);
+            if !self.running_short(account, now) {
+                return Ok(Local::Ask);
+            }
+            // What the global store has left is less than this node's demand: waiting for a
+            // lease would hold every check for a round trip, to admit few of them. Fetch in the
+            // background and deny until it lands, as after a denial.
+            if !account.fetching {
+                account.fetching = true;
+                let units = self.size(account, item.limit, item.cost, now);
+                fetch.push((item.key.to_string(), item.limit.clone(), units));
+            }
+            self.counters.denied_here();
+            let refresh = self.round_trip.load(Ordering::Relaxed);
+            return Ok(Local::Denied(account.denied(now, refresh)));
         };
         if now < until {
             self.counters.denied_here();
