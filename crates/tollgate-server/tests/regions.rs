@@ -27,7 +27,15 @@ fn three_regions_never_admit_more_than_the_global_quota_in_a_window() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let chart = dir.path().join("regions.svg");
     let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(["regions", "--seconds", "4", "--rate", "600", "--workers", "16"])
+        .args([
+            "regions",
+            "--seconds",
+            "4",
+            "--rate",
+            "600",
+            "--workers",
+            "16",
+        ])
         .args(["--quota", &format!("{QUOTA}/s")])
         .arg("--chart")
         .arg(&chart)

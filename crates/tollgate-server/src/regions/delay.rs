@@ -126,6 +126,10 @@ mod tests {
         let mut answer = [0u8; 4];
         stream.read_exact(&mut answer).await.expect("an answer");
         assert_eq!(&answer, b"ping");
-        assert!(sent.elapsed() >= Duration::from_millis(40), "{:?}", sent.elapsed());
+        assert!(
+            sent.elapsed() >= Duration::from_millis(40),
+            "{:?}",
+            sent.elapsed()
+        );
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tollgate::{Clock, Micros, SystemClock};
 
-use super::record::{Record, admitted_in, reset_after, window_of};
+use super::record::{Reading, Record, admitted_in, read, window_of};
 use crate::bench::{Answer, Pacer, Schedule, Target, check_answer};
 
 /// Counts the progress bar shows while the load runs.
@@ -62,9 +62,16 @@ impl Load {
             let answer = self.target.exchange(turn.n).await;
             schedule.answered(turn);
             let failure = match answer {
-                Ok((status, body)) => match check_answer(status, &body) {
-                    Answer::Allowed => {
-                        let window = reset_after(&body).map_or_else(
+                Ok((status, body)) => match (check_answer(status, &body), read(&body)) {
+                    (
+                        _,
+                        Reading {
+                            undecided: Some(reason),
+                            ..
+                        },
+                    ) => Some(reason),
+                    (Answer::Allowed, reading) => {
+                        let window = reading.reset_after.map_or_else(
                             || window_of(sent, period),
                             |reset| admitted_in(clock.now(), reset, period),
                         );
@@ -72,11 +79,11 @@ impl Load {
                         self.progress.admitted.fetch_add(1, Ordering::Relaxed);
                         None
                     }
-                    Answer::Denied => {
+                    (Answer::Denied, _) => {
                         record.denied.push(sent);
                         None
                     }
-                    Answer::Failed(reason) => Some(reason),
+                    (Answer::Failed(reason), _) => Some(reason),
                 },
                 Err(reason) => Some(reason),
             };

@@ -217,10 +217,7 @@ mod tests {
     #[test]
     fn listeners_are_read_from_the_start_up_lines() {
         let printed = "tollgate serving\n  http: http://127.0.0.1:4000 (POST /v1/check)\n  admin: http://127.0.0.1:4002 (GET /dashboard)\n";
-        assert_eq!(
-            listener(printed, "admin", "r").map(|a| a.port()),
-            Ok(4002)
-        );
+        assert_eq!(listener(printed, "admin", "r").map(|a| a.port()), Ok(4002));
         assert_eq!(
             listener(printed, "grpc", "r"),
             Err("r: tollgate serve printed no grpc address".to_owned())

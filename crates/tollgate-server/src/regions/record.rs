@@ -56,11 +56,31 @@ pub(super) fn admitted_in(received: Micros, reset_after: Micros, period: Micros)
     nearest_end.saturating_sub(period)
 }
 
-/// `reset_after_ms` of the first decision in a check API answer, in microseconds.
-pub(super) fn reset_after(body: &[u8]) -> Option<Micros> {
-    let answer: serde_json::Value = serde_json::from_slice(body).ok()?;
-    let millis = answer["decisions"][0]["reset_after_ms"].as_u64()?;
-    Some(millis.saturating_mul(1_000))
+/// What a check API answer says beyond whether it admitted.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Reading {
+    /// `reset_after_ms` of its first decision, in microseconds.
+    pub(super) reset_after: Option<Micros>,
+    /// Why the limiter could not decide, when a policy failed open or closed: not an answer
+    /// of the limit, so it counts as a failure rather than an admission or a denial.
+    pub(super) undecided: Option<String>,
+}
+
+/// Reads a check API answer.
+pub(super) fn read(body: &[u8]) -> Reading {
+    let answer: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    let millis = answer["decisions"][0]["reset_after_ms"].as_u64();
+    let undecided = match answer["decided_by"].as_str() {
+        Some(how @ ("fail_open" | "fail_closed")) => Some(format!(
+            "{how}: {}",
+            answer["detail"].as_str().unwrap_or("no detail")
+        )),
+        _ => None,
+    };
+    Reading {
+        reset_after: millis.map(|millis| millis.saturating_mul(1_000)),
+        undecided,
+    }
 }
 
 impl Record {
@@ -124,10 +144,23 @@ mod tests {
     }
 
     #[test]
-    fn the_reset_is_read_from_the_first_decision() {
-        let body = br#"{"allowed":true,"decisions":[{"allowed":true,"reset_after_ms":1500}]}"#;
-        assert_eq!(reset_after(body), Some(1_500_000));
-        assert_eq!(reset_after(b"{}"), None);
+    fn answers_are_read_for_their_reset_and_whether_the_limiter_decided() {
+        let body =
+            br#"{"allowed":true,"decided_by":"store","decisions":[{"reset_after_ms":1500}]}"#;
+        assert_eq!(
+            read(body),
+            Reading {
+                reset_after: Some(1_500_000),
+                undecided: None
+            }
+        );
+        let closed =
+            br#"{"allowed":false,"decided_by":"fail_closed","detail":"timeout","decisions":[]}"#;
+        assert_eq!(
+            read(closed).undecided.as_deref(),
+            Some("fail_closed: timeout")
+        );
+        assert_eq!(read(b"{}").reset_after, None);
     }
 
     #[test]
@@ -141,8 +174,20 @@ mod tests {
         b.denied.push(12);
         b.failed = 1;
         a.merge(b).expect("merged");
-        assert_eq!(a.windows[&0], Window { offered: 2, admitted: 1 });
-        assert_eq!(a.windows[&10], Window { offered: 1, admitted: 0 });
+        assert_eq!(
+            a.windows[&0],
+            Window {
+                offered: 2,
+                admitted: 1
+            }
+        );
+        assert_eq!(
+            a.windows[&10],
+            Window {
+                offered: 1,
+                admitted: 0
+            }
+        );
         assert_eq!(a.offered_total(), 3);
     }
 }

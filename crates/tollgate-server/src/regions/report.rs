@@ -99,7 +99,11 @@ impl Report {
     pub(super) fn render(&self) -> String {
         let quota = self.quota.count();
         let offered: u64 = self.rows.iter().map(|r| r.record.offered_total()).sum();
-        let admitted: u64 = self.rows.iter().map(|r| r.record.admitted.len() as u64).sum();
+        let admitted: u64 = self
+            .rows
+            .iter()
+            .map(|r| r.record.admitted.len() as u64)
+            .sum();
         let calls: u64 = self.rows.iter().map(|r| r.stats.store_calls).sum();
         let stranded: u64 = self.rows.iter().map(|r| r.stats.stranded).sum();
         let waited: u64 = self.rows.iter().map(|r| r.stats.checks_waited).sum();
@@ -349,9 +353,15 @@ mod tests {
         ]);
         assert!(report.overruns().is_empty());
         let text = report.render();
-        assert!(text.contains("total admitted never above the quota: at most 10 of 10"), "{text}");
+        assert!(
+            text.contains("total admitted never above the quota: at most 10 of 10"),
+            "{text}"
+        );
         assert!(text.contains("quota utilisation: 100.0%"), "{text}");
-        assert!(text.contains("global store calls per admitted check: 30.0% (6 calls, 20 admitted)"), "{text}");
+        assert!(
+            text.contains("global store calls per admitted check: 30.0% (6 calls, 20 admitted)"),
+            "{text}"
+        );
         let svg = report.svg();
         roxmltree::Document::parse(&svg).expect("well-formed SVG");
         assert!(svg.contains("all regions"), "{svg}");

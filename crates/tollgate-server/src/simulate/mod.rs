@@ -173,10 +173,7 @@ mod tests {
     }
 
     fn of<'a>(outcomes: &'a [Outcome], name: &str) -> &'a Outcome {
-        outcomes
-            .iter()
-            .find(|o| o.name == name)
-            .expect("simulated")
+        outcomes.iter().find(|o| o.name == name).expect("simulated")
     }
 
     #[tokio::test]
