@@ -57,8 +57,10 @@ impl Pacer {
         Some(())
     }
 
-    /// When request number `n` was due.
+    /// When request number `n` was due: when its permit was released, `(n + 1) / rate` after
+    /// the start (counting from `n / rate` added a whole interval to every latency: 3.3 ms at
+    /// 300 requests a second).
     pub(crate) fn due(&self, n: u64) -> Instant {
-        self.start + Duration::from_secs_f64(n as f64 / self.rate)
+        self.start + Duration::from_secs_f64((n + 1) as f64 / self.rate)
     }
 }
