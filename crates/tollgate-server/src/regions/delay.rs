@@ -107,7 +107,7 @@ async fn delayed_copy(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay: Du
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn bytes_cross_after_the_delay_each_way() {
         let echo = TcpListener::bind("127.0.0.1:0").await.expect("a listener");
         let target = echo.local_addr().expect("an address");
