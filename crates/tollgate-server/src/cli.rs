@@ -1,4 +1,4 @@
-//! The command line: `serve`, `proxy`, `config check`, `bench`.
+//! The command line: `serve`, `proxy`, `config check`, `bench`, `simulate`, `regions`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 use crate::bench::BenchArgs;
 use crate::proxy::ProxyArgs;
+use crate::regions::RegionsArgs;
 use crate::serve::ServeArgs;
 use crate::simulate::SimulateArgs;
 
@@ -31,6 +32,9 @@ enum Command {
     Bench(BenchArgs),
     /// Replay a traffic pattern through the algorithms and chart what each admits.
     Simulate(SimulateArgs),
+    /// Run one global limit across three regions on this machine (Redis servers, servers and
+    /// delayed links to the global store as child processes) and report what it admitted.
+    Regions(RegionsArgs),
     /// Check configuration files and list every problem.
     Config {
         #[command(subcommand)]
@@ -136,6 +140,7 @@ pub fn main() -> ExitCode {
             Command::Proxy(args) => crate::proxy::run(args).await,
             Command::Bench(args) => crate::bench::run(args).await,
             Command::Simulate(args) => crate::simulate::run(args).await,
+            Command::Regions(args) => crate::regions::run(args).await,
             Command::Config { .. } => Ok(()),
         }
     });

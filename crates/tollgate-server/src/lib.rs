@@ -10,6 +10,7 @@ pub mod forward;
 pub mod http_server;
 pub mod policies;
 pub mod proxy;
+pub mod regions;
 pub mod reload;
 pub mod rls;
 pub mod serve;

@@ -196,7 +196,7 @@ impl StoreFlags {
             }),
             (Some(store), None) => Some(GlobalConfig {
                 store,
-                redis: RedisOptions::default(),
+                redis: RedisOptions::default().for_global(),
                 leases: tollgate::layer::LeaseTuning::default(),
             }),
             (None, configured) => configured.cloned(),

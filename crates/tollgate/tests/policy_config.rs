@@ -180,6 +180,30 @@ fn breaker_and_deny_cache_settings_are_read() {
 }
 
 #[test]
+fn a_global_store_waits_a_second_unless_told_otherwise() {
+    let global = |text: &str| {
+        let policies = Policies::from_yaml("good.yaml", text).expect("valid");
+        let global = policies.config().global.clone().expect("a global store");
+        global.redis.config.timeout
+    };
+    let store = "store: { region: redis://r:6379, global: redis://g:6379 }\n";
+    assert_eq!(global(store), Duration::from_secs(1));
+    assert_eq!(
+        global(&format!("{store}redis: {{ timeout: 50ms }}\n")),
+        Duration::from_secs(1),
+        "not the regional store's timeout"
+    );
+    assert_eq!(
+        global(&format!("{store}global_redis: {{ prefix: 'g:' }}\n")),
+        Duration::from_secs(1)
+    );
+    assert_eq!(
+        global(&format!("{store}global_redis: {{ timeout: 300ms }}\n")),
+        Duration::from_millis(300)
+    );
+}
+
+#[test]
 fn sentinel_tls_and_credentials_are_read_from_the_store_and_redis_sections() {
     let directory = tempfile::tempdir().expect("a directory");
     let password_file = directory.path().join("redis-password");

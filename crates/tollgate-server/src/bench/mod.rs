@@ -17,10 +17,11 @@ use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::time::Instant;
 
-use pace::Pacer;
+pub(crate) use pace::Pacer;
 
 pub use report::Summary;
-pub use target::{Answer, DEFAULT_CHECK_BODY, KEY_PLACEHOLDER, Target};
+pub(crate) use report::thousands;
+pub use target::{Answer, DEFAULT_CHECK_BODY, KEY_PLACEHOLDER, Target, check_answer};
 
 /// What `tollgate bench` drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -156,13 +157,67 @@ struct Counts {
     failed: AtomicU64,
 }
 
-fn new_histogram() -> Histogram<u64> {
+/// A latency histogram in microseconds.
+pub(crate) fn new_histogram() -> Histogram<u64> {
     // 1 µs to 10 minutes at three significant digits: bounds that are always valid.
     Histogram::new_with_bounds(1, 600_000_000, 3).expect("constant bounds are valid")
 }
 
-/// One worker: sends until the run ends, recording each latency. Paced requests count from
-/// when they were due, so a server that falls behind shows in the percentiles.
+/// When a worker sends, and what its requests took: on `pacer`'s schedule, each latency
+/// measured from when its request was due so that a server that falls behind shows in the
+/// percentiles, or back to back until the deadline.
+pub(crate) struct Schedule<'a> {
+    pacer: Option<&'a Pacer>,
+    deadline: Instant,
+    sent: &'a AtomicU64,
+    latency: Histogram<u64>,
+}
+
+/// One request to send: its number, and when its latency counts from.
+pub(crate) struct Turn {
+    /// The request's number, counted over every worker of the schedule.
+    pub(crate) n: u64,
+    from: Instant,
+}
+
+impl<'a> Schedule<'a> {
+    /// A worker's schedule; `sent` counts the requests of every worker.
+    pub(crate) fn new(pacer: Option<&'a Pacer>, deadline: Instant, sent: &'a AtomicU64) -> Self {
+        Self {
+            pacer,
+            deadline,
+            sent,
+            latency: new_histogram(),
+        }
+    }
+
+    /// Waits for the next request's turn; `None` once the run is over.
+    pub(crate) async fn next(&mut self) -> Option<Turn> {
+        if let Some(pacer) = self.pacer {
+            pacer.next().await?;
+        }
+        let now = Instant::now();
+        if self.pacer.is_none() && now >= self.deadline {
+            return None;
+        }
+        let n = self.sent.fetch_add(1, Ordering::Relaxed);
+        let from = self.pacer.map_or(now, |pacer| pacer.due(n).min(now));
+        Some(Turn { n, from })
+    }
+
+    /// Records that the request of `turn` was answered now.
+    pub(crate) fn answered(&mut self, turn: Turn) {
+        let micros = turn.from.elapsed().as_micros().min(u128::from(u64::MAX)) as u64;
+        self.latency.saturating_record(micros.max(1));
+    }
+
+    /// The latencies recorded.
+    pub(crate) fn into_latency(self) -> Histogram<u64> {
+        self.latency
+    }
+}
+
+/// One worker: sends until the run ends, counting the answers.
 async fn worker(
     index: usize,
     target: Arc<Target>,
@@ -170,24 +225,10 @@ async fn worker(
     deadline: Instant,
     pacer: Option<Arc<Pacer>>,
 ) -> (Histogram<u64>, Option<String>) {
-    let mut latency = new_histogram();
     let mut first_failure = None;
-    loop {
-        if let Some(pacer) = &pacer
-            && pacer.next().await.is_none()
-        {
-            break;
-        }
-        let now = Instant::now();
-        if pacer.is_none() && now >= deadline {
-            break;
-        }
-        let n = counts.sent.fetch_add(1, Ordering::Relaxed);
-        let from = pacer.as_ref().map_or(now, |pacer| pacer.due(n).min(now));
-        let answer = target.send(index, n).await;
-        let micros = from.elapsed().as_micros().min(u128::from(u64::MAX)) as u64;
-        latency.saturating_record(micros.max(1));
-        let counter = match answer {
+    let mut schedule = Schedule::new(pacer.as_deref(), deadline, &counts.sent);
+    while let Some(turn) = schedule.next().await {
+        let counter = match target.send(index, turn.n).await {
             Answer::Allowed => &counts.allowed,
             Answer::Denied => &counts.denied,
             Answer::Failed(reason) => {
@@ -195,12 +236,14 @@ async fn worker(
                 &counts.failed
             }
         };
+        schedule.answered(turn);
         counter.fetch_add(1, Ordering::Relaxed);
     }
-    (latency, first_failure)
+    (schedule.into_latency(), first_failure)
 }
 
-fn progress_bar(duration: Duration) -> ProgressBar {
+/// A bar that fills over `duration`.
+pub(crate) fn progress_bar(duration: Duration) -> ProgressBar {
     let bar = ProgressBar::new(duration.as_millis() as u64);
     let style = ProgressStyle::with_template("{bar:30} {elapsed}/{duration} {msg}")
         .unwrap_or_else(|_| ProgressStyle::default_bar());

@@ -12,7 +12,7 @@ use tokio::sync::Semaphore;
 const TICK: Duration = Duration::from_micros(100);
 
 /// Permits to send, released at `rate` a second until the deadline, then closed.
-pub(super) struct Pacer {
+pub(crate) struct Pacer {
     permits: Arc<Semaphore>,
     start: Instant,
     rate: f64,
@@ -20,7 +20,7 @@ pub(super) struct Pacer {
 
 impl Pacer {
     /// Starts releasing permits now.
-    pub(super) fn start(rate: f64, duration: Duration) -> Self {
+    pub(crate) fn start(rate: f64, duration: Duration) -> Self {
         let permits = Arc::new(Semaphore::new(0));
         let start = Instant::now();
         let released_by = Arc::clone(&permits);
@@ -52,13 +52,15 @@ impl Pacer {
     }
 
     /// Waits for the next permit; `None` once the run is over.
-    pub(super) async fn next(&self) -> Option<()> {
+    pub(crate) async fn next(&self) -> Option<()> {
         self.permits.acquire().await.ok()?.forget();
         Some(())
     }
 
-    /// When request number `n` was due.
-    pub(super) fn due(&self, n: u64) -> Instant {
-        self.start + Duration::from_secs_f64(n as f64 / self.rate)
+    /// When request number `n` was due: when its permit was released, `(n + 1) / rate` after
+    /// the start (counting from `n / rate` added a whole interval to every latency: 3.3 ms at
+    /// 300 requests a second).
+    pub(crate) fn due(&self, n: u64) -> Instant {
+        self.start + Duration::from_secs_f64((n + 1) as f64 / self.rate)
     }
 }

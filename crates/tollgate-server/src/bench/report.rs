@@ -51,7 +51,8 @@ fn ms(micros: u64) -> String {
     format!("{:.3} ms", micros as f64 / 1_000.0)
 }
 
-fn thousands(n: u64) -> String {
+/// `n` with a comma between thousands.
+pub(crate) fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (index, digit) in digits.chars().enumerate() {

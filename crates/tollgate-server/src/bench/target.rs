@@ -179,6 +179,41 @@ impl Target {
         Ok(Self::Grpc { channels, requests })
     }
 
+    /// Sends request number `n` over HTTP (check API and GET targets) and returns the
+    /// answer's status and body, for a caller that reads more of it than [`send`](Self::send).
+    pub async fn exchange(&self, n: u64) -> Result<(StatusCode, Bytes), String> {
+        let (client, request) = match self {
+            Self::Check {
+                client,
+                uri,
+                bodies,
+            } => {
+                let body = bodies[(n % bodies.len() as u64) as usize].clone();
+                let request = Request::builder()
+                    .method(Method::POST)
+                    .uri(uri.clone())
+                    .header(hyper::header::CONTENT_TYPE, "application/json")
+                    .body(Full::new(body));
+                (client, request)
+            }
+            Self::Get {
+                client,
+                uri,
+                headers,
+                keys,
+            } => {
+                let mut request = Request::get(uri.clone());
+                let key = (n % keys).to_string();
+                for (name, value) in headers {
+                    request = request.header(name, value.replace(KEY_PLACEHOLDER, &key));
+                }
+                (client, request.body(Full::new(Bytes::new())))
+            }
+            Self::Grpc { .. } => return Err("a gRPC answer has no HTTP body".to_owned()),
+        };
+        exchange(client, request.map_err(|error| error.to_string())?).await
+    }
+
     /// What the target is, for the report.
     pub fn describe(&self) -> String {
         match self {
@@ -195,38 +230,18 @@ impl Target {
     /// Sends request number `n` from worker `worker`.
     pub async fn send(&self, worker: usize, n: u64) -> Answer {
         match self {
-            Self::Check {
-                client,
-                uri,
-                bodies,
-            } => {
-                let body = bodies[(n % bodies.len() as u64) as usize].clone();
-                let request = Request::builder()
-                    .method(Method::POST)
-                    .uri(uri.clone())
-                    .header(hyper::header::CONTENT_TYPE, "application/json")
-                    .body(Full::new(body));
-                match request {
-                    Ok(request) => http_answer(client, request, true).await,
-                    Err(error) => Answer::Failed(error.to_string()),
+            Self::Check { .. } => match self.exchange(n).await {
+                Ok((status, body)) => check_answer(status, &body),
+                Err(reason) => Answer::Failed(reason),
+            },
+            Self::Get { .. } => match self.exchange(n).await {
+                Ok((StatusCode::TOO_MANY_REQUESTS, _)) => Answer::Denied,
+                Ok((status, _)) if status.is_success() || status.is_redirection() => {
+                    Answer::Allowed
                 }
-            }
-            Self::Get {
-                client,
-                uri,
-                headers,
-                keys,
-            } => {
-                let mut request = Request::get(uri.clone());
-                let key = (n % keys).to_string();
-                for (name, value) in headers {
-                    request = request.header(name, value.replace(KEY_PLACEHOLDER, &key));
-                }
-                match request.body(Full::new(Bytes::new())) {
-                    Ok(request) => http_answer(client, request, false).await,
-                    Err(error) => Answer::Failed(error.to_string()),
-                }
-            }
+                Ok((status, _)) => Answer::Failed(format!("HTTP {}", status.as_u16())),
+                Err(reason) => Answer::Failed(reason),
+            },
             Self::Grpc { channels, requests } => {
                 let mut client = channels[worker % channels.len()].clone();
                 let request = requests[(n % requests.len() as u64) as usize].clone();
@@ -239,33 +254,32 @@ impl Target {
     }
 }
 
-async fn http_answer(
+/// Sends `request` and reads the whole answer.
+async fn exchange(
     client: &Client<HttpConnector, Full<Bytes>>,
     request: Request<Full<Bytes>>,
-    check_api: bool,
-) -> Answer {
-    let response = match client.request(request).await {
-        Ok(response) => response,
-        Err(error) => return Answer::Failed(format!("request failed: {error}")),
-    };
+) -> Result<(StatusCode, Bytes), String> {
+    let response = client
+        .request(request)
+        .await
+        .map_err(|error| format!("request failed: {error}"))?;
     let status = response.status();
-    let body = match response.into_body().collect().await {
-        Ok(body) => body.to_bytes(),
-        Err(error) => return Answer::Failed(format!("body failed: {error}")),
-    };
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|error| format!("body failed: {error}"))?;
+    Ok((status, body.to_bytes()))
+}
+
+/// How an answer of the check API counts.
+pub fn check_answer(status: StatusCode, body: &[u8]) -> Answer {
     match status {
         StatusCode::TOO_MANY_REQUESTS => Answer::Denied,
-        StatusCode::OK if check_api => {
-            // The answer's keys are sorted, so `allowed` leads it.
-            if body.starts_with(br#"{"allowed":true"#) {
-                Answer::Allowed
-            } else if body.starts_with(br#"{"allowed":false"#) {
-                Answer::Denied
-            } else {
-                Answer::Failed("an answer without `allowed`".to_owned())
-            }
-        }
-        status if !check_api && (status.is_success() || status.is_redirection()) => Answer::Allowed,
+        // The answer's keys are sorted, so `allowed` leads it.
+        StatusCode::OK if body.starts_with(br#"{"allowed":true"#) => Answer::Allowed,
+        StatusCode::OK if body.starts_with(br#"{"allowed":false"#) => Answer::Denied,
+        StatusCode::OK => Answer::Failed("an answer without `allowed`".to_owned()),
         status => Answer::Failed(format!("HTTP {}", status.as_u16())),
     }
 }

@@ -1,4 +1,4 @@
-//! The simulator's chart: one row per algorithm, admitted and rejected requests per time slice,
+//! The simulator's chart (and `tollgate regions`'): one row per algorithm or region, admitted and rejected requests per time slice,
 //! as a self-contained SVG.
 
 use std::fmt::Write as _;
@@ -57,7 +57,7 @@ impl Frame {
 
 /// Draws `outcomes` from `start` to `end` (microseconds); dashed lines mark the ends of
 /// periods, where fixed windows roll over.
-pub(super) fn svg(
+pub(crate) fn svg(
     title: &str,
     outcomes: &[Outcome],
     (start, end): (Micros, Micros),
@@ -129,7 +129,7 @@ fn write_heading(out: &mut String, title: &str, height: f64) {
     );
 }
 
-/// One algorithm's row: its name and totals, a bar per slice, and the period boundaries.
+/// One row (an algorithm, a region): its name and totals, a bar per slice, and the period boundaries.
 fn write_row(
     out: &mut String,
     frame: &Frame,
@@ -144,7 +144,7 @@ fn write_row(
         out,
         r#"<text x="10" y="{}" font-weight="bold">{}</text><text x="10" y="{}">{} admitted</text><text x="10" y="{}">{} rejected</text>"#,
         top + 30.0,
-        escape(&outcome.algorithm),
+        escape(&outcome.name),
         top + 48.0,
         outcome.admitted.len(),
         top + 64.0,

@@ -1,7 +1,7 @@
 //! `tollgate simulate`: replays a traffic pattern through algorithms with the same quota on a
 //! manual clock, and shows what each admits: a summary table and an SVG chart.
 
-mod chart;
+pub(crate) mod chart;
 mod pattern;
 
 use std::path::PathBuf;
@@ -11,11 +11,11 @@ use tollgate::{Algorithm, Check, Limit, ManualClock, MemoryStore, Micros, Quota,
 
 pub use pattern::{MAX_ARRIVALS, Pattern};
 
-/// What one algorithm did with the arrivals.
+/// What one algorithm (or, in `tollgate regions`, one region) did with the arrivals.
 #[derive(Debug, Clone)]
 pub struct Outcome {
-    /// The algorithm's name.
-    pub algorithm: String,
+    /// The algorithm's (or region's) name, the row's label in the chart.
+    pub name: String,
     /// When admitted requests arrived.
     pub admitted: Vec<Micros>,
     /// When rejected requests arrived.
@@ -55,7 +55,7 @@ fn algorithms(names: &[String]) -> Result<Vec<Algorithm>, String> {
 }
 
 /// The most of `times` (sorted) within any span of `period`.
-fn peak(times: &[Micros], period: Micros) -> u64 {
+pub(crate) fn peak(times: &[Micros], period: Micros) -> u64 {
     let mut start = 0;
     let mut best = 0;
     for end in 0..times.len() {
@@ -81,7 +81,7 @@ pub async fn replay(
         .build();
     let check = Check::one("simulated", &limit);
     let mut outcome = Outcome {
-        algorithm: algorithm.as_str().to_owned(),
+        name: algorithm.as_str().to_owned(),
         admitted: Vec::new(),
         rejected: Vec::new(),
         peak_per_period: 0,
@@ -110,7 +110,7 @@ pub fn table(outcomes: &[Outcome], quota: Quota) -> String {
     for outcome in outcomes {
         out.push_str(&format!(
             "{:<16} {:>9} {:>9} {:>13} ({:.1}x)\n",
-            outcome.algorithm,
+            outcome.name,
             outcome.admitted.len(),
             outcome.rejected.len(),
             outcome.peak_per_period,
@@ -173,10 +173,7 @@ mod tests {
     }
 
     fn of<'a>(outcomes: &'a [Outcome], name: &str) -> &'a Outcome {
-        outcomes
-            .iter()
-            .find(|o| o.algorithm == name)
-            .expect("simulated")
+        outcomes.iter().find(|o| o.name == name).expect("simulated")
     }
 
     #[tokio::test]
@@ -213,7 +210,7 @@ mod tests {
             assert!(
                 (36..=50).contains(&admitted),
                 "{}: {admitted}",
-                outcome.algorithm
+                outcome.name
             );
         }
     }
@@ -221,7 +218,7 @@ mod tests {
     #[test]
     fn the_chart_is_well_formed_svg() {
         let outcome = Outcome {
-            algorithm: "a <b> & c".into(),
+            name: "a <b> & c".into(),
             admitted: vec![0, 10, 20],
             rejected: vec![30],
             peak_per_period: 3,

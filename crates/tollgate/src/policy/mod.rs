@@ -22,8 +22,8 @@ pub use client_ip::{ForwardedHeader, TrustedProxies, client_ip, group, group_key
 pub use compile::{Policies, PolicyLimit};
 pub use evaluation::{Action, Applied, DecidedBy, Evaluation, Reason, Refusal};
 pub use model::{
-    ConcurrencyConfig, Config, CostConfig, FailureMode, GlobalConfig, HeaderFamily,
-    IdempotencyConfig, IdentityHeaders, KeyPart, LimitConfig, ListEntry, MatchConfig,
+    ConcurrencyConfig, Config, CostConfig, FailureMode, GLOBAL_STORE_TIMEOUT, GlobalConfig,
+    HeaderFamily, IdempotencyConfig, IdentityHeaders, KeyPart, LimitConfig, ListEntry, MatchConfig,
     PenaltyConfig, PolicyConfig, RedisOptions, SoftLimit, StatusRange, StoreConfig, TierSource,
 };
 pub use parse::{MAX_LIMITS_PER_POLICY, MAX_LIST_ENTRIES, MAX_POLICIES};

@@ -63,6 +63,19 @@ impl Default for RedisOptions {
     }
 }
 
+/// The global store's timeout unless `global_redis.timeout` says otherwise. A global store is
+/// far from most regions (40 to 150 ms is common), and leases are fetched ahead, so the regional
+/// default of 100 ms would fail every lease of a region farther than that.
+pub const GLOBAL_STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl RedisOptions {
+    /// These settings for a global store: the timeout raised to [`GLOBAL_STORE_TIMEOUT`].
+    pub fn for_global(mut self) -> Self {
+        self.config.timeout = self.config.timeout.max(GLOBAL_STORE_TIMEOUT);
+        self
+    }
+}
+
 /// Request headers a trusted front proxy sets with what the app's auth layer would otherwise
 /// put in request extensions.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -106,15 +106,21 @@ fn read_config(root: Node<'_, '_>) -> Config {
     if let Some(node) = map.get("redis") {
         config.redis = read_redis(node, "redis");
     }
-    let global_redis = map
-        .get("global_redis")
-        .map(|node| read_redis(node, "global_redis"));
+    let global_redis = map.get("global_redis").map(|node| {
+        let options = read_redis(node, "global_redis");
+        // Not a mapping: read_redis has said so already.
+        let timed = node.is_mapping()
+            && node
+                .map("global_redis")
+                .is_some_and(|section| section.get("timeout").is_some());
+        if timed { options } else { options.for_global() }
+    });
     if let (Some(node), None) = (map.get("global_redis"), &global) {
         node.error("global_redis: there is no global store (store.global)");
     }
     config.global = global.map(|(store, leases)| GlobalConfig {
         store,
-        redis: global_redis.unwrap_or_else(|| config.redis.clone()),
+        redis: global_redis.unwrap_or_else(|| config.redis.clone().for_global()),
         leases,
     });
     if let Some(node) = map.get("trusted_proxies") {

@@ -1,0 +1,253 @@
+//! `tollgate regions`: one global limit shared by three regions, on this machine, for anyone to
+//! run. Each region is a `tollgate serve` with a Redis of its own; a fourth Redis is the global
+//! store, reached by every region through a proxy that adds that region's round trip. Uneven
+//! load, open loop, well above the quota, shows what leases cost: latency at each region, calls
+//! to the global store, quota left unused; and that the regions together never admit more than
+//! the quota in any window (the run fails if they do).
+
+mod delay;
+mod load;
+mod processes;
+mod record;
+mod report;
+
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tollgate::Quota;
+
+use crate::bench::{Target, progress_bar, thousands};
+use delay::DelayedLink;
+use load::{Load, Progress};
+use processes::Processes;
+use record::Record;
+use report::{LeaseStats, Report, Row};
+
+/// One region: its name, the round trip it adds to the global store, its share of the load.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Region {
+    name: &'static str,
+    round_trip_ms: u64,
+    share_percent: u64,
+}
+
+/// The regions, near to far, busy to quiet.
+const REGIONS: [Region; 3] = [
+    Region {
+        name: "eu-west",
+        round_trip_ms: 40,
+        share_percent: 70,
+    },
+    Region {
+        name: "us-east",
+        round_trip_ms: 80,
+        share_percent: 20,
+    },
+    Region {
+        name: "ap-south",
+        round_trip_ms: 120,
+        share_percent: 10,
+    },
+];
+
+/// How long after the load the lease statistics are read: leases idle for a second go back to
+/// the global store at the next sweep (every 200 ms), and only then is it known which units
+/// were returned and which stranded.
+const SETTLE: Duration = Duration::from_millis(1_500);
+
+/// The check every region's clients send: the tenant policy, for one tenant.
+const CHECK: &str = r#"{"policy":"tenant","attributes":{"tenant":"acme"}}"#;
+
+/// `tollgate regions` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RegionsArgs {
+    /// How long to drive the load, in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub seconds: u64,
+    /// The global limit: a fixed window shared by every region.
+    #[arg(long, default_value = "60000/m")]
+    pub quota: Quota,
+    /// Checks a second offered in total, split 70% / 20% / 10% over the regions.
+    #[arg(long, default_value_t = 3000.0)]
+    pub rate: f64,
+    /// Where to write an SVG chart of admissions over time.
+    #[arg(long, value_name = "FILE")]
+    pub chart: Option<PathBuf>,
+    /// Checks under way at once per region, at most: enough that checks waiting for the
+    /// global store do not hold up the schedule.
+    #[arg(long, default_value_t = 64)]
+    pub workers: usize,
+}
+
+impl RegionsArgs {
+    fn validate(&self) -> Result<(), String> {
+        if !(1..=3_600).contains(&self.seconds) {
+            return Err("--seconds: give 1 to 3600".to_owned());
+        }
+        if !(self.rate.is_finite() && self.rate >= 1.0) {
+            return Err("--rate: give at least one check a second".to_owned());
+        }
+        if !(1..=crate::bench::MAX_CONCURRENCY).contains(&self.workers) {
+            return Err(format!(
+                "--workers: give 1 to {}",
+                crate::bench::MAX_CONCURRENCY
+            ));
+        }
+        Ok(())
+    }
+
+    fn duration(&self) -> Duration {
+        Duration::from_secs(self.seconds)
+    }
+}
+
+/// The policy file every region loads: the tenant policy with its one global limit.
+fn policy_file(quota: Quota) -> String {
+    format!(
+        "# Written by `tollgate regions`: one tenant quota that every region spends from.\n\
+         policies:\n  - name: tenant\n    key: [tenant]\n    limits:\n      \
+         - {{ name: tenant-quota, algorithm: fixed_window, quota: {quota}, scope: global }}\n"
+    )
+}
+
+/// Runs the demonstration, prints the table and writes the chart; fails if the regions
+/// together admitted more than the quota in any window.
+pub async fn run(args: RegionsArgs) -> Result<(), String> {
+    args.validate()?;
+    let mut processes = Processes::new()?;
+    let outcome = tokio::select! {
+        outcome = demonstrate(&args, &mut processes) => outcome,
+        () = crate::shutdown::signal() => Err("interrupted".to_owned()),
+    };
+    // Every child stops here, whatever happened.
+    drop(processes);
+    let report = outcome?;
+    print!("{}", report.render());
+    if let Some(path) = &args.chart {
+        std::fs::write(path, report.svg())
+            .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
+        println!("chart: {}", path.display());
+    }
+    match report.overruns().first() {
+        None => Ok(()),
+        Some((_, admitted)) => Err(format!(
+            "the regions together admitted {} in one window, above the quota of {}",
+            thousands(*admitted),
+            thousands(args.quota.count())
+        )),
+    }
+}
+
+/// Starts the stores and servers, drives the load, and reads what the servers counted.
+async fn demonstrate(args: &RegionsArgs, processes: &mut Processes) -> Result<Report, String> {
+    let policies = processes.path("policies.yaml");
+    std::fs::write(&policies, policy_file(args.quota))
+        .map_err(|error| format!("cannot write {}: {error}", policies.display()))?;
+    let policies = policies.display().to_string();
+    let global = processes.redis("global-redis").await?;
+    let mut links = Vec::new();
+    let mut servers = Vec::new();
+    for region in REGIONS {
+        let redis = processes.redis(&format!("{}-redis", region.name)).await?;
+        let link =
+            DelayedLink::start(global, Duration::from_millis(region.round_trip_ms) / 2).await?;
+        let flags = [
+            "--config".to_owned(),
+            policies.clone(),
+            "--redis".to_owned(),
+            format!("redis://{redis}"),
+            "--global-redis".to_owned(),
+            link.url(),
+        ];
+        servers.push(processes.tollgate(region.name, &flags).await?);
+        links.push(link);
+    }
+    eprintln!(
+        "3 regions up (files in {}); {} checks/s for {} s",
+        processes.dir().display(),
+        args.rate,
+        args.seconds
+    );
+    let progress: Vec<Arc<Progress>> = REGIONS.iter().map(|_| Arc::default()).collect();
+    let mut loads = Vec::new();
+    for ((region, server), progress) in REGIONS.iter().zip(&servers).zip(&progress) {
+        let target = Target::check(&format!("http://{}", server.http), CHECK, 1)?;
+        loads.push(
+            Load {
+                target: Arc::new(target),
+                rate: args.rate * region.share_percent as f64 / 100.0,
+                duration: args.duration(),
+                workers: args.workers,
+                period: args.quota.period_micros(),
+                progress: Arc::clone(progress),
+            }
+            .run(),
+        );
+    }
+    let bar = progress_bar(args.duration());
+    let records: Vec<Record> = tokio::select! {
+        records = futures_util::future::try_join_all(loads) => records?,
+        never = show_progress(&bar, &progress) => match never {},
+    };
+    bar.finish_and_clear();
+    tokio::time::sleep(SETTLE).await;
+    let mut rows = Vec::new();
+    for ((region, server), record) in REGIONS.into_iter().zip(&servers).zip(records) {
+        let url = format!("http://{}/admin/stats", server.admin);
+        let (_, body) = Target::get(&url, &[], 1)?.exchange(0).await?;
+        let stats = LeaseStats::from_admin(&body).map_err(|error| format!("{url}: {error}"))?;
+        rows.push(Row {
+            region,
+            record,
+            stats,
+        });
+    }
+    drop(links);
+    Ok(Report {
+        quota: args.quota,
+        rate: args.rate,
+        seconds: args.seconds,
+        rows,
+    })
+}
+
+/// Moves the bar along every 200 ms with what each region admitted so far.
+async fn show_progress(bar: &indicatif::ProgressBar, progress: &[Arc<Progress>]) -> Infallible {
+    let started = std::time::Instant::now();
+    let mut interval = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        interval.tick().await;
+        bar.set_position(started.elapsed().as_millis() as u64);
+        let regions: Vec<String> = REGIONS
+            .iter()
+            .zip(progress)
+            .map(|(region, progress)| {
+                format!(
+                    "{} {}/{}",
+                    region.name,
+                    thousands(progress.admitted.load(Ordering::Relaxed)),
+                    thousands(progress.sent.load(Ordering::Relaxed))
+                )
+            })
+            .collect();
+        bar.set_message(format!("admitted/sent: {}", regions.join("  ")));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_policy_file_has_one_global_limit() {
+        let policies = tollgate::Policies::from_yaml(
+            "policies.yaml",
+            &policy_file("600/s".parse().expect("a quota")),
+        )
+        .expect("a valid policy file");
+        assert_eq!(policies.names().collect::<Vec<_>>(), ["tenant"]);
+    }
+}
