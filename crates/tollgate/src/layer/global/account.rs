@@ -35,12 +35,21 @@ pub(super) struct Seen {
 }
 
 /// The units this node wants: an exponentially decaying rate of the units its checks asked
-/// for (admitted or not), in units per second.
+/// for (admitted or not), in units per second. A decaying average starts from nothing and
+/// takes its memory to catch up, which would size a busy key's first leases far too small;
+/// so while it is young, the plain average since the first check counts when it is higher.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Demand {
     rate: f64,
     at: Micros,
+    /// When the first units were asked for, and how many since (while young).
+    first: Option<Micros>,
+    total: u64,
 }
+
+/// The shortest time a plain average is taken over, so that a first check alone does not
+/// read as a flood.
+const SHORTEST_AVERAGE_SECONDS: f64 = 0.05;
 
 impl Demand {
     fn decayed(&self, now: Micros) -> f64 {
@@ -48,15 +57,31 @@ impl Demand {
         self.rate * (-seconds / DEMAND_MEMORY_SECONDS).exp()
     }
 
+    /// Seconds since the first units, while that is within the average's memory.
+    fn young(&self, now: Micros) -> Option<f64> {
+        let seconds = now.saturating_sub(self.first?) as f64 / 1e6;
+        (seconds < DEMAND_MEMORY_SECONDS).then_some(seconds)
+    }
+
     /// Counts `units` asked for at `now`.
     pub(super) fn observe(&mut self, units: u64, now: Micros) {
         self.rate = self.decayed(now) + units as f64 / DEMAND_MEMORY_SECONDS;
         self.at = self.at.max(now);
+        let first = *self.first.get_or_insert(now);
+        if self.young(now).is_some() {
+            self.total = self.total.saturating_add(units);
+        } else if first != now {
+            self.total = 0;
+        }
     }
 
     /// Units per second asked for lately.
     pub(super) fn rate(&self, now: Micros) -> f64 {
-        self.decayed(now)
+        let decayed = self.decayed(now);
+        match self.young(now) {
+            Some(seconds) => decayed.max(self.total as f64 / seconds.max(SHORTEST_AVERAGE_SECONDS)),
+            None => decayed,
+        }
     }
 }
 
@@ -291,6 +316,22 @@ mod tests {
             ..sizing()
         };
         assert_eq!(exhausted.units(), 3, "never less than the check's own cost");
+    }
+
+    #[test]
+    fn a_busy_keys_demand_is_known_within_its_first_round_trip() {
+        let mut demand = Demand::default();
+        for ms in 0..40u64 {
+            for _ in 0..2 {
+                demand.observe(1, ms * 1000);
+            }
+        }
+        // 2 000 a second, seen for 40 ms: the plain average (over at least 50 ms) knows.
+        let rate = demand.rate(40_000);
+        assert!(rate > 1500.0, "{rate}");
+        let mut once = Demand::default();
+        once.observe(1, 0);
+        assert!(once.rate(0) <= 20.0, "one check is not a flood");
     }
 
     #[test]

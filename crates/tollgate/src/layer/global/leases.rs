@@ -30,7 +30,7 @@ const WAIT_FOR_LANDING: Duration = Duration::from_secs(1);
 /// How leases on global limits are sized and kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseTuning {
-    /// A lease holds about this long of the node's own demand (at least two round trips to
+    /// A lease holds about this long of the node's own demand (at least four round trips to
     /// the global store). Default 200 ms; the sweeper runs this often.
     pub horizon: Duration,
     /// The most one lease takes, in percent of the limit's capacity. Default 10.
@@ -77,6 +77,18 @@ impl std::hash::Hash for AccountKey {
         self.limit.state_id().hash(state);
         self.key.hash(state);
     }
+}
+
+/// Whether the fixed window of `account`'s last answer ended less than `span` ago: a key busy up
+/// to the end of its window, whose units all expired with it.
+fn window_just_ended(account: &Account, limit: &Limit, now: Micros, span: Micros) -> bool {
+    limit.algorithm() == Algorithm::FixedWindow
+        && account.seen.is_some_and(|seen| {
+            let ends = seen
+                .received
+                .saturating_add(seen.decision.reset_after_micros());
+            ends <= now && now - ends < span
+        })
 }
 
 /// A global store call's observer that records nothing: the leases count their own calls.
@@ -183,9 +195,10 @@ impl GlobalLeases {
         }
     }
 
-    /// How long a lease should last: the horizon, and at least two round trips.
+    /// How long a lease should last: the horizon, and at least four round trips (round trips
+    /// under load vary, and a lease should outlast the next one's fetch).
     fn span(&self) -> Micros {
-        duration_to_micros(self.tuning.horizon).max(2 * self.round_trip.load(Ordering::Relaxed))
+        duration_to_micros(self.tuning.horizon).max(4 * self.round_trip.load(Ordering::Relaxed))
     }
 
     /// The size of the next lease for `account` on `limit`.
@@ -219,7 +232,7 @@ impl GlobalLeases {
     }
 
     /// Whether `account`, having spent, should fetch its next lease now: what it holds lasts
-    /// less than one and a half round trips at its rate, and it is used often enough to
+    /// less than three round trips at its rate (round trips vary), and it is used often enough to
     /// spend another lease before that expires.
     fn wants_more(&self, account: &Account, now: Micros) -> bool {
         let rate = account.demand.rate(now);
@@ -227,7 +240,7 @@ impl GlobalLeases {
         let round_trip = self.round_trip.load(Ordering::Relaxed) as f64 / 1e6;
         !account.fetching
             && rate * hold >= 2.0
-            && (account.held() as f64) < (rate * round_trip * 1.5).ceil() + 1.0
+            && (account.held() as f64) < (rate * round_trip * 3.0).ceil() + 1.0
     }
 
     /// Whether the global store said lately that it has less left than `account`'s demand
@@ -285,12 +298,15 @@ impl GlobalLeases {
             return Ok(Local::Spent(account.admitted(now), spent));
         }
         let Some(until) = account.denied_until else {
-            if !self.running_short(account, now) {
+            let span = self.span();
+            if !self.running_short(account, now)
+                && !window_just_ended(account, item.limit, now, span)
+            {
                 return Ok(Local::Ask);
             }
-            // What the global store has left is less than this node's demand: waiting for a
-            // lease would hold every check for a round trip, to admit few of them. Fetch in the
-            // background and deny until it lands, as after a denial.
+            // What the global store has left is less than this node's demand, or a busy key's
+            // window just ended: waiting for a lease would hold every check for a round trip.
+            // Fetch in the background and deny until it lands, as after a denial.
             if !account.fetching {
                 account.fetching = true;
                 let units = self.size(account, item.limit, item.cost, now);
