@@ -243,6 +243,14 @@ impl GlobalLeases {
             && (account.held() as f64) < (rate * round_trip * 3.0).ceil() + 1.0
     }
 
+    /// Whether checks of `account` come often enough that several would wait through one
+    /// round trip to the global store; a quieter key's check may as well ask and wait, rather
+    /// than be denied while a lease is fetched.
+    fn busy(&self, account: &Account, now: Micros) -> bool {
+        let round_trip = self.round_trip.load(Ordering::Relaxed) as f64 / 1e6;
+        account.demand.rate(now) * round_trip >= 2.0
+    }
+
     /// Whether the global store said lately that it has less left than `account`'s demand
     /// over a span: the end of the quota, where leases are small and every one is contended.
     fn running_short(&self, account: &Account, now: Micros) -> bool {
@@ -299,8 +307,9 @@ impl GlobalLeases {
         }
         let Some(until) = account.denied_until else {
             let span = self.span();
-            if !self.running_short(account, now)
-                && !window_just_ended(account, item.limit, now, span)
+            if !self.busy(account, now)
+                || (!self.running_short(account, now)
+                    && !window_just_ended(account, item.limit, now, span))
             {
                 return Ok(Local::Ask);
             }
@@ -320,8 +329,9 @@ impl GlobalLeases {
             self.counters.denied_here();
             return Ok(Local::Denied(account.denied(now, 0)));
         }
-        if now - until > self.span() && !account.fetching {
-            // The denial ended long ago: nothing is known any more.
+        if (now - until > self.span() || !self.busy(account, now)) && !account.fetching {
+            // The denial ended long ago (nothing is known any more), or the key is quiet
+            // enough for a check to wait for the global store.
             account.denied_until = None;
             return Ok(Local::Ask);
         }
