@@ -89,6 +89,10 @@ pub struct InlineLimit {
     /// In queue mode, how many requests pass at once before the rest are delayed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delay_after: Option<u64>,
+    /// Where the limit counts: `region` (the default) or `global` (across every region, on a
+    /// server with a global store).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
     /// The limit's name (by default made from its algorithm, quota and burst).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -111,6 +115,7 @@ impl InlineLimit {
             burst: None,
             mode: None,
             delay_after: None,
+            scope: None,
             name: None,
             cost: None,
         }

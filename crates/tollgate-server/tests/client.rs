@@ -60,6 +60,7 @@ async fn the_clients_wire_types_are_the_servers() {
         burst: Some(4),
         mode: Some("queue".into()),
         delay_after: Some(2),
+        scope: Some("region".into()),
         name: Some("smooth".into()),
         cost: Some(2),
         ..InlineLimit::new("job:1", "leaky_bucket", "4/s")

@@ -297,7 +297,7 @@ impl Report {
             every(|record| &record.denied),
         ));
         let title = format!(
-            "one global {} limit, {} regions: checks over time (s from the start of a window)",
+            "one global {} limit, {} regions: checks over time",
             self.quota,
             self.rows.len()
         );
