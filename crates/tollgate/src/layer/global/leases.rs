@@ -79,16 +79,30 @@ impl std::hash::Hash for AccountKey {
     }
 }
 
-/// Whether the fixed window of `account`'s last answer ended less than `span` ago: a key busy up
-/// to the end of its window, whose units all expired with it.
-fn window_just_ended(account: &Account, limit: &Limit, now: Micros, span: Micros) -> bool {
-    limit.algorithm() == Algorithm::FixedWindow
-        && account.seen.is_some_and(|seen| {
-            let ends = seen
-                .received
-                .saturating_add(seen.decision.reset_after_micros());
-            ends <= now && now - ends < span
-        })
+/// Where a busy key stands at the turn of its fixed window, from its last answer: `None` away
+/// from it; `Some(false)` in the last round trip before the window ends, as this node reckons
+/// it (its units have expired, and a lease asked for now would land in the old window, to
+/// expire at once); `Some(true)` for a span after it ends (a lease asked for now is of the new
+/// window).
+fn window_turn(
+    account: &Account,
+    limit: &Limit,
+    now: Micros,
+    span: Micros,
+    round_trip: Micros,
+) -> Option<bool> {
+    if limit.algorithm() != Algorithm::FixedWindow {
+        return None;
+    }
+    let seen = account.seen?;
+    let ends = seen
+        .received
+        .saturating_add(seen.decision.reset_after_micros());
+    if now < ends {
+        (ends - now <= round_trip).then_some(false)
+    } else {
+        (now - ends < span).then_some(true)
+    }
 }
 
 /// A global store call's observer that records nothing: the leases count their own calls.
@@ -306,17 +320,16 @@ impl GlobalLeases {
             return Ok(Local::Spent(account.admitted(now), spent));
         }
         let Some(until) = account.denied_until else {
-            let span = self.span();
-            if !self.busy(account, now)
-                || (!self.running_short(account, now)
-                    && !window_just_ended(account, item.limit, now, span))
-            {
+            let round_trip = self.round_trip.load(Ordering::Relaxed);
+            let turn = window_turn(account, item.limit, now, self.span(), round_trip);
+            if !self.busy(account, now) || (!self.running_short(account, now) && turn.is_none()) {
                 return Ok(Local::Ask);
             }
             // What the global store has left is less than this node's demand, or a busy key's
-            // window just ended: waiting for a lease would hold every check for a round trip.
-            // Fetch in the background and deny until it lands, as after a denial.
-            if !account.fetching {
+            // window is turning: waiting for a lease would hold every check for a round trip.
+            // Fetch in the background (once the new window has begun) and deny until it
+            // lands, as after a denial.
+            if !account.fetching && turn != Some(false) {
                 account.fetching = true;
                 let units = self.size(account, item.limit, item.cost, now);
                 fetch.push((item.key.to_string(), item.limit.clone(), units));
