@@ -19,6 +19,7 @@ mod stats;
 
 use std::sync::Arc;
 
+use futures_util::future::Either;
 use smallvec::SmallVec;
 
 pub use leases::{GlobalLeases, LeaseTuning, MAX_ACCOUNTS as MAX_GLOBAL_ACCOUNTS};
@@ -300,15 +301,23 @@ fn combine(
 }
 
 impl<S: Store> Store for GlobalTier<S> {
-    async fn check(&self, check: &Check<'_>, at: Option<Micros>) -> Result<Verdict, StoreError> {
+    /// A check without global items is the regional store's own future, not wrapped in
+    /// another: every check passes this layer.
+    fn check(
+        &self,
+        check: &Check<'_>,
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Verdict, StoreError>> + Send {
         if !is_global(check) {
-            return self.inner.check(check, at).await;
+            return Either::Left(self.inner.check(check, at));
         }
-        let leases = self.leases_for(check)?;
-        match at {
-            Some(at) => self.at_time(leases, check, at).await,
-            None => self.leased(leases, check).await,
-        }
+        Either::Right(async move {
+            let leases = self.leases_for(check)?;
+            match at {
+                Some(at) => self.at_time(leases, check, at).await,
+                None => self.leased(leases, check).await,
+            }
+        })
     }
 
     async fn adjust(
