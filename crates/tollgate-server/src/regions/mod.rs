@@ -61,6 +61,10 @@ const SETTLE: Duration = Duration::from_millis(1_500);
 /// The check every region's clients send: the tenant policy, for one tenant.
 const CHECK: &str = r#"{"policy":"tenant","attributes":{"tenant":"acme"}}"#;
 
+/// The baseline check, sent to the same servers at the same time: a limit counted in the
+/// region alone, so its latency is what the machine gives any check, without the global tier.
+const BASELINE_CHECK: &str = r#"{"policy":"regional","attributes":{"tenant":"acme"}}"#;
+
 /// `tollgate regions` flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RegionsArgs {
@@ -80,6 +84,10 @@ pub struct RegionsArgs {
     /// global store do not hold up the schedule.
     #[arg(long, default_value_t = 64)]
     pub workers: usize,
+    /// Checks a second of a regional limit sent to each region beside the load, whose latency
+    /// is the baseline the global limit's is measured against.
+    #[arg(long, default_value_t = 100.0)]
+    pub baseline_rate: f64,
 }
 
 impl RegionsArgs {
@@ -89,6 +97,9 @@ impl RegionsArgs {
         }
         if !(self.rate.is_finite() && self.rate >= 1.0) {
             return Err("--rate: give at least one check a second".to_owned());
+        }
+        if !(self.baseline_rate.is_finite() && self.baseline_rate >= 1.0) {
+            return Err("--baseline-rate: give at least one check a second".to_owned());
         }
         if !(1..=crate::bench::MAX_CONCURRENCY).contains(&self.workers) {
             return Err(format!(
@@ -104,12 +115,16 @@ impl RegionsArgs {
     }
 }
 
-/// The policy file every region loads: the tenant policy with its one global limit.
+/// The policy file every region loads: the tenant policy with its one global limit, and the
+/// same limit counted in each region alone for the baseline.
 fn policy_file(quota: Quota) -> String {
     format!(
         "# Written by `tollgate regions`: one tenant quota that every region spends from.\n\
          policies:\n  - name: tenant\n    key: [tenant]\n    limits:\n      \
-         - {{ name: tenant-quota, algorithm: fixed_window, quota: {quota}, scope: global }}\n"
+         - {{ name: tenant-quota, algorithm: fixed_window, quota: {quota}, scope: global }}\n\
+         # The baseline: the same quota counted in the region alone.\n  \
+         - name: regional\n    key: [tenant]\n    limits:\n      \
+         - {{ name: tenant-regional, algorithm: fixed_window, quota: {quota}, scope: region }}\n"
     )
 }
 
@@ -174,34 +189,41 @@ async fn demonstrate(args: &RegionsArgs, processes: &mut Processes) -> Result<Re
     let progress: Vec<Arc<Progress>> = REGIONS.iter().map(|_| Arc::default()).collect();
     let mut loads = Vec::new();
     for ((region, server), progress) in REGIONS.iter().zip(&servers).zip(&progress) {
-        let target = Target::check(&format!("http://{}", server.http), CHECK, 1)?;
-        loads.push(
-            Load {
-                target: Arc::new(target),
-                rate: args.rate * region.share_percent as f64 / 100.0,
-                duration: args.duration(),
-                workers: args.workers,
-                period: args.quota.period_micros(),
-                progress: Arc::clone(progress),
-            }
-            .run(),
-        );
+        let base = format!("http://{}", server.http);
+        let load = |body: &str, rate: f64, progress: Arc<Progress>| {
+            Ok::<_, String>(
+                Load {
+                    target: Arc::new(Target::check(&base, body, 1)?),
+                    rate,
+                    duration: args.duration(),
+                    workers: args.workers,
+                    period: args.quota.period_micros(),
+                    progress,
+                }
+                .run(),
+            )
+        };
+        let rate = args.rate * region.share_percent as f64 / 100.0;
+        let global = load(CHECK, rate, Arc::clone(progress))?;
+        let baseline = load(BASELINE_CHECK, args.baseline_rate, Arc::default())?;
+        loads.push(futures_util::future::try_join(global, baseline));
     }
     let bar = progress_bar(args.duration());
-    let records: Vec<Record> = tokio::select! {
+    let records: Vec<(Record, Record)> = tokio::select! {
         records = futures_util::future::try_join_all(loads) => records?,
         never = show_progress(&bar, &progress) => match never {},
     };
     bar.finish_and_clear();
     tokio::time::sleep(SETTLE).await;
     let mut rows = Vec::new();
-    for ((region, server), record) in REGIONS.into_iter().zip(&servers).zip(records) {
+    for ((region, server), (record, baseline)) in REGIONS.into_iter().zip(&servers).zip(records) {
         let url = format!("http://{}/admin/stats", server.admin);
         let (_, body) = Target::get(&url, &[], 1)?.exchange(0).await?;
         let stats = LeaseStats::from_admin(&body).map_err(|error| format!("{url}: {error}"))?;
         rows.push(Row {
             region,
             record,
+            baseline: baseline.latency,
             stats,
         });
     }
@@ -248,6 +270,6 @@ mod tests {
             &policy_file("600/s".parse().expect("a quota")),
         )
         .expect("a valid policy file");
-        assert_eq!(policies.names().collect::<Vec<_>>(), ["tenant"]);
+        assert_eq!(policies.names().collect::<Vec<_>>(), ["tenant", "regional"]);
     }
 }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use hdrhistogram::Histogram;
 use tollgate::{Micros, Quota};
 
 use super::Region;
@@ -42,6 +43,8 @@ impl LeaseStats {
 pub(super) struct Row {
     pub(super) region: Region,
     pub(super) record: Record,
+    /// The latencies of a regional limit's checks, sent to the same server at the same time.
+    pub(super) baseline: Histogram<u64>,
     pub(super) stats: LeaseStats,
 }
 
@@ -178,6 +181,7 @@ impl Report {
             thousands(calls),
             thousands(stranded),
         );
+        self.render_baseline(&mut out);
         self.render_windows(&mut out);
         let _ = writeln!(
             out,
@@ -197,6 +201,36 @@ impl Report {
             }
         }
         out
+    }
+
+    /// The baseline: the same servers' latency at the same time for a limit counted in the
+    /// region alone, and what the global limit's checks took beyond it.
+    fn render_baseline(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "\nbaseline, sent beside the load: a regional limit's checks on the same servers\n\
+             {:<9} {:>9} {:>7} {:>7} {:>8} {:>15}",
+            "region", "checks", "p50 ms", "p99 ms", "p99.9 ms", "global p99 more"
+        );
+        for row in &self.rows {
+            let baseline = &row.baseline;
+            let global = row.record.latency.value_at_percentile(99.0);
+            let regional = baseline.value_at_percentile(99.0);
+            let _ = writeln!(
+                out,
+                "{:<9} {:>9} {:>7} {:>7} {:>8} {:>15}",
+                row.region.name,
+                thousands(baseline.len()),
+                ms(baseline.value_at_percentile(50.0)),
+                ms(regional),
+                ms(baseline.value_at_percentile(99.9)),
+                format!(
+                    "{}{}",
+                    if global < regional { "-" } else { "+" },
+                    ms(global.abs_diff(regional))
+                ),
+            );
+        }
     }
 
     /// The windows, their totals against the quota, and the utilisation.
@@ -328,6 +362,11 @@ mod tests {
                 share_percent: 50,
             },
             record,
+            baseline: {
+                let mut baseline = crate::bench::new_histogram();
+                baseline.record(1_500).expect("a latency in range");
+                baseline
+            },
             stats: LeaseStats {
                 store_calls: 3,
                 stranded: 1,
@@ -358,6 +397,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("quota utilisation: 100.0%"), "{text}");
+        assert!(
+            text.lines()
+                .any(|line| line.starts_with("a ") && line.ends_with("1.500          -1.500")),
+            "the baseline's row: {text}"
+        );
         assert!(
             text.contains("global store calls per admitted check: 30.0% (6 calls, 20 admitted)"),
             "{text}"
