@@ -12,6 +12,7 @@ pub mod policies;
 pub mod proxy;
 pub mod regions;
 pub mod reload;
+pub mod rlqs;
 pub mod rls;
 pub mod serve;
 pub mod shutdown;

@@ -97,6 +97,7 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
         AdminState {
             limiter: limiter.clone(),
             rls: None,
+            quotas: None,
             config: Some(args.config.clone()),
         },
         args.admin.admin_token.clone(),

@@ -9,6 +9,7 @@ use crate::admin::{AdminArgs, AdminState};
 use crate::api::{AppState, router};
 use crate::http_server::{ConnectionLimits, listen, serve};
 use crate::reload::Reloader;
+use crate::rlqs::{Rlqs, RlqsGrpc};
 use crate::rls::{Rls, RlsConfig, RlsGrpc};
 use crate::store::{self, StoreFlags};
 
@@ -53,6 +54,8 @@ pub struct ServeArgs {
     )]
     pub rls_on_store_error: crate::rls::RlsFailureMode,
     #[command(flatten)]
+    pub(crate) quotas: crate::rlqs::QuotaFlags,
+    #[command(flatten)]
     pub(crate) connections: ConnectionLimits,
     #[command(flatten)]
     pub(crate) tls: crate::tls::TlsFlags,
@@ -85,7 +88,9 @@ fn print_banner(args: &ServeArgs, [http, grpc, admin]: [SocketAddr; 3], store: &
     println!(
         "  http: {scheme}://{http} (POST /v1/check, /v1/refund, /json; GET /healthz, /readyz, /metrics, /openapi.json)"
     );
-    println!("  grpc: {grpc} (envoy.service.ratelimit.v3.RateLimitService{over})");
+    println!(
+        "  grpc: {grpc} (envoy.service.ratelimit.v3.RateLimitService{over}, envoy.service.rate_limit_quota.v3.RateLimitQuotaService)"
+    );
     println!(
         "  admin: {scheme}://{admin} (GET /dashboard, /admin/stats, /admin/top, /admin/config; POST /admin/inspect, /admin/reset, /admin/lift{})",
         if args.admin.admin_token.is_some() {
@@ -117,6 +122,12 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         Rls::new(limiter.clone(), rls_config, args.rls_response_headers)
             .with_failure_mode(args.rls_on_store_error),
     );
+    let quotas = Arc::new(Rlqs::new(
+        limiter.clone(),
+        Arc::clone(&rls),
+        args.quotas.tuning(),
+    )?);
+    let assigning = tokio::spawn(Arc::clone(&quotas).run());
     args.admin.validate()?;
     let charges = Arc::new(args.refunds.charges()?);
     let tls = crate::tls::Tls::from_flags(&args.tls)?;
@@ -137,12 +148,14 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     let app = router(AppState {
         limiter: limiter.clone(),
         rls: Arc::clone(&rls),
+        quotas: Some(Arc::clone(&quotas)),
         charges,
     });
     let admin_app = crate::admin::router(
         AdminState {
             limiter: limiter.clone(),
             rls: Some(Arc::clone(&rls)),
+            quotas: Some(Arc::clone(&quotas)),
             config: args.config.clone(),
         },
         args.admin.admin_token.clone(),
@@ -159,7 +172,9 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     );
     // The gRPC services go through the same accept loop as HTTP, with the same bounds: a
     // connection cap, and a client that never sends its preface (or goes idle) is closed.
-    let grpc_app = tonic::service::Routes::new(RlsGrpc::server(rls)).into_axum_router();
+    let grpc_app = tonic::service::Routes::new(RlsGrpc::server(rls))
+        .add_service(RlqsGrpc::server(quotas))
+        .into_axum_router();
     let grpc_server = serve(
         grpc,
         grpc_app,
@@ -174,6 +189,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         &store_description,
     );
     tokio::join!(http_server, admin_server, grpc_server);
+    assigning.abort();
     // Leased quota this node did not spend goes back for the other nodes.
     limiter.return_leases().await;
     Ok(())

@@ -90,6 +90,8 @@ pub struct AdminState {
     pub limiter: Limiter<AnyStore>,
     /// The rate limit service, when this process serves one.
     pub rls: Option<Arc<Rls>>,
+    /// The rate limit quota service, when this process serves one.
+    pub quotas: Option<Arc<crate::rlqs::Rlqs>>,
     /// The policy file, if not the built-in example.
     pub config: Option<PathBuf>,
 }
@@ -210,6 +212,7 @@ async fn stats(State(state): State<AdminState>) -> Response {
             "memory_keys": store.held_keys(),
         },
         "global": limiter.global().map(|global| global.stats()),
+        "quota_service": state.quotas.as_ref().map(|quotas| quotas.stats()),
         "summary": limiter.metrics().summary(),
         "denied_keys": limiter.top_denied_keys(10),
         "routes": limiter.top_routes(10),
@@ -225,7 +228,7 @@ async fn metrics(State(state): State<AdminState>) -> Response {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        state.limiter.metrics_text(),
+        crate::rlqs::metrics_text(&state.limiter, state.quotas.as_deref()),
     )
         .into_response()
 }

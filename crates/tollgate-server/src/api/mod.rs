@@ -28,6 +28,8 @@ pub struct AppState {
     pub limiter: Limiter<AnyStore>,
     /// Envoy's rate limit service, on the same store.
     pub rls: Arc<Rls>,
+    /// Envoy's rate limit quota service, on the same store.
+    pub quotas: Option<Arc<crate::rlqs::Rlqs>>,
     /// Issues and redeems the charge tokens refunds name.
     pub charges: Arc<Charges>,
 }
@@ -43,7 +45,7 @@ async fn metrics(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        state.limiter.metrics_text(),
+        crate::rlqs::metrics_text(&state.limiter, state.quotas.as_deref()),
     )
 }
 

@@ -35,6 +35,8 @@ pub const MAX_DEPTH: usize = 16;
 #[derive(Debug, Default)]
 pub struct RlsConfig {
     pub(crate) domains: HashMap<String, Node>,
+    /// Per domain, what the quota service assigns a bucket no descriptor matches.
+    pub(crate) unmatched_buckets: HashMap<String, Arc<Rule>>,
     /// The files read, in order.
     pub files: Vec<PathBuf>,
 }
@@ -74,7 +76,7 @@ impl RlsConfig {
                 }
             };
             match parse(&source, &text) {
-                Ok((domain, root)) => match config.domains.entry(domain) {
+                Ok(document) => match config.domains.entry(document.domain) {
                     std::collections::hash_map::Entry::Occupied(taken) => errors.extend(
                         ConfigErrors::single(
                             &source,
@@ -86,7 +88,10 @@ impl RlsConfig {
                         .0,
                     ),
                     std::collections::hash_map::Entry::Vacant(free) => {
-                        free.insert(root);
+                        if let Some(rule) = document.unmatched_buckets {
+                            config.unmatched_buckets.insert(free.key().clone(), rule);
+                        }
+                        free.insert(document.root);
                     }
                 },
                 Err(found) => errors.extend(found.0),
@@ -104,8 +109,12 @@ impl RlsConfig {
     pub fn from_documents(documents: &[(&str, &str)]) -> Result<RlsConfig, ConfigErrors> {
         let mut config = RlsConfig::default();
         for (source, text) in documents {
-            let (domain, root) = parse(source, text)?;
-            if config.domains.insert(domain.clone(), root).is_some() {
+            let document = parse(source, text)?;
+            let domain = document.domain;
+            if let Some(rule) = document.unmatched_buckets {
+                config.unmatched_buckets.insert(domain.clone(), rule);
+            }
+            if config.domains.insert(domain.clone(), document.root).is_some() {
                 return Err(ConfigErrors::single(
                     source,
                     format!("domain {domain:?} is configured twice"),
@@ -141,8 +150,8 @@ fn collect(directory: &Path, files: &mut Vec<PathBuf>, depth: usize) -> std::io:
     Ok(())
 }
 
-/// Parses one file: its domain and descriptor tree.
-pub(crate) fn parse(source: &str, text: &str) -> Result<(String, Node), ConfigErrors> {
+/// Parses one file: its domain, descriptor tree and default for unmatched quota buckets.
+pub(crate) fn parse(source: &str, text: &str) -> Result<super::parse::Document, ConfigErrors> {
     super::parse::document(source, text)
 }
 

@@ -69,7 +69,7 @@ struct Pending {
     addend: u64,
 }
 
-fn escape(key: &mut String, text: &str) {
+pub(crate) fn escape(key: &mut String, text: &str) {
     for c in text.chars() {
         match c {
             '%' => key.push_str("%25"),

@@ -1,14 +1,16 @@
 //! Reading one domain's YAML document into a descriptor tree, with every error located.
 
+use std::sync::Arc;
+
 use tollgate::yaml::{ConfigErrors, Node as Yaml, Reader};
 use tollgate::{Algorithm, parse_duration};
 
 use super::config::{MAX_DEPTH, RuleLimit};
 use super::proto::service::rate_limit_response::rate_limit::Unit;
-use super::tree::{Node, Wildcard};
+use super::tree::{Enforcement, Node, Rule, Wildcard};
 use super::unit;
 
-const ROOT_FIELDS: &[&str] = &["domain", "descriptors"];
+const ROOT_FIELDS: &[&str] = &["domain", "descriptors", "unmatched_buckets"];
 const DESCRIPTOR_FIELDS: &[&str] = &[
     "key",
     "value",
@@ -30,11 +32,20 @@ const LIMIT_FIELDS: &[&str] = &[
     "period",
 ];
 
+/// One domain's document: its name, descriptor tree, and what the quota service assigns a
+/// bucket that no descriptor matches.
+pub(crate) struct Document {
+    pub(crate) domain: String,
+    pub(crate) root: Node,
+    pub(crate) unmatched_buckets: Option<Arc<Rule>>,
+}
+
 /// Parses a document: its domain and tree.
-pub(crate) fn document(source: &str, text: &str) -> Result<(String, Node), ConfigErrors> {
+pub(crate) fn document(source: &str, text: &str) -> Result<Document, ConfigErrors> {
     let (reader, documents) = Reader::parse(source, text)?;
     let mut domain = String::new();
     let mut root = Node::default();
+    let mut unmatched_buckets = None;
     match documents.as_slice() {
         [] => {}
         [document] => {
@@ -50,6 +61,9 @@ pub(crate) fn document(source: &str, text: &str) -> Result<(String, Node), Confi
                 {
                     root = children(&items, &domain, "", 1);
                 }
+                if let Some(node) = map.get("unmatched_buckets") {
+                    unmatched_buckets = unmatched(node, &domain);
+                }
                 map.deny_unknown("the configuration", ROOT_FIELDS);
             }
         }
@@ -64,7 +78,49 @@ pub(crate) fn document(source: &str, text: &str) -> Result<(String, Node), Confi
         );
     }
     reader.finish()?;
-    Ok((domain, root))
+    Ok(Document {
+        domain,
+        root,
+        unmatched_buckets,
+    })
+}
+
+/// `unmatched_buckets`: `allow_all`, `deny_all`, or a `rate_limit` shared by every bucket of
+/// the quota service that no descriptor matches.
+fn unmatched(node: Yaml<'_, '_>, domain: &str) -> Option<Arc<Rule>> {
+    const WHAT: &str = "unmatched_buckets";
+    let blanket = |enforcement| {
+        Some(Arc::new(Rule {
+            requests_per_unit: 0,
+            unit: Unit::Unknown,
+            name: None,
+            replaces: Vec::new(),
+            shadow: false,
+            classic: false,
+            enforcement,
+        }))
+    };
+    if node.is_mapping() {
+        let limit = rule_limit(node, WHAT)?;
+        return match limit.build(format!("rls:{domain}:{WHAT}")) {
+            Ok(built) => Some(limit.into_rule(built, false)),
+            Err(message) => {
+                node.error(format!("{WHAT}: {message}"));
+                None
+            }
+        };
+    }
+    match node.text(WHAT).as_deref() {
+        Some("allow_all") => blanket(Enforcement::Unlimited),
+        Some("deny_all") => blanket(Enforcement::Blocked),
+        Some(other) => {
+            node.error(format!(
+                "{WHAT}: {other:?} is none of allow_all, deny_all or a rate_limit mapping"
+            ));
+            None
+        }
+        None => None,
+    }
 }
 
 /// Reads a list of descriptors into the children of a node. `path` names the parent for state

@@ -11,6 +11,12 @@ pub mod envoy {
                 tonic::include_proto!("envoy.service.ratelimit.v3");
             }
         }
+
+        pub mod rate_limit_quota {
+            pub mod v3 {
+                tonic::include_proto!("envoy.service.rate_limit_quota.v3");
+            }
+        }
     }
 
     pub mod extensions {
@@ -40,5 +46,6 @@ pub mod envoy {
 
 pub use envoy::config::core::v3 as core;
 pub use envoy::extensions::common::ratelimit::v3 as common;
+pub use envoy::service::rate_limit_quota::v3 as quota;
 pub use envoy::service::ratelimit::v3 as service;
 pub use envoy::r#type::v3 as types;

@@ -1,0 +1,830 @@
+//! The assignment engine: Envoys subscribe to buckets by reporting their usage; for each bucket
+//! that shares a limit, the limit is split among the Envoys reporting it, weighted by their
+//! demand, and every share is counted in the store before it is assigned, so that several
+//! servers on one store never assign more than the limit together.
+//!
+//! Time runs in slots of `period`, the windows of the store's share counters (so every server
+//! on one store sees the same slots, on the store's clock). At each turn of a slot every share
+//! is renewed, no larger than it was, and counted in the new slot; an assignment lives until
+//! the end of its slot and `overlap` more, so that Envoy holds one while the next is on its way.
+//! A share grows, and a new Envoy gets its first, only once `2 x overlap` of the slot has
+//! passed: by then every assignment of the last slot has expired, so the new slot's counter
+//! holds every share that can still be in force. Hence the sum of the shares in force at any
+//! moment is within the limit, as long as an assignment reaches Envoy within `overlap`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use tokio::sync::{Notify, mpsc};
+use tokio::time::Instant;
+use tollgate::{AnyStore, Check, Limiter, Store, Verdict};
+use tonic::Status;
+
+use super::bucket::{BucketName, Shared, Target};
+use super::share;
+use super::stats::{QuotaStats, StatCounters};
+use crate::rls::Rls;
+use crate::rls::proto::quota::rate_limit_quota_response::BucketAction;
+use crate::rls::proto::quota::rate_limit_quota_response::bucket_action::{
+    AbandonAction, BucketAction as Action, QuotaAssignmentAction,
+};
+use crate::rls::proto::quota::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
+use crate::rls::proto::types::RateLimitStrategy;
+use crate::rls::proto::types::rate_limit_strategy::{BlanketRule, Strategy};
+
+/// How the service assigns quota, and its bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaTuning {
+    /// The length of a slot: how often every assignment is renewed.
+    pub period: Duration,
+    /// How long an assignment outlives its slot, covering its successor's way to Envoy.
+    pub overlap: Duration,
+    /// A bucket an Envoy reports no requests for this long is abandoned.
+    pub idle: Duration,
+    /// The most streams (Envoys) at once.
+    pub max_streams: usize,
+    /// The most buckets at once, over every stream.
+    pub max_buckets: usize,
+    /// The most buckets one stream may report.
+    pub max_buckets_per_stream: usize,
+}
+
+impl Default for QuotaTuning {
+    fn default() -> Self {
+        Self {
+            period: Duration::from_secs(2),
+            overlap: Duration::from_millis(250),
+            idle: Duration::from_secs(60),
+            max_streams: 10_000,
+            max_buckets: 100_000,
+            max_buckets_per_stream: 1_000,
+        }
+    }
+}
+
+impl QuotaTuning {
+    /// Refuses tunings whose guarantee could not hold.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.period < Duration::from_millis(100) {
+            return Err("the quota slot must be at least 100ms".to_owned());
+        }
+        if self.overlap.is_zero() || self.overlap * 4 > self.period {
+            return Err(format!(
+                "the assignment overlap must be above zero and at most a quarter of the slot ({:?})",
+                self.period
+            ));
+        }
+        if self.max_streams == 0 || self.max_buckets == 0 || self.max_buckets_per_stream == 0 {
+            return Err("the quota service's caps must be above zero".to_owned());
+        }
+        Ok(())
+    }
+}
+
+/// The most usage reports one message may carry.
+pub const MAX_REPORTS_PER_MESSAGE: usize = 1_000;
+/// Messages queued for one stream; a stream that falls further behind is closed.
+pub(crate) const STREAM_QUEUE: usize = 64;
+/// How long after the estimated end of a slot its turn is taken, lest it be taken early.
+const TURN_MARGIN: Duration = Duration::from_millis(5);
+/// How often a slot's shares are grown when nothing wakes the engine earlier.
+const GROWTH_TICK: Duration = Duration::from_millis(100);
+
+/// What a stream's messages are sent on.
+pub(crate) type Outbox = mpsc::Sender<Result<RateLimitQuotaResponse, Status>>;
+
+/// The rate limit quota service.
+#[derive(Debug)]
+pub struct Rlqs {
+    limiter: Limiter<AnyStore>,
+    rls: std::sync::Arc<Rls>,
+    tuning: QuotaTuning,
+    state: Mutex<State>,
+    wake: Notify,
+    next_stream: AtomicU64,
+    counters: StatCounters,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    streams: HashMap<u64, Stream>,
+    buckets: HashMap<String, Bucket>,
+}
+
+#[derive(Debug)]
+struct Stream {
+    domain: Option<String>,
+    outbox: Outbox,
+    buckets: HashSet<String>,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    name: BucketName,
+    domain: String,
+    target: Target,
+    envoys: HashMap<u64, Envoy>,
+    /// No more units are left in this slot.
+    exhausted: bool,
+    /// The demand this server reported in this slot, if it did.
+    demand_reported: bool,
+}
+
+/// One Envoy's part of a bucket.
+#[derive(Debug)]
+struct Envoy {
+    /// Requests per the limit's period, smoothed over reports.
+    demand: f64,
+    /// Units assigned and counted in the current slot.
+    share: u64,
+    last_active: Instant,
+    /// The strategy last sent, to count changes.
+    sent: Option<Strategy>,
+}
+
+/// A message for a stream.
+type Outgoing = Vec<(u64, BucketAction)>;
+
+impl Rlqs {
+    /// A service assigning the limits of `rls`'s configuration from `limiter`'s store.
+    pub fn new(
+        limiter: Limiter<AnyStore>,
+        rls: std::sync::Arc<Rls>,
+        tuning: QuotaTuning,
+    ) -> Result<Self, String> {
+        tuning.validate()?;
+        Ok(Self {
+            limiter,
+            rls,
+            tuning,
+            state: Mutex::default(),
+            wake: Notify::new(),
+            next_stream: AtomicU64::new(1),
+            counters: StatCounters::default(),
+        })
+    }
+
+    /// The tuning in force.
+    pub fn tuning(&self) -> QuotaTuning {
+        self.tuning
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain data behind; carry on with it.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Opens a stream, or refuses it when the cap is reached.
+    pub(crate) fn open(&self, outbox: Outbox) -> Result<u64, Status> {
+        let mut state = self.state();
+        if state.streams.len() >= self.tuning.max_streams {
+            return Err(Status::resource_exhausted(format!(
+                "{} quota streams are open, the maximum",
+                self.tuning.max_streams
+            )));
+        }
+        let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        state.streams.insert(
+            id,
+            Stream {
+                domain: None,
+                outbox,
+                buckets: HashSet::new(),
+            },
+        );
+        self.counters.streams_opened.fetch_add(1, Ordering::Relaxed);
+        Ok(id)
+    }
+
+    /// Forgets a stream that ended: its Envoy's shares are not renewed, and its assignments
+    /// run out with their TTL.
+    pub(crate) fn close(&self, stream: u64) {
+        let mut state = self.state();
+        let Some(closed) = state.streams.remove(&stream) else {
+            return;
+        };
+        for key in closed.buckets {
+            if let Some(bucket) = state.buckets.get_mut(&key) {
+                bucket.envoys.remove(&stream);
+                if bucket.envoys.is_empty() {
+                    state.buckets.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Takes one message of usage reports. A bad message is refused whole, with the status
+    /// that ends its stream; other streams are not touched.
+    pub(crate) fn report(
+        &self,
+        stream: u64,
+        message: &RateLimitQuotaUsageReports,
+    ) -> Result<(), Status> {
+        let reports = &message.bucket_quota_usages;
+        if reports.is_empty() {
+            return Err(Status::invalid_argument(
+                "a message must carry at least one bucket_quota_usage",
+            ));
+        }
+        if reports.len() > MAX_REPORTS_PER_MESSAGE {
+            return Err(Status::invalid_argument(format!(
+                "{} usage reports in one message, the maximum is {MAX_REPORTS_PER_MESSAGE}",
+                reports.len()
+            )));
+        }
+        let config = self.rls.config();
+        let now = Instant::now();
+        let mut state = self.state();
+        let state = &mut *state;
+        let Some(open) = state.streams.get_mut(&stream) else {
+            return Err(Status::aborted("the stream was closed"));
+        };
+        let domain = match (&open.domain, message.domain.as_str()) {
+            (None, "") => {
+                return Err(Status::invalid_argument(
+                    "the first message of a stream must name its domain",
+                ));
+            }
+            (None, domain) => {
+                if !config.domains.contains_key(domain) {
+                    return Err(Status::not_found(format!(
+                        "domain {:?} is not configured",
+                        super::bucket::printable(domain)
+                    )));
+                }
+                domain.to_owned()
+            }
+            (Some(domain), _) if !config.domains.contains_key(domain) => {
+                return Err(Status::not_found(format!(
+                    "domain {domain:?} is no longer configured"
+                )));
+            }
+            (Some(domain), "") => domain.clone(),
+            (Some(domain), other) if domain == other => domain.clone(),
+            (Some(domain), other) => {
+                return Err(Status::invalid_argument(format!(
+                    "the stream's domain is {domain:?}; to report for {:?}, open another stream",
+                    super::bucket::printable(other)
+                )));
+            }
+        };
+        // Every report is checked before any is taken, so a bad message changes nothing.
+        let mut checked = Vec::with_capacity(reports.len());
+        let mut new_buckets = 0;
+        for (index, report) in reports.iter().enumerate() {
+            let name = BucketName::new(&domain, report.bucket_id.as_ref())
+                .map_err(|error| Status::invalid_argument(format!("report {index}: {error}")))?;
+            let elapsed = report
+                .time_elapsed
+                .and_then(|d| Duration::try_from(d).ok())
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| {
+                    Status::invalid_argument(format!(
+                        "report {index}: time_elapsed must be given and above zero"
+                    ))
+                })?;
+            if !open.buckets.contains(&name.key) {
+                new_buckets += 1;
+            }
+            let requests = report
+                .num_requests_allowed
+                .saturating_add(report.num_requests_denied);
+            checked.push((name, elapsed, requests));
+        }
+        if open.buckets.len() + new_buckets > self.tuning.max_buckets_per_stream {
+            return Err(Status::resource_exhausted(format!(
+                "a stream may report at most {} buckets",
+                self.tuning.max_buckets_per_stream
+            )));
+        }
+        let unknown = checked
+            .iter()
+            .filter(|(name, ..)| !state.buckets.contains_key(&name.key))
+            .count();
+        if state.buckets.len() + unknown > self.tuning.max_buckets {
+            return Err(Status::resource_exhausted(format!(
+                "the quota service holds {} buckets, the maximum",
+                self.tuning.max_buckets
+            )));
+        }
+        open.domain = Some(domain.clone());
+        let outbox = open.outbox.clone();
+        let mut immediate = Vec::new();
+        let mut woken = false;
+        for (name, elapsed, requests) in checked {
+            open.buckets.insert(name.key.clone());
+            let bucket = match state.buckets.entry(name.key.clone()) {
+                std::collections::hash_map::Entry::Occupied(found) => found.into_mut(),
+                std::collections::hash_map::Entry::Vacant(free) => {
+                    let Some(target) =
+                        Target::resolve(&config, &domain, &name, self.tuning.period)
+                    else {
+                        continue;
+                    };
+                    free.insert(Bucket {
+                        name,
+                        domain: domain.clone(),
+                        target,
+                        envoys: HashMap::new(),
+                        exhausted: false,
+                        demand_reported: false,
+                    })
+                }
+            };
+            let rate = requests as f64 / elapsed.as_secs_f64().max(1.0);
+            let per_period = match &bucket.target {
+                Target::Share(shared) => rate * shared.period.as_secs_f64(),
+                _ => rate,
+            };
+            match bucket.envoys.get_mut(&stream) {
+                Some(envoy) => {
+                    envoy.demand = (envoy.demand + per_period) / 2.0;
+                    if requests > 0 {
+                        envoy.last_active = now;
+                    }
+                }
+                None => {
+                    bucket.envoys.insert(
+                        stream,
+                        Envoy {
+                            demand: per_period,
+                            share: 0,
+                            last_active: now,
+                            sent: None,
+                        },
+                    );
+                    match &bucket.target {
+                        // A blanket rule needs no share: sent at once.
+                        Target::AllowAll | Target::DenyAll => {
+                            let envoy = bucket.envoys.get_mut(&stream);
+                            let strategy = blanket(&bucket.target);
+                            if let Some(envoy) = envoy {
+                                envoy.sent = Some(strategy);
+                            }
+                            immediate.push(assignment(&bucket.name, strategy, self.ttl(None)));
+                        }
+                        Target::Share(_) => woken = true,
+                    }
+                }
+            }
+        }
+        if !immediate.is_empty() {
+            self.counters
+                .assignments
+                .fetch_add(immediate.len() as u64, Ordering::Relaxed);
+            // A full outbox ends the stream at the next renewal.
+            let _ = outbox.try_send(Ok(RateLimitQuotaResponse {
+                bucket_action: immediate,
+            }));
+        }
+        if woken {
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// An assignment's time to live: to the end of its slot (or a whole slot when the end is
+    /// not known yet) and the overlap.
+    fn ttl(&self, slot_left: Option<Duration>) -> Duration {
+        slot_left.unwrap_or(self.tuning.period) + self.tuning.overlap
+    }
+
+    /// What the service holds and has done.
+    pub fn stats(&self) -> QuotaStats {
+        let state = self.state();
+        let mut stats = self.counters.snapshot();
+        stats.streams = state.streams.len() as u64;
+        stats.buckets = state.buckets.len() as u64;
+        for bucket in state.buckets.values() {
+            stats.envoys += bucket.envoys.len() as u64;
+            if let Target::Share(shared) = &bucket.target {
+                let assigned: u64 = bucket.envoys.values().map(|e| e.share).sum();
+                let demand: f64 = bucket.envoys.values().map(|e| e.demand).sum();
+                stats.assigned_ratio_sum += assigned as f64 / shared.quota.max(1) as f64;
+                stats.demand_ratio_sum += demand / shared.quota.max(1) as f64;
+                stats.shared_buckets += 1;
+            }
+        }
+        stats
+    }
+
+    /// Assigns quota until the task is dropped: a turn at every slot, growth in between.
+    pub async fn run(self: std::sync::Arc<Self>) {
+        let mut end = Instant::now() + self.tuning.period;
+        loop {
+            tokio::time::sleep_until(end + TURN_MARGIN).await;
+            let turn = Instant::now();
+            end = match self.renew().await {
+                Some(left) => Instant::now() + left,
+                // No store answer to set the clock by: keep the cadence.
+                None => end + self.tuning.period.max(turn.saturating_duration_since(end)),
+            };
+            if end <= turn {
+                end = turn + self.tuning.period;
+            }
+            tokio::time::sleep_until(turn + self.tuning.overlap * 2).await;
+            let mut first = true;
+            while Instant::now() + TURN_MARGIN < end {
+                self.grow(first).await;
+                first = false;
+                let next = (Instant::now() + GROWTH_TICK).min(end);
+                tokio::select! {
+                    () = tokio::time::sleep_until(next) => {}
+                    () = self.wake.notified() => {}
+                }
+            }
+        }
+    }
+
+    /// The turn of a slot: idle and unconfigured buckets are abandoned; every share is renewed
+    /// no larger than it was (its want, if that is less) and counted in the new slot. Returns
+    /// what is left of the new slot, when the store said.
+    async fn renew(&self) -> Option<Duration> {
+        let config = self.rls.config();
+        let now = Instant::now();
+        let mut outgoing: HashMap<u64, Outgoing> = HashMap::new();
+        let mut work = Vec::new();
+        {
+            let mut state = self.state();
+            let state = &mut *state;
+            let mut gone = Vec::new();
+            for (key, bucket) in &mut state.buckets {
+                bucket.exhausted = false;
+                bucket.demand_reported = false;
+                let current =
+                    Target::resolve(&config, &bucket.domain, &bucket.name, self.tuning.period);
+                let idle: Vec<u64> = bucket
+                    .envoys
+                    .iter()
+                    .filter(|(_, envoy)| now.duration_since(envoy.last_active) >= self.tuning.idle)
+                    .map(|(stream, _)| *stream)
+                    .collect();
+                let abandoned: Vec<u64> = if current.as_ref() == Some(&bucket.target) {
+                    idle
+                } else {
+                    bucket.envoys.keys().copied().collect()
+                };
+                for stream in abandoned {
+                    bucket.envoys.remove(&stream);
+                    outgoing
+                        .entry(stream)
+                        .or_default()
+                        .push((stream, abandon(&bucket.name)));
+                    if let Some(open) = state.streams.get_mut(&stream) {
+                        open.buckets.remove(key);
+                    }
+                }
+                if bucket.envoys.is_empty() {
+                    gone.push(key.clone());
+                    continue;
+                }
+                match &bucket.target {
+                    Target::Share(shared) => {
+                        let mut envoys: Vec<(u64, u64, f64)> = bucket
+                            .envoys
+                            .iter()
+                            .map(|(stream, envoy)| {
+                                let want = share::want(envoy.demand, shared.quota);
+                                (*stream, envoy.share.min(want), envoy.demand)
+                            })
+                            .collect();
+                        envoys.sort_unstable_by_key(|(stream, ..)| *stream);
+                        work.push((key.clone(), std::sync::Arc::clone(shared), envoys));
+                    }
+                    target => {
+                        let strategy = blanket(target);
+                        for (stream, envoy) in &mut bucket.envoys {
+                            envoy.sent = Some(strategy);
+                            outgoing.entry(*stream).or_default().push((
+                                *stream,
+                                assignment(&bucket.name, strategy, self.ttl(None)),
+                            ));
+                        }
+                    }
+                }
+            }
+            for key in gone {
+                state.buckets.remove(&key);
+            }
+        }
+        let renewed = join_all(work.into_iter().map(|(key, shared, envoys)| async move {
+            let keep: Vec<u64> = envoys.iter().map(|(_, share, _)| *share).collect();
+            let demand = demand_units(envoys.iter().map(|(.., demand)| *demand));
+            let counted = self.count(&key, &shared, keep.iter().sum(), demand).await;
+            (key, shared, envoys, keep, counted)
+        }))
+        .await;
+        let mut slot_left = None;
+        let mut state = self.state();
+        for (key, shared, envoys, keep, counted) in renewed {
+            let Some(bucket) = state.buckets.get_mut(&key) else {
+                continue;
+            };
+            let (granted, left) = match counted {
+                Ok((granted, left)) => {
+                    bucket.demand_reported = true;
+                    slot_left = Some(left);
+                    (granted, Some(left))
+                }
+                // Nothing could be counted: nothing is renewed, and the assignments in force
+                // run out with their TTL.
+                Err(()) => (0, None),
+            };
+            let shares = share::split(granted, &keep);
+            for ((stream, ..), share) in envoys.iter().zip(shares) {
+                let Some(envoy) = bucket.envoys.get_mut(stream) else {
+                    continue;
+                };
+                envoy.share = share;
+                if left.is_none() {
+                    continue;
+                }
+                let strategy = strategy_of(&shared, share, self.tuning.period);
+                envoy.sent = Some(strategy);
+                outgoing.entry(*stream).or_default().push((
+                    *stream,
+                    assignment(&bucket.name, strategy, self.ttl(left)),
+                ));
+            }
+        }
+        self.send(&mut state, outgoing);
+        slot_left
+    }
+
+    /// Grows shares toward their wants from what the slot has left: on the slot's first pass,
+    /// each server up to its fair part of the limit (by the demand every server reported),
+    /// after that from whatever is left.
+    async fn grow(&self, first: bool) {
+        let work: Vec<_> = {
+            let state = self.state();
+            state
+                .buckets
+                .iter()
+                .filter_map(|(key, bucket)| {
+                    let Target::Share(shared) = &bucket.target else {
+                        return None;
+                    };
+                    if bucket.exhausted {
+                        return None;
+                    }
+                    let mut envoys: Vec<(u64, u64, u64, f64)> = bucket
+                        .envoys
+                        .iter()
+                        .map(|(stream, envoy)| {
+                            let want = share::want(envoy.demand, shared.quota);
+                            (*stream, envoy.share, want, envoy.demand)
+                        })
+                        .collect();
+                    if envoys.iter().all(|(_, share, want, _)| share >= want) {
+                        return None;
+                    }
+                    envoys.sort_unstable_by_key(|(stream, ..)| *stream);
+                    Some((
+                        key.clone(),
+                        std::sync::Arc::clone(shared),
+                        envoys,
+                        bucket.demand_reported,
+                    ))
+                })
+                .collect()
+        };
+        let grown = join_all(
+            work.into_iter()
+                .map(|(key, shared, envoys, reported)| async move {
+                    let grant = self.more(&key, &shared, &envoys, reported, first).await;
+                    (key, shared, envoys, grant)
+                }),
+        )
+        .await;
+        let mut outgoing: HashMap<u64, Outgoing> = HashMap::new();
+        let mut state = self.state();
+        for (key, shared, envoys, grant) in grown {
+            let Some(bucket) = state.buckets.get_mut(&key) else {
+                continue;
+            };
+            let Ok((granted, left, exhausted)) = grant else {
+                continue;
+            };
+            bucket.demand_reported = true;
+            bucket.exhausted = exhausted;
+            let deficits: Vec<u64> = envoys
+                .iter()
+                .map(|(_, share, want, _)| want.saturating_sub(*share))
+                .collect();
+            let extra = share::split(granted, &deficits);
+            for ((stream, share, ..), extra) in envoys.iter().zip(extra) {
+                if extra == 0 {
+                    continue;
+                }
+                let Some(envoy) = bucket.envoys.get_mut(stream) else {
+                    // Gone since: its part stays counted to the end of the slot.
+                    continue;
+                };
+                envoy.share = share + extra;
+                let strategy = strategy_of(&shared, envoy.share, self.tuning.period);
+                envoy.sent = Some(strategy);
+                outgoing.entry(*stream).or_default().push((
+                    *stream,
+                    assignment(&bucket.name, strategy, self.ttl(Some(left))),
+                ));
+            }
+        }
+        self.send(&mut state, outgoing);
+    }
+
+    /// Counts `units` of shares in the current slot, or what is left of them, with this
+    /// server's `demand` (unless `demand` is zero). Returns the units granted and what is left
+    /// of the slot.
+    async fn count(
+        &self,
+        key: &str,
+        shared: &Shared,
+        units: u64,
+        demand: u64,
+    ) -> Result<(u64, Duration), ()> {
+        let verdict = self.charge(key, shared, units, demand).await?;
+        let decision = &verdict.decisions()[0];
+        let left = decision.reset_after();
+        if verdict.is_admitted() {
+            return Ok((units, left));
+        }
+        // Others took part of the slot: take what is left of it.
+        let rest = decision.remaining().min(units);
+        let verdict = self.charge(key, shared, rest, demand).await?;
+        let decision = &verdict.decisions()[0];
+        Ok(if verdict.is_admitted() {
+            (rest, decision.reset_after())
+        } else {
+            (0, decision.reset_after())
+        })
+    }
+
+    /// One store call: `units` on the share counter and `demand` on the demand counter.
+    async fn charge(
+        &self,
+        key: &str,
+        shared: &Shared,
+        units: u64,
+        demand: u64,
+    ) -> Result<Verdict, ()> {
+        let check = Check::new(0)
+            .limit_with_cost(key, &shared.shares, units)
+            .limit_with_cost(key, &shared.demand, demand);
+        self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
+        match self.limiter.store().check(&check, None).await {
+            Ok(verdict) => Ok(verdict),
+            Err(error) => {
+                self.counters.store_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%error, "the quota service could not count shares in the store");
+                Err(())
+            }
+        }
+    }
+
+    /// How much more a bucket's Envoys on this server get: the units granted, what is left
+    /// of the slot, and whether the slot has nothing left.
+    async fn more(
+        &self,
+        key: &str,
+        shared: &Shared,
+        envoys: &[(u64, u64, u64, f64)],
+        reported: bool,
+        first: bool,
+    ) -> Result<(u64, Duration, bool), ()> {
+        let demand = demand_units(envoys.iter().map(|(.., demand)| *demand));
+        let held: u64 = envoys.iter().map(|(_, share, ..)| share).sum();
+        let wanted: u64 = envoys.iter().map(|(_, share, want, _)| (*share).max(*want)).sum();
+        // What every server reported, and what the slot has left.
+        let peek = self
+            .charge(key, shared, 0, if reported { 0 } else { demand })
+            .await?;
+        let [shares, demands] = peek.decisions() else {
+            return Err(());
+        };
+        let total_demand = demands.limit().saturating_sub(demands.remaining());
+        let target = if first {
+            let fair = share::fair(shared.quota, demand, total_demand);
+            wanted.min(fair.max(held))
+        } else {
+            wanted
+        };
+        let ask = target.saturating_sub(held).min(shares.remaining());
+        if ask == 0 {
+            return Ok((0, shares.reset_after(), shares.remaining() == 0));
+        }
+        let (granted, left) = self.count(key, shared, ask, 0).await?;
+        Ok((granted, left, granted < ask))
+    }
+
+    /// Sends each stream its actions in one message; a stream whose queue is full is closed,
+    /// since it no longer reads what it is assigned.
+    fn send(&self, state: &mut State, outgoing: HashMap<u64, Outgoing>) {
+        for (stream, actions) in outgoing {
+            let Some(open) = state.streams.get(&stream) else {
+                continue;
+            };
+            let (mut assigned, mut abandoned) = (0, 0);
+            for (_, action) in &actions {
+                match action.bucket_action {
+                    Some(Action::AbandonAction(_)) => abandoned += 1,
+                    _ => assigned += 1,
+                }
+            }
+            let message = RateLimitQuotaResponse {
+                bucket_action: actions.into_iter().map(|(_, action)| action).collect(),
+            };
+            if open.outbox.try_send(Ok(message)).is_err() {
+                let outbox = open.outbox.clone();
+                tokio::spawn(async move {
+                    let _ = outbox
+                        .send(Err(Status::resource_exhausted(
+                            "the stream does not read its assignments",
+                        )))
+                        .await;
+                });
+                continue;
+            }
+            self.counters
+                .assignments
+                .fetch_add(assigned, Ordering::Relaxed);
+            self.counters
+                .abandoned
+                .fetch_add(abandoned, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A server's demand in whole units, within the demand counter's cap.
+fn demand_units(demands: impl Iterator<Item = f64>) -> u64 {
+    let sum: f64 = demands.map(|demand| demand.max(0.0)).sum();
+    (sum.ceil() as u64).min(1 << 40)
+}
+
+fn blanket(target: &Target) -> Strategy {
+    let rule = match target {
+        Target::DenyAll => BlanketRule::DenyAll,
+        _ => BlanketRule::AllowAll,
+    };
+    Strategy::BlanketRule(rule as i32)
+}
+
+/// A share as Envoy enforces it: a token bucket, or every request denied for a share of none.
+fn strategy_of(shared: &Shared, share: u64, slot: Duration) -> Strategy {
+    if share == 0 {
+        return Strategy::BlanketRule(BlanketRule::DenyAll as i32);
+    }
+    Strategy::TokenBucket(share::token_bucket(share, shared.period, slot))
+}
+
+fn assignment(name: &BucketName, strategy: Strategy, ttl: Duration) -> BucketAction {
+    BucketAction {
+        bucket_id: Some(name.id.clone()),
+        bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
+            assignment_time_to_live: prost_types::Duration::try_from(ttl).ok(),
+            rate_limit_strategy: Some(RateLimitStrategy {
+                strategy: Some(strategy),
+            }),
+        })),
+    }
+}
+
+fn abandon(name: &BucketName) -> BucketAction {
+    BucketAction {
+        bucket_id: Some(name.id.clone()),
+        bucket_action: Some(Action::AbandonAction(AbandonAction {})),
+    }
+}
+
+/// `tollgate serve`'s flags for the quota service.
+#[derive(Debug, Clone, clap::Args)]
+pub struct QuotaFlags {
+    /// How often the rate limit quota service renews every assignment (its slot; also the
+    /// window of the share counters in the store, so every server on one store must agree).
+    #[arg(long = "rlqs-slot", env = "TOLLGATE_RLQS_SLOT", default_value = "2s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    pub slot: Duration,
+    /// How long a quota assignment outlives its slot, so that Envoy holds one while the next
+    /// is on its way: above the time an assignment takes to reach Envoy, at most a quarter of
+    /// the slot.
+    #[arg(long = "rlqs-overlap", env = "TOLLGATE_RLQS_OVERLAP", default_value = "250ms", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    pub overlap: Duration,
+    /// A bucket an Envoy reports no requests for this long is abandoned.
+    #[arg(long = "rlqs-idle", env = "TOLLGATE_RLQS_IDLE", default_value = "60s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    pub idle: Duration,
+}
+
+impl QuotaFlags {
+    /// The tuning these flags give, with the default caps.
+    pub fn tuning(&self) -> QuotaTuning {
+        QuotaTuning {
+            period: self.slot,
+            overlap: self.overlap,
+            idle: self.idle,
+            ..QuotaTuning::default()
+        }
+    }
+}

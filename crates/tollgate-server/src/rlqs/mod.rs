@@ -1,0 +1,24 @@
+//! Envoy's rate limit quota service (RLQS, `envoy.service.rate_limit_quota.v3`): Envoy groups
+//! requests into buckets, reports each bucket's usage on one stream, and enforces locally the
+//! quota the service assigns it. Buckets are matched through the same descriptor files as the
+//! rate limit service; a limit is split among the Envoys reporting its bucket by their demand,
+//! and every share is counted in the store first (see [`engine`]).
+
+mod bucket;
+pub mod engine;
+mod grpc;
+mod share;
+mod stats;
+
+pub use engine::{MAX_REPORTS_PER_MESSAGE, QuotaFlags, QuotaTuning, Rlqs};
+pub use grpc::RlqsGrpc;
+pub use stats::QuotaStats;
+
+/// The limiter's metrics and, where this process serves one, the quota service's.
+pub fn metrics_text(limiter: &tollgate::Limiter<tollgate::AnyStore>, quotas: Option<&Rlqs>) -> String {
+    let text = limiter.metrics_text();
+    match quotas {
+        Some(quotas) => quotas.stats().append_to(text),
+        None => text,
+    }
+}
