@@ -13,7 +13,7 @@
 //! moment is within the limit, as long as an assignment reaches Envoy within `overlap`.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -100,7 +100,7 @@ pub(crate) type Outbox = mpsc::Sender<Result<RateLimitQuotaResponse, Status>>;
 #[derive(Debug)]
 pub struct Rlqs {
     limiter: Limiter<AnyStore>,
-    rls: std::sync::Arc<Rls>,
+    rls: Arc<Rls>,
     tuning: QuotaTuning,
     state: Mutex<State>,
     wake: Notify,
@@ -131,6 +131,54 @@ struct Bucket {
     exhausted: bool,
     /// The demand this server reported in this slot, if it did.
     demand_reported: bool,
+    /// The demand every server reported in the last slot, as last read.
+    total_demand: u64,
+}
+
+impl Bucket {
+    /// Each Envoy's share, want and demand, in stream order.
+    fn parts(&self, shared: &Shared) -> Vec<Part> {
+        let mut parts: Vec<Part> = self
+            .envoys
+            .iter()
+            .map(|(stream, envoy)| Part {
+                stream: *stream,
+                share: envoy.share,
+                want: share::want(envoy.demand, shared.quota),
+                demand: envoy.demand,
+            })
+            .collect();
+        parts.sort_unstable_by_key(|part| part.stream);
+        parts
+    }
+}
+
+/// An Envoy's part of a bucket, as the engine plans with it.
+#[derive(Debug, Clone, Copy)]
+struct Part {
+    stream: u64,
+    share: u64,
+    want: u64,
+    demand: f64,
+}
+
+/// What a growth pass got for a bucket.
+struct Growth {
+    granted: u64,
+    left: Duration,
+    exhausted: bool,
+    total_demand: u64,
+    /// What each Envoy lacked, in part order.
+    deficits: Vec<u64>,
+}
+
+/// Each Envoy's target: this server's fair part of the limit (by its demand against every
+/// server's), split by demand, none above its want.
+fn targets(shared: &Shared, parts: &[Part], own: u64, total: u64) -> Vec<u64> {
+    let fair = share::fair(shared.quota, own, total);
+    let demands: Vec<f64> = parts.iter().map(|part| part.demand).collect();
+    let wants: Vec<u64> = parts.iter().map(|part| part.want).collect();
+    share::split(fair, &demands, &wants)
 }
 
 /// One Envoy's part of a bucket.
@@ -152,7 +200,7 @@ impl Rlqs {
     /// A service assigning the limits of `rls`'s configuration from `limiter`'s store.
     pub fn new(
         limiter: Limiter<AnyStore>,
-        rls: std::sync::Arc<Rls>,
+        rls: Arc<Rls>,
         tuning: QuotaTuning,
     ) -> Result<Self, String> {
         tuning.validate()?;
@@ -333,6 +381,7 @@ impl Rlqs {
                         envoys: HashMap::new(),
                         exhausted: false,
                         demand_reported: false,
+                        total_demand: 0,
                     })
                 }
             };
@@ -414,7 +463,7 @@ impl Rlqs {
     }
 
     /// Assigns quota until the task is dropped: a turn at every slot, growth in between.
-    pub async fn run(self: std::sync::Arc<Self>) {
+    pub async fn run(self: Arc<Self>) {
         let mut end = Instant::now() + self.tuning.period;
         loop {
             tokio::time::sleep_until(end + TURN_MARGIN).await;
@@ -442,8 +491,8 @@ impl Rlqs {
     }
 
     /// The turn of a slot: idle and unconfigured buckets are abandoned; every share is renewed
-    /// no larger than it was (its want, if that is less) and counted in the new slot. Returns
-    /// what is left of the new slot, when the store said.
+    /// no larger than it was, nor than its part of this server's fair part of the limit, and
+    /// counted in the new slot. Returns what is left of the new slot, when the store said.
     async fn renew(&self) -> Option<Duration> {
         let config = self.rls.config();
         let now = Instant::now();
@@ -458,14 +507,15 @@ impl Rlqs {
                 bucket.demand_reported = false;
                 let current =
                     Target::resolve(&config, &bucket.domain, &bucket.name, self.tuning.period);
-                let idle: Vec<u64> = bucket
-                    .envoys
-                    .iter()
-                    .filter(|(_, envoy)| now.duration_since(envoy.last_active) >= self.tuning.idle)
-                    .map(|(stream, _)| *stream)
-                    .collect();
                 let abandoned: Vec<u64> = if current.as_ref() == Some(&bucket.target) {
-                    idle
+                    bucket
+                        .envoys
+                        .iter()
+                        .filter(|(_, envoy)| {
+                            now.duration_since(envoy.last_active) >= self.tuning.idle
+                        })
+                        .map(|(stream, _)| *stream)
+                        .collect()
                 } else {
                     bucket.envoys.keys().copied().collect()
                 };
@@ -485,16 +535,15 @@ impl Rlqs {
                 }
                 match &bucket.target {
                     Target::Share(shared) => {
-                        let mut envoys: Vec<(u64, u64, f64)> = bucket
-                            .envoys
+                        let parts = bucket.parts(shared);
+                        let own = demand_units(&parts);
+                        let targets = targets(shared, &parts, own, bucket.total_demand);
+                        let keep: Vec<u64> = parts
                             .iter()
-                            .map(|(stream, envoy)| {
-                                let want = share::want(envoy.demand, shared.quota);
-                                (*stream, envoy.share.min(want), envoy.demand)
-                            })
+                            .zip(targets)
+                            .map(|(part, target)| part.share.min(target))
                             .collect();
-                        envoys.sort_unstable_by_key(|(stream, ..)| *stream);
-                        work.push((key.clone(), std::sync::Arc::clone(shared), envoys));
+                        work.push((key.clone(), Arc::clone(shared), parts, keep, own));
                     }
                     target => {
                         let strategy = blanket(target);
@@ -512,43 +561,44 @@ impl Rlqs {
                 state.buckets.remove(&key);
             }
         }
-        let renewed = join_all(work.into_iter().map(|(key, shared, envoys)| async move {
-            let keep: Vec<u64> = envoys.iter().map(|(_, share, _)| *share).collect();
-            let demand = demand_units(envoys.iter().map(|(.., demand)| *demand));
-            let counted = self.count(&key, &shared, keep.iter().sum(), demand).await;
-            (key, shared, envoys, keep, counted)
-        }))
+        let renewed = join_all(
+            work.into_iter()
+                .map(|(key, shared, parts, keep, own)| async move {
+                    let counted = self.count(&key, &shared, keep.iter().sum(), own).await;
+                    (key, shared, parts, keep, counted)
+                }),
+        )
         .await;
         let mut slot_left = None;
         let mut state = self.state();
-        for (key, shared, envoys, keep, counted) in renewed {
+        for (key, shared, parts, keep, counted) in renewed {
             let Some(bucket) = state.buckets.get_mut(&key) else {
                 continue;
             };
-            let (granted, left) = match counted {
-                Ok((granted, left)) => {
-                    bucket.demand_reported = true;
-                    slot_left = Some(left);
-                    (granted, Some(left))
+            // Nothing could be counted: nothing is renewed, and the assignments in force run
+            // out with their TTL.
+            let Ok((granted, left)) = counted else {
+                for part in &parts {
+                    if let Some(envoy) = bucket.envoys.get_mut(&part.stream) {
+                        envoy.share = 0;
+                    }
                 }
-                // Nothing could be counted: nothing is renewed, and the assignments in force
-                // run out with their TTL.
-                Err(()) => (0, None),
+                continue;
             };
-            let shares = share::split(granted, &keep);
-            for ((stream, ..), share) in envoys.iter().zip(shares) {
-                let Some(envoy) = bucket.envoys.get_mut(stream) else {
+            bucket.demand_reported = true;
+            slot_left = Some(left);
+            let weights: Vec<f64> = keep.iter().map(|&units| units as f64).collect();
+            let shares = share::split(granted, &weights, &keep);
+            for (part, share) in parts.iter().zip(shares) {
+                let Some(envoy) = bucket.envoys.get_mut(&part.stream) else {
                     continue;
                 };
                 envoy.share = share;
-                if left.is_none() {
-                    continue;
-                }
                 let strategy = strategy_of(&shared, share, self.tuning.period);
                 envoy.sent = Some(strategy);
-                outgoing.entry(*stream).or_default().push((
-                    *stream,
-                    assignment(&bucket.name, strategy, self.ttl(left)),
+                outgoing.entry(part.stream).or_default().push((
+                    part.stream,
+                    assignment(&bucket.name, strategy, self.ttl(Some(left))),
                 ));
             }
         }
@@ -556,9 +606,9 @@ impl Rlqs {
         slot_left
     }
 
-    /// Grows shares toward their wants from what the slot has left: on the slot's first pass,
-    /// each server up to its fair part of the limit (by the demand every server reported),
-    /// after that from whatever is left.
+    /// Grows shares from what the slot has left: on the slot's first pass, toward each
+    /// Envoy's part of this server's fair part of the limit (by the demand every server
+    /// reported), after that toward its want from whatever is left.
     async fn grow(&self, first: bool) {
         let work: Vec<_> = {
             let state = self.state();
@@ -569,25 +619,14 @@ impl Rlqs {
                     let Target::Share(shared) = &bucket.target else {
                         return None;
                     };
-                    if bucket.exhausted {
+                    let parts = bucket.parts(shared);
+                    if bucket.exhausted || parts.iter().all(|part| part.share >= part.want) {
                         return None;
                     }
-                    let mut envoys: Vec<(u64, u64, u64, f64)> = bucket
-                        .envoys
-                        .iter()
-                        .map(|(stream, envoy)| {
-                            let want = share::want(envoy.demand, shared.quota);
-                            (*stream, envoy.share, want, envoy.demand)
-                        })
-                        .collect();
-                    if envoys.iter().all(|(_, share, want, _)| share >= want) {
-                        return None;
-                    }
-                    envoys.sort_unstable_by_key(|(stream, ..)| *stream);
                     Some((
                         key.clone(),
-                        std::sync::Arc::clone(shared),
-                        envoys,
+                        Arc::clone(shared),
+                        parts,
                         bucket.demand_reported,
                     ))
                 })
@@ -595,42 +634,40 @@ impl Rlqs {
         };
         let grown = join_all(
             work.into_iter()
-                .map(|(key, shared, envoys, reported)| async move {
-                    let grant = self.more(&key, &shared, &envoys, reported, first).await;
-                    (key, shared, envoys, grant)
+                .map(|(key, shared, parts, reported)| async move {
+                    let growth = self.more(&key, &shared, &parts, reported, first).await;
+                    (key, shared, parts, growth)
                 }),
         )
         .await;
         let mut outgoing: HashMap<u64, Outgoing> = HashMap::new();
         let mut state = self.state();
-        for (key, shared, envoys, grant) in grown {
+        for (key, shared, parts, growth) in grown {
             let Some(bucket) = state.buckets.get_mut(&key) else {
                 continue;
             };
-            let Ok((granted, left, exhausted)) = grant else {
+            let Ok(growth) = growth else {
                 continue;
             };
             bucket.demand_reported = true;
-            bucket.exhausted = exhausted;
-            let deficits: Vec<u64> = envoys
-                .iter()
-                .map(|(_, share, want, _)| want.saturating_sub(*share))
-                .collect();
-            let extra = share::split(granted, &deficits);
-            for ((stream, share, ..), extra) in envoys.iter().zip(extra) {
+            bucket.exhausted = growth.exhausted;
+            bucket.total_demand = growth.total_demand;
+            let demands: Vec<f64> = parts.iter().map(|part| part.demand).collect();
+            let extra = share::split(growth.granted, &demands, &growth.deficits);
+            for (part, extra) in parts.iter().zip(extra) {
                 if extra == 0 {
                     continue;
                 }
-                let Some(envoy) = bucket.envoys.get_mut(stream) else {
+                let Some(envoy) = bucket.envoys.get_mut(&part.stream) else {
                     // Gone since: its part stays counted to the end of the slot.
                     continue;
                 };
-                envoy.share = share + extra;
+                envoy.share = part.share + extra;
                 let strategy = strategy_of(&shared, envoy.share, self.tuning.period);
                 envoy.sent = Some(strategy);
-                outgoing.entry(*stream).or_default().push((
-                    *stream,
-                    assignment(&bucket.name, strategy, self.ttl(Some(left))),
+                outgoing.entry(part.stream).or_default().push((
+                    part.stream,
+                    assignment(&bucket.name, strategy, self.ttl(Some(growth.left))),
                 ));
             }
         }
@@ -686,39 +723,49 @@ impl Rlqs {
         }
     }
 
-    /// How much more a bucket's Envoys on this server get: the units granted, what is left
-    /// of the slot, and whether the slot has nothing left.
+    /// How much more a bucket's Envoys on this server get, and what the store said.
     async fn more(
         &self,
         key: &str,
         shared: &Shared,
-        envoys: &[(u64, u64, u64, f64)],
+        parts: &[Part],
         reported: bool,
         first: bool,
-    ) -> Result<(u64, Duration, bool), ()> {
-        let demand = demand_units(envoys.iter().map(|(.., demand)| *demand));
-        let held: u64 = envoys.iter().map(|(_, share, ..)| share).sum();
-        let wanted: u64 = envoys.iter().map(|(_, share, want, _)| (*share).max(*want)).sum();
+    ) -> Result<Growth, ()> {
+        let own = demand_units(parts);
         // What every server reported, and what the slot has left.
         let peek = self
-            .charge(key, shared, 0, if reported { 0 } else { demand })
+            .charge(key, shared, 0, if reported { 0 } else { own })
             .await?;
         let [shares, demands] = peek.decisions() else {
             return Err(());
         };
         let total_demand = demands.limit().saturating_sub(demands.remaining());
-        let target = if first {
-            let fair = share::fair(shared.quota, demand, total_demand);
-            wanted.min(fair.max(held))
+        let deficits: Vec<u64> = if first {
+            targets(shared, parts, own, total_demand)
+                .into_iter()
+                .zip(parts)
+                .map(|(target, part)| target.saturating_sub(part.share))
+                .collect()
         } else {
-            wanted
+            parts
+                .iter()
+                .map(|part| part.want.saturating_sub(part.share))
+                .collect()
         };
-        let ask = target.saturating_sub(held).min(shares.remaining());
-        if ask == 0 {
-            return Ok((0, shares.reset_after(), shares.remaining() == 0));
-        }
-        let (granted, left) = self.count(key, shared, ask, 0).await?;
-        Ok((granted, left, granted < ask))
+        let ask = deficits.iter().sum::<u64>().min(shares.remaining());
+        let (granted, left) = if ask == 0 {
+            (0, shares.reset_after())
+        } else {
+            self.count(key, shared, ask, 0).await?
+        };
+        Ok(Growth {
+            granted,
+            left,
+            exhausted: shares.remaining() == 0 || granted < ask,
+            total_demand,
+            deficits,
+        })
     }
 
     /// Sends each stream its actions in one message; a stream whose queue is full is closed,
@@ -760,8 +807,8 @@ impl Rlqs {
 }
 
 /// A server's demand in whole units, within the demand counter's cap.
-fn demand_units(demands: impl Iterator<Item = f64>) -> u64 {
-    let sum: f64 = demands.map(|demand| demand.max(0.0)).sum();
+fn demand_units(parts: &[Part]) -> u64 {
+    let sum: f64 = parts.iter().map(|part| part.demand.max(0.0)).sum();
     (sum.ceil() as u64).min(1 << 40)
 }
 

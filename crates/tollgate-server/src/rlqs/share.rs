@@ -26,29 +26,42 @@ pub(crate) fn fair(quota: u64, own: u64, total: u64) -> u64 {
     (u128::from(quota) * u128::from(own) / u128::from(total)) as u64
 }
 
-/// Splits `total` units over `wants`: everyone their want if the total covers it, else in
-/// proportion to the wants (rounded down, the units left over one each to the largest wants),
-/// never more than a want. The parts add up to `min(total, sum of wants)`.
-pub(crate) fn split(total: u64, wants: &[u64]) -> Vec<u64> {
-    let sum: u128 = wants.iter().map(|&want| u128::from(want)).sum();
-    if sum <= u128::from(total) {
-        return wants.to_vec();
-    }
-    let mut parts: Vec<u64> = wants
-        .iter()
-        .map(|&want| (u128::from(total) * u128::from(want) / sum) as u64)
-        .collect();
-    let mut left = total - parts.iter().sum::<u64>();
-    let mut order: Vec<usize> = (0..wants.len()).collect();
-    order.sort_by(|&a, &b| wants[b].cmp(&wants[a]).then(a.cmp(&b)));
-    for index in order.into_iter().cycle().take(wants.len() * 2) {
-        if left == 0 {
-            break;
+/// Splits `total` units in proportion to `weights`, none above its cap: what a capped part
+/// cannot take goes to the others, and the units rounding leaves go one each to the heaviest.
+/// The parts add up to `min(total, sum of caps)`. Zero weights weigh alike.
+pub(crate) fn split(total: u64, weights: &[f64], caps: &[u64]) -> Vec<u64> {
+    let weight = |index: usize| {
+        let weight = weights.get(index).copied().unwrap_or(0.0);
+        if weight.is_finite() && weight > 0.0 {
+            weight
+        } else {
+            f64::MIN_POSITIVE
         }
-        if parts[index] < wants[index] {
-            parts[index] += 1;
-            left -= 1;
+    };
+    let mut parts = vec![0u64; caps.len()];
+    let mut left = total.min(caps.iter().fold(0u64, |sum, cap| sum.saturating_add(*cap)));
+    let mut open: Vec<usize> = (0..caps.len()).filter(|&i| caps[i] > 0).collect();
+    while left > 0 && !open.is_empty() {
+        let sum: f64 = open.iter().map(|&i| weight(i)).sum();
+        let mut given = 0;
+        for &i in &open {
+            let part = ((left as f64) * (weight(i) / sum)).floor() as u64;
+            let part = part.min(caps[i] - parts[i]).min(left - given);
+            parts[i] += part;
+            given += part;
         }
+        if given == 0 {
+            open.sort_by(|&a, &b| weight(b).total_cmp(&weight(a)).then(a.cmp(&b)));
+            for &i in &open {
+                if given == left {
+                    break;
+                }
+                parts[i] += 1;
+                given += 1;
+            }
+        }
+        left -= given;
+        open.retain(|&i| parts[i] < caps[i]);
     }
     parts
 }
@@ -100,13 +113,19 @@ mod tests {
     }
 
     #[test]
-    fn a_split_is_by_want_and_adds_up() {
-        assert_eq!(split(100, &[10, 20]), vec![10, 20], "all covered");
-        assert_eq!(split(90, &[60, 30, 30]), vec![46, 22, 22]);
-        assert_eq!(split(0, &[5, 5]), vec![0, 0]);
-        let parts = split(10, &[1, 1000, 1000]);
+    fn a_split_follows_the_weights_within_the_caps_and_adds_up() {
+        assert_eq!(split(100, &[1.0, 1.0], &[10, 20]), vec![10, 20], "all covered");
+        assert_eq!(split(600, &[10.0, 5.0, 1.0], &[600, 600, 600]), vec![376, 187, 37]);
+        assert_eq!(
+            split(600, &[10.0, 5.0, 1.0], &[100, 600, 600]),
+            vec![100, 417, 83],
+            "what a capped part cannot take goes to the others by weight"
+        );
+        assert_eq!(split(0, &[1.0, 1.0], &[5, 5]), vec![0, 0]);
+        assert_eq!(split(3, &[0.0, 0.0, 0.0], &[5, 5, 5]), vec![1, 1, 1]);
+        let parts = split(10, &[1.0, 1000.0, 1000.0], &[1, 1000, 1000]);
         assert_eq!(parts.iter().sum::<u64>(), 10);
-        assert!(parts.iter().zip([1, 1000, 1000]).all(|(p, w)| *p <= w));
+        assert!(parts.iter().zip([1, 1000, 1000]).all(|(p, cap)| *p <= cap));
     }
 
     #[test]

@@ -1,0 +1,590 @@
+//! The rate limit quota service over real gRPC streams, from clients generated from Envoy's
+//! protos. Simulated Envoys report their usage every second on tokio's paused clock (the
+//! memory store follows the same clock), over an in-process transport, so that what each
+//! Envoy is assigned, and when, does not depend on the machine.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tollgate::{AnyStore, Clock, Limiter, MemoryStore, Micros};
+use tollgate_server::rlqs::{QuotaTuning, Rlqs, RlqsGrpc};
+use tollgate_server::rls::proto::quota::rate_limit_quota_response::BucketAction;
+use tollgate_server::rls::proto::quota::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use tollgate_server::rls::proto::quota::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+use tollgate_server::rls::proto::quota::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use tollgate_server::rls::proto::quota::{BucketId, RateLimitQuotaUsageReports};
+use tollgate_server::rls::proto::types::rate_limit_strategy::{BlanketRule, Strategy};
+use tollgate_server::rls::{Rls, RlsConfig};
+use tonic::transport::{Channel, Endpoint, Server};
+
+
+/// One domain: 600 requests a minute per tenant, a free route, and everything else denied.
+const CONFIG: &str = "domain: envoy\n\
+unmatched_buckets: deny_all\n\
+descriptors:\n\
+\x20 - key: tenant\n\
+\x20   rate_limit: { unit: minute, requests_per_unit: 600 }\n\
+\x20 - key: route\n\
+\x20   value: /free\n\
+\x20   rate_limit: { unlimited: true }\n";
+
+/// The tenant limit, in requests a second.
+const LIMIT_PER_SECOND: f64 = 10.0;
+
+/// Time as tokio's (paused) clock tells it, from a whole slot on the Unix clock.
+struct TokioClock {
+    base: Micros,
+    start: Instant,
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> Micros {
+        self.base + self.start.elapsed().as_micros() as u64
+    }
+}
+
+fn config() -> RlsConfig {
+    RlsConfig::from_documents(&[("envoy.yaml", CONFIG)]).expect("a valid configuration")
+}
+
+/// A quota service on `store`, assigning from now on.
+fn quota_service(store: AnyStore, tuning: QuotaTuning) -> Arc<Rlqs> {
+    let limiter = Limiter::new(store);
+    let rls = Arc::new(Rls::new(limiter.clone(), config(), false));
+    let rlqs = Arc::new(Rlqs::new(limiter, rls, tuning).expect("a valid tuning"));
+    tokio::spawn(Arc::clone(&rlqs).run());
+    rlqs
+}
+
+/// The memory store on the paused clock.
+fn paused_store() -> AnyStore {
+    let clock = TokioClock {
+        base: 1_800_000_000_000_000,
+        start: Instant::now(),
+    };
+    AnyStore::Memory(MemoryStore::builder().clock(Arc::new(clock)).build())
+}
+
+/// A gRPC server for `rlqs` reached through in-process pipes: every connection is a new pipe.
+struct InProcess {
+    connections: mpsc::UnboundedSender<tokio::io::DuplexStream>,
+}
+
+impl InProcess {
+    fn serve(rlqs: Arc<Rlqs>) -> Self {
+        let (connections, mut accepted) = mpsc::unbounded_channel();
+        let incoming = futures_util::stream::poll_fn(move |context| {
+            accepted
+                .poll_recv(context)
+                .map(|pipe| pipe.map(Ok::<_, std::io::Error>))
+        });
+        tokio::spawn(
+            Server::builder()
+                .add_service(RlqsGrpc::server(rlqs))
+                .serve_with_incoming(incoming),
+        );
+        Self { connections }
+    }
+
+    async fn channel(&self) -> Channel {
+        let connections = self.connections.clone();
+        Endpoint::from_static("http://in-process")
+            .connect_with_connector(tower::service_fn(move |_| {
+                let (client, server) = tokio::io::duplex(1 << 16);
+                let accepted = connections.send(server);
+                async move {
+                    accepted.map_err(|_| std::io::Error::other("the server stopped"))?;
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(client))
+                }
+            }))
+            .await
+            .expect("connected in process")
+    }
+}
+
+/// What an Envoy received: an action for a bucket, or the status its stream ended with.
+#[derive(Debug, Clone)]
+enum Received {
+    Action(BucketAction),
+    Ended(tonic::Status),
+}
+
+/// Everything the Envoys received, in order, with when and which Envoy.
+type Log = Arc<Mutex<Vec<(Instant, usize, Received)>>>;
+
+/// A simulated Envoy: one stream, its reports sent by hand.
+struct Envoy {
+    index: usize,
+    reports: mpsc::Sender<RateLimitQuotaUsageReports>,
+    sent_domain: bool,
+}
+
+impl Envoy {
+    async fn connect(channel: Channel, index: usize, log: &Log) -> Self {
+        let (reports, outbound) = mpsc::channel(16);
+        let mut outbound = outbound;
+        let outbound = futures_util::stream::poll_fn(move |context| outbound.poll_recv(context));
+        let mut client = RateLimitQuotaServiceClient::new(channel);
+        let log = Arc::clone(log);
+        tokio::spawn(async move {
+            let mut inbound = match client.stream_rate_limit_quotas(outbound).await {
+                Ok(response) => response.into_inner(),
+                Err(status) => {
+                    log.lock()
+                        .expect("the log")
+                        .push((Instant::now(), index, Received::Ended(status)));
+                    return;
+                }
+            };
+            loop {
+                let received = match inbound.message().await {
+                    Ok(Some(message)) => message
+                        .bucket_action
+                        .into_iter()
+                        .map(Received::Action)
+                        .collect(),
+                    Ok(None) => break,
+                    Err(status) => vec![Received::Ended(status)],
+                };
+                let now = Instant::now();
+                let mut log = log.lock().expect("the log");
+                let ended = received.iter().any(|r| matches!(r, Received::Ended(_)));
+                log.extend(received.into_iter().map(|r| (now, index, r)));
+                if ended {
+                    break;
+                }
+            }
+        });
+        Self {
+            index,
+            reports,
+            sent_domain: false,
+        }
+    }
+
+    /// Reports one second of usage for each bucket.
+    async fn report(&mut self, usage: &[(BucketId, u64, u64)]) {
+        let domain = if self.sent_domain { "" } else { "envoy" };
+        self.sent_domain = true;
+        let message = RateLimitQuotaUsageReports {
+            domain: domain.to_owned(),
+            bucket_quota_usages: usage
+                .iter()
+                .map(|(id, allowed, denied)| BucketQuotaUsage {
+                    bucket_id: Some(id.clone()),
+                    time_elapsed: Some(prost_types::Duration {
+                        seconds: 1,
+                        nanos: 0,
+                    }),
+                    num_requests_allowed: *allowed,
+                    num_requests_denied: *denied,
+                })
+                .collect(),
+        };
+        // A stream the server ended takes no more reports; the log says why.
+        let _ = self.reports.send(message).await;
+    }
+}
+
+fn bucket(pairs: &[(&str, &str)]) -> BucketId {
+    BucketId {
+        bucket: pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    }
+}
+
+/// What an assignment lets through, in requests a second (a blanket denial none, an allowance
+/// everything).
+fn rate(action: &BucketAction) -> Option<(f64, Duration)> {
+    let Some(Action::QuotaAssignmentAction(assignment)) = &action.bucket_action else {
+        return None;
+    };
+    let ttl = assignment
+        .assignment_time_to_live
+        .and_then(|d| Duration::try_from(d).ok())
+        .expect("every assignment has a TTL");
+    let strategy = assignment
+        .rate_limit_strategy
+        .as_ref()
+        .and_then(|s| s.strategy)
+        .expect("every assignment has a strategy");
+    let rate = match strategy {
+        Strategy::TokenBucket(bucket) => {
+            let tokens = f64::from(bucket.tokens_per_fill.expect("tokens per fill"));
+            let seconds = bucket.fill_interval.expect("a fill interval").seconds;
+            assert!(seconds >= 1, "Envoy reads whole seconds: {bucket:?}");
+            assert!(bucket.max_tokens >= 1, "{bucket:?}");
+            tokens / seconds as f64
+        }
+        Strategy::BlanketRule(rule) if rule == BlanketRule::DenyAll as i32 => 0.0,
+        Strategy::BlanketRule(_) => f64::INFINITY,
+        Strategy::RequestsPerTimeUnit(_) => panic!("Envoy does not enforce requests_per_time_unit"),
+    };
+    Some((rate, ttl))
+}
+
+/// The assignments in force, as Envoy holds them: from when each arrives until its TTL ends,
+/// another replaces it, or the bucket is abandoned. Returns, for `id`, the largest sum of the
+/// rates in force at once, and each Envoy's last rate.
+fn in_force(log: &[(Instant, usize, Received)], id: &BucketId) -> (f64, BTreeMap<usize, f64>) {
+    let mut intervals = Vec::new();
+    let mut current: HashMap<usize, (Instant, f64, Instant)> = HashMap::new();
+    for (at, envoy, received) in log {
+        let Received::Action(action) = received else {
+            continue;
+        };
+        if action.bucket_id.as_ref() != Some(id) {
+            continue;
+        }
+        if let Some((from, rate, until)) = current.remove(envoy) {
+            intervals.push((from, (*at).min(until), rate));
+        }
+        if let Some((rate, ttl)) = rate(action) {
+            current.insert(*envoy, (*at, rate, *at + ttl));
+        }
+    }
+    let last: BTreeMap<usize, f64> = current.iter().map(|(e, (_, r, _))| (*e, *r)).collect();
+    intervals.extend(
+        current
+            .into_values()
+            .map(|(from, rate, until)| (from, until, rate)),
+    );
+    let mut events: Vec<(Instant, f64)> = intervals
+        .iter()
+        .filter(|(from, until, _)| until > from)
+        .flat_map(|(from, until, rate)| [(*from, *rate), (*until, -rate)])
+        .collect();
+    // At one instant, what ends goes before what starts.
+    events.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    let (mut sum, mut most) = (0.0_f64, 0.0_f64);
+    for (_, change) in events {
+        sum += change;
+        most = most.max(sum);
+    }
+    (most, last)
+}
+
+/// Offers each Envoy its demand for a second, allowed up to what it was last assigned.
+async fn one_second(envoys: &mut [Envoy], demands: &[u64], id: &BucketId, log: &Log) {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (_, last) = in_force(&log.lock().expect("the log"), id);
+    for (envoy, demand) in envoys.iter_mut().zip(demands) {
+        let allowed = match last.get(&envoy.index) {
+            Some(rate) if rate.is_finite() => (*demand).min(*rate as u64),
+            _ => *demand,
+        };
+        envoy
+            .report(&[(id.clone(), allowed, demand - allowed)])
+            .await;
+    }
+}
+
+fn within(actual: f64, expected: f64, tolerance: f64) -> bool {
+    (actual - expected).abs() <= expected * tolerance + 0.05
+}
+
+#[tokio::test(start_paused = true)]
+async fn assignments_follow_demand_and_never_add_up_to_more_than_the_limit() {
+    let rlqs = quota_service(paused_store(), QuotaTuning::default());
+    let server = InProcess::serve(Arc::clone(&rlqs));
+    let log: Log = Arc::default();
+    let mut envoys = Vec::new();
+    for index in 0..3 {
+        envoys.push(Envoy::connect(server.channel().await, index, &log).await);
+    }
+    let tenant = bucket(&[("tenant", "acme")]);
+    // 16 requests a second against 10: shared 10 : 5 : 1.
+    let demands = [10, 5, 1];
+    for _ in 0..20 {
+        one_second(&mut envoys, &demands, &tenant, &log).await;
+    }
+    let (most, last) = in_force(&log.lock().expect("the log"), &tenant);
+    eprintln!("DEBUG most {most} last {last:?}");
+    assert!(
+        most <= LIMIT_PER_SECOND + 1e-9,
+        "assignments in force at once added up to {most} a second"
+    );
+    for (envoy, demand) in demands.iter().enumerate() {
+        let expected = LIMIT_PER_SECOND * *demand as f64 / 16.0;
+        assert!(
+            within(last[&envoy], expected, 0.05),
+            "Envoy {envoy} is assigned {} a second, its demand's part is {expected}: {last:?}",
+            last[&envoy]
+        );
+    }
+    // Demand turns around: the busiest becomes the quietest.
+    let demands = [1, 5, 10];
+    for _ in 0..20 {
+        one_second(&mut envoys, &demands, &tenant, &log).await;
+    }
+    let (most, last) = in_force(&log.lock().expect("the log"), &tenant);
+    eprintln!("DEBUG most {most} last {last:?}");
+    assert!(most <= LIMIT_PER_SECOND + 1e-9, "{most} a second at once");
+    for (envoy, demand) in demands.iter().enumerate() {
+        let expected = LIMIT_PER_SECOND * *demand as f64 / 16.0;
+        assert!(
+            within(last[&envoy], expected, 0.05),
+            "after the turn, Envoy {envoy} has {} a second, expected {expected}: {last:?}",
+            last[&envoy]
+        );
+    }
+    let stats = rlqs.stats();
+    assert_eq!((stats.streams, stats.buckets, stats.envoys), (3, 1, 3));
+    assert!(
+        stats.assigned_ratio_sum > 0.95 && stats.assigned_ratio_sum <= 1.0,
+        "{stats:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn demand_under_the_limit_is_met_with_headroom() {
+    let rlqs = quota_service(paused_store(), QuotaTuning::default());
+    let server = InProcess::serve(rlqs);
+    let log: Log = Arc::default();
+    let mut envoys = vec![
+        Envoy::connect(server.channel().await, 0, &log).await,
+        Envoy::connect(server.channel().await, 1, &log).await,
+    ];
+    let tenant = bucket(&[("tenant", "small")]);
+    for _ in 0..10 {
+        one_second(&mut envoys, &[2, 3], &tenant, &log).await;
+    }
+    let (most, last) = in_force(&log.lock().expect("the log"), &tenant);
+    eprintln!("DEBUG most {most} last {last:?}");
+    assert!(most <= LIMIT_PER_SECOND + 1e-9);
+    assert!(last[&0] >= 2.0 && last[&1] >= 3.0, "{last:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_that_goes_away_expires_and_a_reconnect_picks_its_bucket_up_again() {
+    let rlqs = quota_service(paused_store(), QuotaTuning::default());
+    let server = InProcess::serve(Arc::clone(&rlqs));
+    let log: Log = Arc::default();
+    let tenant = bucket(&[("tenant", "acme")]);
+    let mut envoys = vec![
+        Envoy::connect(server.channel().await, 0, &log).await,
+        Envoy::connect(server.channel().await, 1, &log).await,
+    ];
+    for _ in 0..6 {
+        one_second(&mut envoys, &[10, 10], &tenant, &log).await;
+    }
+    let (_, last) = in_force(&log.lock().expect("the log"), &tenant);
+    assert!(within(last[&1], 5.0, 0.05), "{last:?}");
+    // Envoy 1 goes away; its assignment stays in force until its TTL, and the other grows
+    // only after it.
+    let gone = envoys.pop().expect("two Envoys");
+    drop(gone);
+    for _ in 0..6 {
+        one_second(&mut envoys, &[10], &tenant, &log).await;
+    }
+    let (most, last) = in_force(&log.lock().expect("the log"), &tenant);
+    eprintln!("DEBUG most {most} last {last:?}");
+    assert!(most <= LIMIT_PER_SECOND + 1e-9, "{most} a second at once");
+    assert!(
+        within(last[&0], LIMIT_PER_SECOND, 0.05),
+        "alone, the whole limit: {last:?}"
+    );
+    assert_eq!(rlqs.stats().streams, 1);
+    // It comes back on a new stream and reports the same bucket: it is assigned again.
+    envoys.push(Envoy::connect(server.channel().await, 2, &log).await);
+    for _ in 0..6 {
+        one_second(&mut envoys, &[10, 10], &tenant, &log).await;
+    }
+    let (most, last) = in_force(&log.lock().expect("the log"), &tenant);
+    eprintln!("DEBUG most {most} last {last:?}");
+    assert!(most <= LIMIT_PER_SECOND + 1e-9, "{most} a second at once");
+    assert!(within(last[&2], 5.0, 0.05), "{last:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn blanket_buckets_and_the_configured_default() {
+    let rlqs = quota_service(paused_store(), QuotaTuning::default());
+    let server = InProcess::serve(rlqs);
+    let log: Log = Arc::default();
+    let mut envoy = Envoy::connect(server.channel().await, 0, &log).await;
+    let free = bucket(&[("route", "/free")]);
+    let other = bucket(&[("user", "someone")]);
+    envoy.report(&[(free.clone(), 5, 0), (other.clone(), 5, 0)]).await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let log = log.lock().expect("the log");
+    let rate_of = |id: &BucketId| {
+        log.iter()
+            .find_map(|(_, _, received)| match received {
+                Received::Action(action) if action.bucket_id.as_ref() == Some(id) => rate(action),
+                _ => None,
+            })
+            .map(|(rate, _)| rate)
+    };
+    assert_eq!(rate_of(&free), Some(f64::INFINITY), "unlimited: allow all");
+    assert_eq!(rate_of(&other), Some(0.0), "unmatched_buckets: deny_all");
+}
+
+/// The status a stream ended with.
+fn ended(log: &Log, envoy: usize) -> Option<tonic::Status> {
+    log.lock()
+        .expect("the log")
+        .iter()
+        .find_map(|(_, index, received)| match received {
+            Received::Ended(status) if *index == envoy => Some(status.clone()),
+            _ => None,
+        })
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_messages_end_their_own_stream_with_a_clear_status_and_no_other() {
+    let tuning = QuotaTuning {
+        max_buckets_per_stream: 3,
+        ..QuotaTuning::default()
+    };
+    let rlqs = quota_service(paused_store(), tuning);
+    let server = InProcess::serve(Arc::clone(&rlqs));
+    let log: Log = Arc::default();
+    let tenant = bucket(&[("tenant", "acme")]);
+    let mut good = Envoy::connect(server.channel().await, 0, &log).await;
+    good.report(&[(tenant.clone(), 1, 0)]).await;
+
+    let mut unknown = Envoy::connect(server.channel().await, 1, &log).await;
+    unknown
+        .reports
+        .send(RateLimitQuotaUsageReports {
+            domain: "elsewhere".to_owned(),
+            bucket_quota_usages: vec![BucketQuotaUsage {
+                bucket_id: Some(tenant.clone()),
+                time_elapsed: Some(prost_types::Duration {
+                    seconds: 1,
+                    nanos: 0,
+                }),
+                ..BucketQuotaUsage::default()
+            }],
+        })
+        .await
+        .expect("sent");
+    let mut oversized = Envoy::connect(server.channel().await, 2, &log).await;
+    oversized
+        .report(&[(bucket(&[("tenant", &"x".repeat(600))]), 1, 0)])
+        .await;
+    let mut greedy = Envoy::connect(server.channel().await, 3, &log).await;
+    let many: Vec<(BucketId, u64, u64)> = (0..4)
+        .map(|n| (bucket(&[("tenant", &format!("t{n}"))]), 1, 0))
+        .collect();
+    greedy.report(&many).await;
+    let mut no_time = Envoy::connect(server.channel().await, 4, &log).await;
+    no_time
+        .reports
+        .send(RateLimitQuotaUsageReports {
+            domain: "envoy".to_owned(),
+            bucket_quota_usages: vec![BucketQuotaUsage {
+                bucket_id: Some(tenant.clone()),
+                ..BucketQuotaUsage::default()
+            }],
+        })
+        .await
+        .expect("sent");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let status = ended(&log, 1).expect("the unknown domain's stream ended");
+    assert_eq!(status.code(), tonic::Code::NotFound);
+    assert_eq!(status.message(), "domain \"elsewhere\" is not configured");
+    let status = ended(&log, 2).expect("the oversized bucket's stream ended");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        status.message(),
+        "report 0: bucket_id entry \"tenant\": longer than 512 bytes"
+    );
+    let status = ended(&log, 3).expect("the greedy stream ended");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+    assert_eq!(status.message(), "a stream may report at most 3 buckets");
+    let status = ended(&log, 4).expect("the report without time ended");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        status.message(),
+        "report 0: time_elapsed must be given and above zero"
+    );
+
+    // The good stream is still assigned, slot after slot.
+    assert!(ended(&log, 0).is_none());
+    let mut good = vec![good];
+    for _ in 0..6 {
+        one_second(&mut good, &[4], &tenant, &log).await;
+    }
+    let (_, last) = in_force(&log.lock().expect("the log"), &tenant);
+    assert!(last[&0] >= 4.0, "{last:?}");
+    assert_eq!(rlqs.stats().streams, 1, "the refused streams are gone");
+}
+
+/// Two servers on one Redis serve the same bucket to Envoys of their own: in every slot, the
+/// shares they assigned add up to no more than the limit. Real time here (Redis keeps its own
+/// clock), so only what holds whatever the timing is asserted: assignments are grouped by the
+/// slot they expire after, and each Envoy's largest share of a slot counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_on_one_redis_never_assign_more_than_the_limit_together() {
+    let redis = tollgate_testkit::RedisServer::start();
+    let tuning = QuotaTuning {
+        period: Duration::from_secs(1),
+        overlap: Duration::from_millis(200),
+        ..QuotaTuning::default()
+    };
+    let log: Log = Arc::default();
+    let tenant = bucket(&[("tenant", "acme")]);
+    let mut envoys = Vec::new();
+    let mut servers = Vec::new();
+    for server in 0..2 {
+        let store = tollgate::RedisStore::connect(&redis.url(), tollgate::RedisConfig::default())
+            .await
+            .expect("Redis reached");
+        let rlqs = quota_service(AnyStore::Redis(store), tuning);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a free port");
+        let address = listener.local_addr().expect("an address");
+        tokio::spawn(
+            Server::builder()
+                .add_service(RlqsGrpc::server(rlqs))
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+        let channel = Endpoint::from_shared(format!("http://{address}"))
+            .expect("a URL")
+            .connect()
+            .await
+            .expect("connected");
+        for n in 0..2 {
+            envoys.push(Envoy::connect(channel.clone(), server * 2 + n, &log).await);
+        }
+        servers.push(address);
+    }
+    let started = Instant::now();
+    // 40 requests a second against 10, for six slots.
+    for _ in 0..6 {
+        one_second(&mut envoys, &[10, 10, 10, 10], &tenant, &log).await;
+    }
+    let log = log.lock().expect("the log");
+    let mut slots: BTreeMap<u64, HashMap<usize, f64>> = BTreeMap::new();
+    for (at, envoy, received) in log.iter() {
+        let Received::Action(action) = received else {
+            continue;
+        };
+        let Some((rate, ttl)) = rate(action) else {
+            continue;
+        };
+        // Every assignment of a slot expires at its end and the overlap: grouped by that.
+        let expires = (*at + ttl - tuning.overlap).duration_since(started);
+        let slot = (expires.as_secs_f64() / tuning.period.as_secs_f64()).round() as u64;
+        let most = slots.entry(slot).or_default().entry(*envoy).or_default();
+        *most = most.max(rate);
+    }
+    assert!(slots.len() >= 3, "assignments in {} slots", slots.len());
+    for (slot, shares) in &slots {
+        let total: f64 = shares.values().sum();
+        assert!(
+            total <= LIMIT_PER_SECOND + 1e-9,
+            "slot {slot}: the two servers assigned {total} a second together: {shares:?}"
+        );
+    }
+    let assigned: HashMap<usize, f64> = slots.values().flatten().map(|(e, r)| (*e, *r)).collect();
+    assert_eq!(assigned.len(), 4, "every Envoy was assigned: {assigned:?}");
+}
