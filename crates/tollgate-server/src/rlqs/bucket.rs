@@ -8,7 +8,7 @@ use tollgate::{Algorithm, Limit, LimitSpec, MAX_KEY_BYTES, Quota};
 
 use crate::rls::proto::common::rate_limit_descriptor::Entry;
 use crate::rls::proto::quota::BucketId;
-use crate::rls::{Enforcement, MAX_ENTRIES, MAX_ENTRY_BYTES, Rule, RlsConfig, escape, find};
+use crate::rls::{Enforcement, MAX_ENTRIES, MAX_ENTRY_BYTES, RlsConfig, Rule, escape, find};
 
 /// A bucket as the service knows it: its id as Envoy sent it, its entries in key order (a
 /// `BucketId` is a map, so the descriptor tree is walked in the order of its keys), and its
@@ -214,9 +214,8 @@ mod tests {
             bucket: many.into_iter().collect(),
         };
         assert!(refused(Some(&many)).contains("entries, the maximum is 32"));
-        let wide: Vec<(String, String)> = (0..4)
-            .map(|n| (format!("k{n}"), "v".repeat(400)))
-            .collect();
+        let wide: Vec<(String, String)> =
+            (0..4).map(|n| (format!("k{n}"), "v".repeat(400))).collect();
         let wide = BucketId {
             bucket: wide.into_iter().collect(),
         };
@@ -244,7 +243,10 @@ mod tests {
         };
         match resolve(&[("tenant", "acme")]) {
             Some(Target::Share(shared)) => {
-                assert_eq!((shared.quota, shared.period), (600, Duration::from_secs(60)));
+                assert_eq!(
+                    (shared.quota, shared.period),
+                    (600, Duration::from_secs(60))
+                );
                 assert_eq!(shared.shares.quota().period(), slot);
             }
             other => panic!("a share of the tenant limit, not {other:?}"),

@@ -13,14 +13,14 @@
 //! moment is within the limit, as long as an assignment reaches Envoy within `overlap`.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
-use tollgate::{AnyStore, Check, Limiter, Store, Verdict};
+use tollgate::{AnyStore, Check, Clock, Limiter, Micros, Store, Verdict};
 use tonic::Status;
 
 use super::bucket::{BucketName, Shared, Target};
@@ -55,8 +55,8 @@ pub struct QuotaTuning {
 impl Default for QuotaTuning {
     fn default() -> Self {
         Self {
-            period: Duration::from_secs(2),
-            overlap: Duration::from_millis(250),
+            period: Duration::from_secs(6),
+            overlap: Duration::from_millis(1_500),
             idle: Duration::from_secs(60),
             max_streams: 10_000,
             max_buckets: 100_000,
@@ -103,6 +103,8 @@ pub struct Rlqs {
     rls: Arc<Rls>,
     tuning: QuotaTuning,
     state: Mutex<State>,
+    /// When the store's current slot ends, as last told by a store answer.
+    slot_end: Mutex<Instant>,
     wake: Notify,
     next_stream: AtomicU64,
     counters: StatCounters,
@@ -165,7 +167,6 @@ struct Part {
 /// What a growth pass got for a bucket.
 struct Growth {
     granted: u64,
-    left: Duration,
     exhausted: bool,
     total_demand: u64,
     /// What each Envoy lacked, in part order.
@@ -204,11 +205,13 @@ impl Rlqs {
         tuning: QuotaTuning,
     ) -> Result<Self, String> {
         tuning.validate()?;
+        let slot_end = next_boundary(store_now(limiter.store()), tuning.period);
         Ok(Self {
             limiter,
             rls,
             tuning,
             state: Mutex::default(),
+            slot_end: Mutex::new(slot_end),
             wake: Notify::new(),
             next_stream: AtomicU64::new(1),
             counters: StatCounters::default(),
@@ -327,15 +330,15 @@ impl Rlqs {
         for (index, report) in reports.iter().enumerate() {
             let name = BucketName::new(&domain, report.bucket_id.as_ref())
                 .map_err(|error| Status::invalid_argument(format!("report {index}: {error}")))?;
-            let elapsed = report
-                .time_elapsed
-                .and_then(|d| Duration::try_from(d).ok())
-                .filter(|d| !d.is_zero())
-                .ok_or_else(|| {
+            // Envoy's first report of a bucket, which subscribes it, carries no time.
+            let elapsed = match report.time_elapsed {
+                None => Duration::ZERO,
+                Some(elapsed) => Duration::try_from(elapsed).map_err(|_| {
                     Status::invalid_argument(format!(
-                        "report {index}: time_elapsed must be given and above zero"
+                        "report {index}: time_elapsed must not be negative"
                     ))
-                })?;
+                })?,
+            };
             if !open.buckets.contains(&name.key) {
                 new_buckets += 1;
             }
@@ -369,8 +372,7 @@ impl Rlqs {
             let bucket = match state.buckets.entry(name.key.clone()) {
                 std::collections::hash_map::Entry::Occupied(found) => found.into_mut(),
                 std::collections::hash_map::Entry::Vacant(free) => {
-                    let Some(target) =
-                        Target::resolve(&config, &domain, &name, self.tuning.period)
+                    let Some(target) = Target::resolve(&config, &domain, &name, self.tuning.period)
                     else {
                         continue;
                     };
@@ -385,14 +387,20 @@ impl Rlqs {
                     })
                 }
             };
-            let rate = requests as f64 / elapsed.as_secs_f64().max(1.0);
+            // Requests per the limit's period; unknown over no time (a subscription), when a
+            // new Envoy is taken to want the whole limit until it reports.
             let per_period = match &bucket.target {
-                Target::Share(shared) => rate * shared.period.as_secs_f64(),
-                _ => rate,
+                Target::Share(shared) if elapsed.is_zero() => shared.quota as f64,
+                Target::Share(shared) => {
+                    requests as f64 * shared.period.as_secs_f64() / elapsed.as_secs_f64()
+                }
+                _ => 0.0,
             };
             match bucket.envoys.get_mut(&stream) {
                 Some(envoy) => {
-                    envoy.demand = (envoy.demand + per_period) / 2.0;
+                    if !elapsed.is_zero() {
+                        envoy.demand = (envoy.demand + per_period) / 2.0;
+                    }
                     if requests > 0 {
                         envoy.last_active = now;
                     }
@@ -415,7 +423,7 @@ impl Rlqs {
                             if let Some(envoy) = envoy {
                                 envoy.sent = Some(strategy);
                             }
-                            immediate.push(assignment(&bucket.name, strategy, self.ttl(None)));
+                            immediate.push(assignment(&bucket.name, strategy, self.ttl()));
                         }
                         Target::Share(_) => woken = true,
                     }
@@ -437,10 +445,36 @@ impl Rlqs {
         Ok(())
     }
 
-    /// An assignment's time to live: to the end of its slot (or a whole slot when the end is
-    /// not known yet) and the overlap.
-    fn ttl(&self, slot_left: Option<Duration>) -> Duration {
-        slot_left.unwrap_or(self.tuning.period) + self.tuning.overlap
+    /// An assignment's time to live: to the end of the slot and the overlap, in whole seconds
+    /// rounded down, since Envoy reads no more of it (it drops the fraction).
+    fn ttl(&self) -> Duration {
+        let ttl = self.slot_end().saturating_duration_since(Instant::now()) + self.tuning.overlap;
+        Duration::from_secs(ttl.as_secs())
+    }
+
+    fn slot_end(&self) -> Instant {
+        *self
+            .slot_end
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Learns when the slot ends from a store answer received at `received`: a counter that
+    /// holds anything resets at the end of the slot. Reckoned from when the answer arrived, the
+    /// end is never taken early.
+    fn observe(&self, verdict: &Verdict, received: Instant) {
+        let Some(left) = verdict
+            .decisions()
+            .iter()
+            .map(|decision| decision.reset_after())
+            .find(|left| !left.is_zero())
+        else {
+            return;
+        };
+        *self
+            .slot_end
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = received + left;
     }
 
     /// What the service holds and has done.
@@ -463,37 +497,48 @@ impl Rlqs {
     }
 
     /// Assigns quota until the task is dropped: a turn at every slot, growth in between.
+    ///
+    /// It starts in the slot under way, as if it had just turned: whatever other servers
+    /// assigned in the last slot has run out once the hold-off has passed.
     pub async fn run(self: Arc<Self>) {
-        let mut end = Instant::now() + self.tuning.period;
+        let mut turn = self.slot_end().checked_sub(self.tuning.period);
         loop {
-            tokio::time::sleep_until(end + TURN_MARGIN).await;
-            let turn = Instant::now();
-            end = match self.renew().await {
-                Some(left) => Instant::now() + left,
-                // No store answer to set the clock by: keep the cadence.
-                None => end + self.tuning.period.max(turn.saturating_duration_since(end)),
-            };
-            if end <= turn {
-                end = turn + self.tuning.period;
+            if let Some(turn) = turn {
+                tokio::time::sleep_until(turn + self.tuning.overlap * 2).await;
             }
-            tokio::time::sleep_until(turn + self.tuning.overlap * 2).await;
             let mut first = true;
-            while Instant::now() + TURN_MARGIN < end {
+            while Instant::now() + TURN_MARGIN < self.slot_end() {
                 self.grow(first).await;
                 first = false;
-                let next = (Instant::now() + GROWTH_TICK).min(end);
+                let next = (Instant::now() + GROWTH_TICK).min(self.slot_end());
                 tokio::select! {
                     () = tokio::time::sleep_until(next) => {}
                     () = self.wake.notified() => {}
                 }
             }
+            let end = self.slot_end();
+            tokio::time::sleep_until(end + TURN_MARGIN).await;
+            let now = Instant::now();
+            self.renew().await;
+            if self.slot_end() <= now {
+                // No store answer to set the clock by: keep the cadence.
+                let mut next = end + self.tuning.period;
+                while next <= now {
+                    next += self.tuning.period;
+                }
+                *self
+                    .slot_end
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = next;
+            }
+            turn = Some(now);
         }
     }
 
     /// The turn of a slot: idle and unconfigured buckets are abandoned; every share is renewed
     /// no larger than it was, nor than its part of this server's fair part of the limit, and
-    /// counted in the new slot. Returns what is left of the new slot, when the store said.
-    async fn renew(&self) -> Option<Duration> {
+    /// counted in the new slot.
+    async fn renew(&self) {
         let config = self.rls.config();
         let now = Instant::now();
         let mut outgoing: HashMap<u64, Outgoing> = HashMap::new();
@@ -549,10 +594,10 @@ impl Rlqs {
                         let strategy = blanket(target);
                         for (stream, envoy) in &mut bucket.envoys {
                             envoy.sent = Some(strategy);
-                            outgoing.entry(*stream).or_default().push((
-                                *stream,
-                                assignment(&bucket.name, strategy, self.ttl(None)),
-                            ));
+                            outgoing
+                                .entry(*stream)
+                                .or_default()
+                                .push((*stream, assignment(&bucket.name, strategy, self.ttl())));
                         }
                     }
                 }
@@ -561,15 +606,16 @@ impl Rlqs {
                 state.buckets.remove(&key);
             }
         }
-        let renewed = join_all(
-            work.into_iter()
-                .map(|(key, shared, parts, keep, own)| async move {
-                    let counted = self.count(&key, &shared, keep.iter().sum(), own).await;
-                    (key, shared, parts, keep, counted)
-                }),
-        )
+        let renewed = join_all(work.into_iter().map(
+            |(key, shared, parts, keep, own)| async move {
+                // At least one unit of demand, so that the answer tells when the slot ends.
+                let counted = self
+                    .count(&key, &shared, keep.iter().sum(), own.max(1))
+                    .await;
+                (key, shared, parts, keep, counted)
+            },
+        ))
         .await;
-        let mut slot_left = None;
         let mut state = self.state();
         for (key, shared, parts, keep, counted) in renewed {
             let Some(bucket) = state.buckets.get_mut(&key) else {
@@ -577,7 +623,7 @@ impl Rlqs {
             };
             // Nothing could be counted: nothing is renewed, and the assignments in force run
             // out with their TTL.
-            let Ok((granted, left)) = counted else {
+            let Ok(granted) = counted else {
                 for part in &parts {
                     if let Some(envoy) = bucket.envoys.get_mut(&part.stream) {
                         envoy.share = 0;
@@ -586,7 +632,6 @@ impl Rlqs {
                 continue;
             };
             bucket.demand_reported = true;
-            slot_left = Some(left);
             let weights: Vec<f64> = keep.iter().map(|&units| units as f64).collect();
             let shares = share::split(granted, &weights, &keep);
             for (part, share) in parts.iter().zip(shares) {
@@ -594,16 +639,19 @@ impl Rlqs {
                     continue;
                 };
                 envoy.share = share;
-                let strategy = strategy_of(&shared, share, self.tuning.period);
+                if share == 0 && envoy.sent.is_none() {
+                    // Not assigned yet: its first assignment comes with growth.
+                    continue;
+                }
+                let strategy = strategy_of(&shared, share);
                 envoy.sent = Some(strategy);
-                outgoing.entry(part.stream).or_default().push((
-                    part.stream,
-                    assignment(&bucket.name, strategy, self.ttl(Some(left))),
-                ));
+                outgoing
+                    .entry(part.stream)
+                    .or_default()
+                    .push((part.stream, assignment(&bucket.name, strategy, self.ttl())));
             }
         }
         self.send(&mut state, outgoing);
-        slot_left
     }
 
     /// Grows shares from what the slot has left: on the slot's first pass, toward each
@@ -663,42 +711,28 @@ impl Rlqs {
                     continue;
                 };
                 envoy.share = part.share + extra;
-                let strategy = strategy_of(&shared, envoy.share, self.tuning.period);
+                let strategy = strategy_of(&shared, envoy.share);
                 envoy.sent = Some(strategy);
-                outgoing.entry(part.stream).or_default().push((
-                    part.stream,
-                    assignment(&bucket.name, strategy, self.ttl(Some(growth.left))),
-                ));
+                outgoing
+                    .entry(part.stream)
+                    .or_default()
+                    .push((part.stream, assignment(&bucket.name, strategy, self.ttl())));
             }
         }
         self.send(&mut state, outgoing);
     }
 
     /// Counts `units` of shares in the current slot, or what is left of them, with this
-    /// server's `demand` (unless `demand` is zero). Returns the units granted and what is left
-    /// of the slot.
-    async fn count(
-        &self,
-        key: &str,
-        shared: &Shared,
-        units: u64,
-        demand: u64,
-    ) -> Result<(u64, Duration), ()> {
+    /// server's `demand` (unless `demand` is zero). Returns the units granted.
+    async fn count(&self, key: &str, shared: &Shared, units: u64, demand: u64) -> Result<u64, ()> {
         let verdict = self.charge(key, shared, units, demand).await?;
-        let decision = &verdict.decisions()[0];
-        let left = decision.reset_after();
         if verdict.is_admitted() {
-            return Ok((units, left));
+            return Ok(units);
         }
         // Others took part of the slot: take what is left of it.
-        let rest = decision.remaining().min(units);
+        let rest = verdict.decisions()[0].remaining().min(units);
         let verdict = self.charge(key, shared, rest, demand).await?;
-        let decision = &verdict.decisions()[0];
-        Ok(if verdict.is_admitted() {
-            (rest, decision.reset_after())
-        } else {
-            (0, decision.reset_after())
-        })
+        Ok(if verdict.is_admitted() { rest } else { 0 })
     }
 
     /// One store call: `units` on the share counter and `demand` on the demand counter.
@@ -714,7 +748,10 @@ impl Rlqs {
             .limit_with_cost(key, &shared.demand, demand);
         self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
         match self.limiter.store().check(&check, None).await {
-            Ok(verdict) => Ok(verdict),
+            Ok(verdict) => {
+                self.observe(&verdict, Instant::now());
+                Ok(verdict)
+            }
             Err(error) => {
                 self.counters.store_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%error, "the quota service could not count shares in the store");
@@ -754,14 +791,13 @@ impl Rlqs {
                 .collect()
         };
         let ask = deficits.iter().sum::<u64>().min(shares.remaining());
-        let (granted, left) = if ask == 0 {
-            (0, shares.reset_after())
+        let granted = if ask == 0 {
+            0
         } else {
             self.count(key, shared, ask, 0).await?
         };
         Ok(Growth {
             granted,
-            left,
             exhausted: shares.remaining() == 0 || granted < ask,
             total_demand,
             deficits,
@@ -806,6 +842,23 @@ impl Rlqs {
     }
 }
 
+/// The store's time as this process can tell it: the memory store's own clock, else the
+/// system's (Redis keeps the machine's).
+fn store_now(store: &AnyStore) -> Micros {
+    match store {
+        AnyStore::Memory(memory) => memory.clock().now(),
+        #[allow(unreachable_patterns)]
+        _ => tollgate::SystemClock::new().now(),
+    }
+}
+
+/// The next boundary of `period` after `now`: where the store's slots turn (the first store
+/// answer sets it right if the clocks disagree).
+fn next_boundary(now: Micros, period: Duration) -> Instant {
+    let period = u64::try_from(period.as_micros()).unwrap_or(u64::MAX).max(1);
+    Instant::now() + Duration::from_micros(period - now % period)
+}
+
 /// A server's demand in whole units, within the demand counter's cap.
 fn demand_units(parts: &[Part]) -> u64 {
     let sum: f64 = parts.iter().map(|part| part.demand.max(0.0)).sum();
@@ -821,11 +874,11 @@ fn blanket(target: &Target) -> Strategy {
 }
 
 /// A share as Envoy enforces it: a token bucket, or every request denied for a share of none.
-fn strategy_of(shared: &Shared, share: u64, slot: Duration) -> Strategy {
+fn strategy_of(shared: &Shared, share: u64) -> Strategy {
     if share == 0 {
         return Strategy::BlanketRule(BlanketRule::DenyAll as i32);
     }
-    Strategy::TokenBucket(share::token_bucket(share, shared.period, slot))
+    Strategy::TokenBucket(share::token_bucket(share, shared.period))
 }
 
 fn assignment(name: &BucketName, strategy: Strategy, ttl: Duration) -> BucketAction {
@@ -852,12 +905,13 @@ fn abandon(name: &BucketName) -> BucketAction {
 pub struct QuotaFlags {
     /// How often the rate limit quota service renews every assignment (its slot; also the
     /// window of the share counters in the store, so every server on one store must agree).
-    #[arg(long = "rlqs-slot", env = "TOLLGATE_RLQS_SLOT", default_value = "2s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    #[arg(long = "rlqs-slot", env = "TOLLGATE_RLQS_SLOT", default_value = "6s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
     pub slot: Duration,
     /// How long a quota assignment outlives its slot, so that Envoy holds one while the next
-    /// is on its way: above the time an assignment takes to reach Envoy, at most a quarter of
-    /// the slot.
-    #[arg(long = "rlqs-overlap", env = "TOLLGATE_RLQS_OVERLAP", default_value = "250ms", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    /// is on its way: at most a quarter of the slot. Envoy reads TTLs in whole seconds (it
+    /// drops the fraction), so with Envoy it must be above a second and what an assignment
+    /// takes to reach it.
+    #[arg(long = "rlqs-overlap", env = "TOLLGATE_RLQS_OVERLAP", default_value = "1500ms", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
     pub overlap: Duration,
     /// A bucket an Envoy reports no requests for this long is abandoned.
     #[arg(long = "rlqs-idle", env = "TOLLGATE_RLQS_IDLE", default_value = "60s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]

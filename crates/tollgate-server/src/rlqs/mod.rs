@@ -15,7 +15,10 @@ pub use grpc::RlqsGrpc;
 pub use stats::QuotaStats;
 
 /// The limiter's metrics and, where this process serves one, the quota service's.
-pub fn metrics_text(limiter: &tollgate::Limiter<tollgate::AnyStore>, quotas: Option<&Rlqs>) -> String {
+pub fn metrics_text(
+    limiter: &tollgate::Limiter<tollgate::AnyStore>,
+    quotas: Option<&Rlqs>,
+) -> String {
     let text = limiter.metrics_text();
     match quotas {
         Some(quotas) => quotas.stats().append_to(text),

@@ -67,21 +67,25 @@ pub(crate) fn split(total: u64, weights: &[f64], caps: &[u64]) -> Vec<u64> {
 }
 
 /// The token bucket Envoy enforces for a share of `share` requests per `period`, whose burst is
-/// what the share earns in `slot` (at least one request).
+/// what the share earns in a second (at least one request): a bucket starts full, and a burst
+/// of a second keeps what Envoys can admit at once close to the limit's rate.
 ///
 /// Envoy reads a fill interval in whole seconds (it truncates the rest), so the bucket refills
 /// `tokens_per_fill` every whole number of seconds: the period itself when it is whole seconds,
 /// else the shortest interval that earns at least one request, rounded down. Either way the
 /// rate Envoy enforces is never above the share.
-pub(crate) fn token_bucket(share: u64, period: Duration, slot: Duration) -> TokenBucket {
+pub(crate) fn token_bucket(share: u64, period: Duration) -> TokenBucket {
     let per_second = share as f64 / period.as_secs_f64();
     let (tokens, seconds) = if period.subsec_nanos() == 0 && share <= u64::from(u32::MAX) {
         (share, period.as_secs())
     } else {
         let seconds = (1.0 / per_second).ceil().max(1.0);
-        ((per_second * seconds).floor().min(f64::from(u32::MAX)) as u64, seconds as u64)
+        (
+            (per_second * seconds).floor().min(f64::from(u32::MAX)) as u64,
+            seconds as u64,
+        )
     };
-    let burst = (per_second * slot.as_secs_f64()).ceil().clamp(1.0, f64::from(u32::MAX));
+    let burst = per_second.ceil().clamp(1.0, f64::from(u32::MAX));
     TokenBucket {
         max_tokens: burst as u32,
         tokens_per_fill: Some(tokens.clamp(1, u64::from(u32::MAX)) as u32),
@@ -114,8 +118,15 @@ mod tests {
 
     #[test]
     fn a_split_follows_the_weights_within_the_caps_and_adds_up() {
-        assert_eq!(split(100, &[1.0, 1.0], &[10, 20]), vec![10, 20], "all covered");
-        assert_eq!(split(600, &[10.0, 5.0, 1.0], &[600, 600, 600]), vec![376, 187, 37]);
+        assert_eq!(
+            split(100, &[1.0, 1.0], &[10, 20]),
+            vec![10, 20],
+            "all covered"
+        );
+        assert_eq!(
+            split(600, &[10.0, 5.0, 1.0], &[600, 600, 600]),
+            vec![376, 187, 37]
+        );
         assert_eq!(
             split(600, &[10.0, 5.0, 1.0], &[100, 600, 600]),
             vec![100, 417, 83],
@@ -131,21 +142,20 @@ mod tests {
     #[test]
     fn the_bucket_refills_at_the_share_and_never_faster() {
         let minute = Duration::from_secs(60);
-        let slot = Duration::from_secs(2);
-        let bucket = token_bucket(300, minute, slot);
+        let bucket = token_bucket(300, minute);
         assert_eq!(bucket.tokens_per_fill, Some(300));
         assert_eq!(bucket.fill_interval.map(|d| d.seconds), Some(60));
-        assert_eq!(bucket.max_tokens, 10, "two seconds at five a second");
-        let small = token_bucket(1, minute, slot);
+        assert_eq!(bucket.max_tokens, 5, "a second at five a second");
+        let small = token_bucket(1, minute);
         assert_eq!(small.max_tokens, 1);
         // A period Envoy cannot express: 3 per 1.5 s is 2 a second.
-        let odd = token_bucket(3, Duration::from_millis(1_500), slot);
+        let odd = token_bucket(3, Duration::from_millis(1_500));
         assert_eq!(
             (odd.tokens_per_fill, odd.fill_interval.map(|d| d.seconds)),
             (Some(2), Some(1))
         );
         // 1 per 1.5 s: 1 every 2 s, under the share.
-        let slow = token_bucket(1, Duration::from_millis(1_500), slot);
+        let slow = token_bucket(1, Duration::from_millis(1_500));
         assert_eq!(
             (slow.tokens_per_fill, slow.fill_interval.map(|d| d.seconds)),
             (Some(1), Some(2))

@@ -107,7 +107,11 @@ impl QuotaStats {
             registry.register(name, help, ConstGauge::<f64>::new(value));
         }
         let counters = [
-            ("streams_opened", "Quota streams opened", self.streams_opened),
+            (
+                "streams_opened",
+                "Quota streams opened",
+                self.streams_opened,
+            ),
             ("assignments", "Quota assignments sent", self.assignments),
             ("abandons", "Abandon actions sent", self.abandoned),
             (

@@ -114,7 +114,11 @@ impl RlsConfig {
             if let Some(rule) = document.unmatched_buckets {
                 config.unmatched_buckets.insert(domain.clone(), rule);
             }
-            if config.domains.insert(domain.clone(), document.root).is_some() {
+            if config
+                .domains
+                .insert(domain.clone(), document.root)
+                .is_some()
+            {
                 return Err(ConfigErrors::single(
                     source,
                     format!("domain {domain:?} is configured twice"),

