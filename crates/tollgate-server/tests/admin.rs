@@ -3,11 +3,9 @@
 
 mod support;
 
-use std::process::Command;
-
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use support::{Tollgate, run};
+use support::{Tollgate, headless, run};
 
 async fn post(url: &str, body: &Value, token: Option<&str>) -> (StatusCode, Value) {
     let mut request = reqwest::Client::new().post(url).json(body);
@@ -347,52 +345,6 @@ async fn the_admin_token_is_taken_from_a_bearer_header_in_any_case_never_the_que
             "{authorization}"
         );
     }
-}
-
-/// Chromium from Debian's package; the test command installs it.
-fn chromium() -> &'static str {
-    for candidate in ["chromium", "chromium-browser"] {
-        if Command::new(candidate)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-        {
-            return candidate;
-        }
-    }
-    panic!(
-        "chromium is not installed: run scripts/test (it installs it) or `apt-get install -y chromium`"
-    );
-}
-
-fn headless(url: &str, extra: &[&str]) -> (String, String) {
-    let profile = tempfile::tempdir().expect("a profile directory");
-    let output = Command::new(chromium())
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
-            "--enable-logging=stderr",
-            "--v=0",
-            "--virtual-time-budget=4000",
-            "--window-size=1280,900",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .args(extra)
-        .arg(url)
-        .output()
-        .expect("chromium runs");
-    assert!(
-        output.status.success(),
-        "chromium failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

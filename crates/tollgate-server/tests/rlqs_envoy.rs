@@ -29,8 +29,9 @@ descriptors:\n\
 \x20 - key: tenant\n\
 \x20   rate_limit: { unit: second, requests_per_unit: 5 }\n";
 
-/// Envoy in front of a direct response, every request in the bucket `{tenant: acme}`,
-/// allowed until the first assignment, its quota from the service at `rlqs`.
+/// Envoy in front of a direct response, as docs/server.md configures it: a bucket per
+/// `x-tenant` header, allowed until the first assignment and denied once one lapses, its quota
+/// from the service at `rlqs`.
 fn envoy_config(listen: u16, admin: u16, rlqs: std::net::SocketAddr) -> String {
     format!(
         r#"admin:
@@ -57,17 +58,34 @@ static_resources:
               domain: envoy
               rlqs_server: {{envoy_grpc: {{cluster_name: tollgate}}}}
               bucket_matchers:
-                on_no_match:
-                  action:
-                    name: tenant
-                    typed_config:
-                      "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings
-                      bucket_id_builder:
-                        bucket_id_builder:
-                          tenant: {{string_value: acme}}
-                      reporting_interval: 1s
-                      no_assignment_behavior:
-                        fallback_rate_limit: {{blanket_rule: ALLOW_ALL}}
+                matcher_list:
+                  matchers:
+                  - predicate:
+                      single_predicate:
+                        input:
+                          name: tenant
+                          typed_config:
+                            "@type": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput
+                            header_name: x-tenant
+                        value_match: {{safe_regex: {{google_re2: {{}}, regex: ".+"}}}}
+                    on_match:
+                      action:
+                        name: per-tenant
+                        typed_config:
+                          "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings
+                          bucket_id_builder:
+                            bucket_id_builder:
+                              tenant:
+                                custom_value:
+                                  name: tenant
+                                  typed_config:
+                                    "@type": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput
+                                    header_name: x-tenant
+                          reporting_interval: 5s
+                          no_assignment_behavior:
+                            fallback_rate_limit: {{blanket_rule: ALLOW_ALL}}
+                          expired_assignment_behavior:
+                            fallback_rate_limit: {{blanket_rule: DENY_ALL}}
           - name: envoy.filters.http.router
             typed_config: {{"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}
   clusters:
@@ -109,6 +127,7 @@ fn free_port() -> u16 {
 async fn get(client: &reqwest::Client, url: &str) -> Option<u16> {
     client
         .get(url)
+        .header("x-tenant", "acme")
         .send()
         .await
         .ok()
@@ -170,6 +189,42 @@ async fn a_real_envoy_enforces_the_quota_it_is_assigned() {
     assert_eq!(quotas["streams"], 1, "{quotas}");
     assert_eq!(quotas["buckets"], 1, "{quotas}");
     assert!(quotas["assignments"].as_u64() >= Some(1), "{quotas}");
+    // The same on /metrics, one OpenMetrics exposition with the limiter's.
+    let metrics = client
+        .get(format!("{}/metrics", tollgate.http_url()))
+        .send()
+        .await
+        .expect("/metrics answers")
+        .text()
+        .await
+        .expect("text");
+    assert_eq!(metrics.matches("# EOF").count(), 1, "{metrics}");
+    assert!(metrics.ends_with("# EOF\n"), "{metrics}");
+    let scrape = prometheus_parse::Scrape::parse(metrics.lines().map(|l| Ok(l.to_owned())))
+        .expect("a valid exposition");
+    let sample = |name: &str| {
+        scrape
+            .samples
+            .iter()
+            .find(|sample| sample.metric == name)
+            .map(|sample| match sample.value {
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v) => v,
+                _ => f64::NAN,
+            })
+    };
+    assert_eq!(sample("tollgate_rlqs_streams"), Some(1.0), "{metrics}");
+    assert_eq!(sample("tollgate_rlqs_buckets"), Some(1.0), "{metrics}");
+    let assignments =
+        sample("tollgate_rlqs_assignments_total").or(sample("tollgate_rlqs_assignments"));
+    assert!(assignments >= Some(1.0), "{metrics}");
+    assert_eq!(
+        sample("tollgate_breaker_open"),
+        Some(0.0),
+        "the limiter's own: {metrics}"
+    );
+
     // As fast as this client can for eight seconds, across at least one turn of a six-second
     // slot (so the assignment is renewed while Envoy enforces it): Envoy lets through no more
     // than the token bucket's burst (a second's worth: 5) and what it earns meanwhile, 5 a
@@ -193,4 +248,21 @@ async fn a_real_envoy_enforces_the_quota_it_is_assigned() {
         started.elapsed()
     );
     assert!(allowed >= 1, "the quota admits some");
+
+    // The dashboard shows the stream, its bucket and what was assigned, in a real browser.
+    let dashboard = format!("http://{}/dashboard", tollgate.address("admin"));
+    let (dom, log) =
+        tokio::task::spawn_blocking(move || support::headless(&dashboard, &["--dump-dom"]))
+            .await
+            .expect("joined");
+    assert!(!log.contains("Uncaught"), "the page failed:\n{log}");
+    let dom = dom.replace(['\n', '\r'], " ");
+    for row in [
+        "streams <span class=\"num\" id=\"quota-streams\">1</span>",
+        "buckets <span class=\"num\" id=\"quota-buckets\">1</span>",
+        "subscriptions <span class=\"num\" id=\"quota-subscriptions\">1</span>",
+        "assigned, of the limits <span class=\"num\" id=\"quota-assigned\">100% on average</span>",
+    ] {
+        assert!(dom.contains(row), "the dashboard shows {row:?}: {dom}");
+    }
 }

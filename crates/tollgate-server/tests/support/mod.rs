@@ -239,3 +239,50 @@ where
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
+
+/// Chromium from Debian's package; the test command installs it.
+pub fn chromium() -> &'static str {
+    for candidate in ["chromium", "chromium-browser"] {
+        if Command::new(candidate)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            return candidate;
+        }
+    }
+    panic!(
+        "chromium is not installed: run scripts/test (it installs it) or `apt-get install -y chromium`"
+    );
+}
+
+/// Loads `url` in headless Chromium with `extra` flags: what it printed and logged.
+pub fn headless(url: &str, extra: &[&str]) -> (String, String) {
+    let profile = tempfile::tempdir().expect("a profile directory");
+    let output = Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--virtual-time-budget=4000",
+            "--window-size=1280,900",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(extra)
+        .arg(url)
+        .output()
+        .expect("chromium runs");
+    assert!(
+        output.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
