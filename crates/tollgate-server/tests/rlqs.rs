@@ -270,6 +270,52 @@ fn in_force(log: &[(Instant, usize, Received)], id: &BucketId) -> (f64, BTreeMap
     (most, last)
 }
 
+/// Each Envoy's part of the limit by its demand, in requests a second.
+fn demand_parts(demands: &[u64]) -> Vec<f64> {
+    let total: u64 = demands.iter().sum();
+    demands
+        .iter()
+        .map(|demand| LIMIT_PER_SECOND * *demand as f64 / total as f64)
+        .collect()
+}
+
+/// How long after `from` every Envoy's assignment for `id` came within 5% of its target and
+/// stayed there to the end of the log.
+fn settled_after(
+    log: &[(Instant, usize, Received)],
+    id: &BucketId,
+    from: Instant,
+    targets: &[f64],
+) -> Option<Duration> {
+    let mut rates: HashMap<usize, f64> = HashMap::new();
+    let mut since = None;
+    for (at, envoy, received) in log {
+        let Received::Action(action) = received else {
+            continue;
+        };
+        if action.bucket_id.as_ref() != Some(id) {
+            continue;
+        }
+        if let Some((rate, _)) = rate(action) {
+            rates.insert(*envoy, rate);
+        }
+        if *at < from {
+            continue;
+        }
+        let settled = targets.iter().enumerate().all(|(envoy, target)| {
+            rates
+                .get(&envoy)
+                .is_some_and(|rate| within(*rate, *target, 0.05))
+        });
+        since = match (settled, since) {
+            (true, None) => Some(*at),
+            (true, kept) => kept,
+            (false, _) => None,
+        };
+    }
+    since.map(|since| since.duration_since(from))
+}
+
 /// Offers each Envoy its demand for a second, allowed up to what it was last assigned.
 async fn one_second(envoys: &mut [Envoy], demands: &[u64], id: &BucketId, log: &Log) {
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -301,9 +347,17 @@ async fn assignments_follow_demand_and_never_add_up_to_more_than_the_limit() {
     let tenant = bucket(&[("tenant", "acme")]);
     // 16 requests a second against 10: shared 10 : 5 : 1.
     let demands = [10, 5, 1];
+    let started = Instant::now();
     for _ in 0..20 {
         one_second(&mut envoys, &demands, &tenant, &log).await;
     }
+    let targets = demand_parts(&demands);
+    let settled = settled_after(&log.lock().expect("the log"), &tenant, started, &targets)
+        .expect("the shares settle");
+    eprintln!(
+        "from the first report: shares within 5% of the demand-weighted parts after {:.1} s",
+        settled.as_secs_f64()
+    );
     let (most, last) = in_force(&log.lock().expect("the log"), &tenant);
     assert!(
         most <= LIMIT_PER_SECOND + 1e-9,
@@ -319,11 +373,22 @@ async fn assignments_follow_demand_and_never_add_up_to_more_than_the_limit() {
     }
     // Demand turns around: the busiest becomes the quietest.
     let demands = [1, 5, 10];
+    let turned = Instant::now();
     for _ in 0..20 {
         one_second(&mut envoys, &demands, &tenant, &log).await;
     }
     let (most, last) = in_force(&log.lock().expect("the log"), &tenant);
     assert!(most <= LIMIT_PER_SECOND + 1e-9, "{most} a second at once");
+    let targets = demand_parts(&demands);
+    let settled = settled_after(&log.lock().expect("the log"), &tenant, turned, &targets)
+        .expect("the shares settle");
+    eprintln!(
+        "demand turned around: shares within 5% of the new demand-weighted parts after {:.1} s \
+         ({:.1} slots); the assignments in force never added up to more than {most} of {} a second",
+        settled.as_secs_f64(),
+        settled.as_secs_f64() / QuotaTuning::default().period.as_secs_f64(),
+        LIMIT_PER_SECOND
+    );
     for (envoy, demand) in demands.iter().enumerate() {
         let expected = LIMIT_PER_SECOND * *demand as f64 / 16.0;
         assert!(
