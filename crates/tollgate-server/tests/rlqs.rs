@@ -21,14 +21,7 @@ use tollgate_server::rls::{Rls, RlsConfig};
 use tonic::transport::{Channel, Endpoint, Server};
 
 /// One domain: 600 requests a minute per tenant, a free route, and everything else denied.
-const CONFIG: &str = "domain: envoy\n\
-unmatched_buckets: deny_all\n\
-descriptors:\n\
-\x20 - key: tenant\n\
-\x20   rate_limit: { unit: minute, requests_per_unit: 600 }\n\
-\x20 - key: route\n\
-\x20   value: /free\n\
-\x20   rate_limit: { unlimited: true }\n";
+const CONFIG: &str = include_str!("../../../examples/rls/quota.yaml");
 
 /// The tenant limit, in requests a second.
 const LIMIT_PER_SECOND: f64 = 10.0;
@@ -46,7 +39,8 @@ impl Clock for TokioClock {
 }
 
 fn config() -> RlsConfig {
-    RlsConfig::from_documents(&[("envoy.yaml", CONFIG)]).expect("a valid configuration")
+    RlsConfig::from_documents(&[("examples/rls/quota.yaml", CONFIG)])
+        .expect("a valid configuration")
 }
 
 /// A quota service on `store`, assigning from now on.
@@ -191,12 +185,7 @@ impl Envoy {
 }
 
 fn bucket(pairs: &[(&str, &str)]) -> BucketId {
-    BucketId {
-        bucket: pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-    }
+    tollgate_server::rlqs::bucket_id(pairs)
 }
 
 /// What an assignment lets through, in requests a second (a blanket denial none, an allowance
@@ -554,24 +543,31 @@ async fn bad_messages_end_their_own_stream_with_a_clear_status_and_no_other() {
         .expect("sent");
     tokio::time::sleep(Duration::from_millis(100)).await;
 
-    let status = ended(&log, 1).expect("the unknown domain's stream ended");
-    assert_eq!(status.code(), tonic::Code::NotFound);
-    assert_eq!(status.message(), "domain \"elsewhere\" is not configured");
-    let status = ended(&log, 2).expect("the oversized bucket's stream ended");
-    assert_eq!(status.code(), tonic::Code::InvalidArgument);
-    assert_eq!(
-        status.message(),
-        "report 0: bucket_id entry \"tenant\": longer than 512 bytes"
-    );
-    let status = ended(&log, 3).expect("the greedy stream ended");
-    assert_eq!(status.code(), tonic::Code::ResourceExhausted);
-    assert_eq!(status.message(), "a stream may report at most 3 buckets");
-    let status = ended(&log, 4).expect("the report of negative time ended");
-    assert_eq!(status.code(), tonic::Code::InvalidArgument);
-    assert_eq!(
-        status.message(),
-        "report 0: time_elapsed must not be negative"
-    );
+    for (envoy, code, message) in [
+        (
+            1,
+            tonic::Code::NotFound,
+            "domain \"elsewhere\" is not configured",
+        ),
+        (
+            2,
+            tonic::Code::InvalidArgument,
+            "report 0: bucket_id entry \"tenant\": longer than 512 bytes",
+        ),
+        (
+            3,
+            tonic::Code::ResourceExhausted,
+            "a stream may report at most 3 buckets",
+        ),
+        (
+            4,
+            tonic::Code::InvalidArgument,
+            "report 0: time_elapsed must not be negative",
+        ),
+    ] {
+        let status = ended(&log, envoy).expect("the stream ended");
+        assert_eq!((status.code(), status.message()), (code, message));
+    }
 
     // The good stream is still assigned, slot after slot.
     assert!(ended(&log, 0).is_none());

@@ -182,14 +182,7 @@ impl Target {
 mod tests {
     use super::*;
 
-    fn id(pairs: &[(&str, &str)]) -> BucketId {
-        BucketId {
-            bucket: pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-        }
-    }
+    use super::super::bucket_id as id;
 
     #[test]
     fn a_bucket_is_named_by_its_entries_in_key_order() {
@@ -225,15 +218,8 @@ mod tests {
     #[test]
     fn buckets_resolve_through_the_descriptor_tree() {
         let config = RlsConfig::from_documents(&[(
-            "envoy.yaml",
-            "domain: envoy\n\
-             unmatched_buckets: deny_all\n\
-             descriptors:\n\
-             \x20 - key: tenant\n\
-             \x20   rate_limit: { unit: minute, requests_per_unit: 600 }\n\
-             \x20 - key: route\n\
-             \x20   value: /free\n\
-             \x20   rate_limit: { unlimited: true }\n",
+            "examples/rls/quota.yaml",
+            include_str!("../../../../examples/rls/quota.yaml"),
         )])
         .expect("a valid configuration");
         let slot = Duration::from_secs(2);

@@ -638,17 +638,15 @@ impl Rlqs {
                 let Some(envoy) = bucket.envoys.get_mut(&part.stream) else {
                     continue;
                 };
-                envoy.share = share;
                 if share == 0 && envoy.sent.is_none() {
                     // Not assigned yet: its first assignment comes with growth.
                     continue;
                 }
-                let strategy = strategy_of(&shared, share);
-                envoy.sent = Some(strategy);
+                let action = self.assign(envoy, &bucket.name, &shared, share);
                 outgoing
                     .entry(part.stream)
                     .or_default()
-                    .push((part.stream, assignment(&bucket.name, strategy, self.ttl())));
+                    .push((part.stream, action));
             }
         }
         self.send(&mut state, outgoing);
@@ -710,16 +708,28 @@ impl Rlqs {
                     // Gone since: its part stays counted to the end of the slot.
                     continue;
                 };
-                envoy.share = part.share + extra;
-                let strategy = strategy_of(&shared, envoy.share);
-                envoy.sent = Some(strategy);
+                let action = self.assign(envoy, &bucket.name, &shared, part.share + extra);
                 outgoing
                     .entry(part.stream)
                     .or_default()
-                    .push((part.stream, assignment(&bucket.name, strategy, self.ttl())));
+                    .push((part.stream, action));
             }
         }
         self.send(&mut state, outgoing);
+    }
+
+    /// Gives `envoy` a share of `share` units: the action that tells it.
+    fn assign(
+        &self,
+        envoy: &mut Envoy,
+        name: &BucketName,
+        shared: &Shared,
+        share: u64,
+    ) -> BucketAction {
+        envoy.share = share;
+        let strategy = strategy_of(shared, share);
+        envoy.sent = Some(strategy);
+        assignment(name, strategy, self.ttl())
     }
 
     /// Counts `units` of shares in the current slot, or what is left of them, with this

@@ -14,6 +14,16 @@ pub use engine::{MAX_REPORTS_PER_MESSAGE, QuotaFlags, QuotaTuning, Rlqs};
 pub use grpc::RlqsGrpc;
 pub use stats::QuotaStats;
 
+/// A bucket id of `pairs`, as Envoy's `bucket_id_builder` makes them (for clients and tests).
+pub fn bucket_id(pairs: &[(&str, &str)]) -> crate::rls::proto::quota::BucketId {
+    crate::rls::proto::quota::BucketId {
+        bucket: pairs
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+            .collect(),
+    }
+}
+
 /// The limiter's metrics and, where this process serves one, the quota service's.
 pub fn metrics_text(
     limiter: &tollgate::Limiter<tollgate::AnyStore>,
