@@ -45,7 +45,12 @@ fn config() -> RlsConfig {
 
 /// A quota service on `store`, assigning from now on.
 fn quota_service(store: AnyStore, tuning: QuotaTuning) -> Arc<Rlqs> {
-    let limiter = Limiter::new(store);
+    quota_server(&Limiter::new(store), tuning)
+}
+
+/// A quota service on `limiter`'s store, beside any other on the same store: another server.
+fn quota_server(limiter: &Limiter<AnyStore>, tuning: QuotaTuning) -> Arc<Rlqs> {
+    let limiter = limiter.clone();
     let rls = Arc::new(Rls::new(limiter.clone(), config(), false));
     let rlqs = Arc::new(Rlqs::new(limiter, rls, tuning).expect("a valid tuning"));
     tokio::spawn(Arc::clone(&rlqs).run());
@@ -555,11 +560,6 @@ async fn bad_messages_end_their_own_stream_with_a_clear_status_and_no_other() {
             "report 0: bucket_id entry \"tenant\": longer than 512 bytes",
         ),
         (
-            3,
-            tonic::Code::ResourceExhausted,
-            "a stream may report at most 3 buckets",
-        ),
-        (
             4,
             tonic::Code::InvalidArgument,
             "report 0: time_elapsed must not be negative",
@@ -569,6 +569,15 @@ async fn bad_messages_end_their_own_stream_with_a_clear_status_and_no_other() {
         assert_eq!((status.code(), status.message()), (code, message));
     }
 
+    // The stream past its cap of buckets is kept; the bucket past it is denied whole.
+    assert!(ended(&log, 3).is_none(), "a cap ends no stream");
+    let over = bucket(&[("tenant", "t3")]);
+    let denied = log.lock().expect("the log").iter().any(|(_, envoy, received)| {
+        *envoy == 3
+            && matches!(received, Received::Action(action)
+                if action.bucket_id.as_ref() == Some(&over) && rate(action).map(|(r, _)| r) == Some(0.0))
+    });
+    assert!(denied, "the fourth bucket is denied");
     // The good stream is still assigned, slot after slot.
     assert!(ended(&log, 0).is_none());
     let mut good = vec![good];
@@ -577,7 +586,8 @@ async fn bad_messages_end_their_own_stream_with_a_clear_status_and_no_other() {
     }
     let (_, last) = in_force(&log.lock().expect("the log"), &tenant);
     assert!(last[&0] >= 4.0, "{last:?}");
-    assert_eq!(rlqs.stats().streams, 1, "the refused streams are gone");
+    assert_eq!(rlqs.stats().streams, 2, "the refused streams are gone");
+    assert_eq!(rlqs.stats().refused_buckets, 1);
 }
 
 /// Two servers on one Redis serve the same bucket to Envoys of their own: in every slot, the
@@ -655,4 +665,112 @@ async fn two_servers_on_one_redis_never_assign_more_than_the_limit_together() {
     }
     let assigned: HashMap<usize, f64> = slots.values().flatten().map(|(e, r)| (*e, *r)).collect();
     assert_eq!(assigned.len(), 4, "every Envoy was assigned: {assigned:?}");
+}
+
+/// Two servers on one store (here the memory store both use, on the paused clock), each with
+/// Envoys of its own: the limit is shared across servers by demand, and the assignments in
+/// force never add up to more than the limit.
+#[tokio::test(start_paused = true)]
+async fn two_servers_share_a_limit_by_demand_and_never_assign_more_together() {
+    let limiter = Limiter::new(paused_store());
+    let log: Log = Arc::default();
+    let mut envoys = Vec::new();
+    for server in 0..2 {
+        let transport = InProcess::serve(quota_server(&limiter, QuotaTuning::default()));
+        for n in 0..2 {
+            envoys.push(Envoy::connect(transport.channel().await, server * 2 + n, &log).await);
+        }
+    }
+    let tenant = bucket(&[("tenant", "acme")]);
+    let demands = [10, 10, 5, 5];
+    for _ in 0..30 {
+        one_second(&mut envoys, &demands, &tenant, &log).await;
+    }
+    let (most, last) = in_force(&log.lock().expect("the log"), &tenant);
+    assert!(most <= LIMIT_PER_SECOND + 1e-9, "{most} a second at once");
+    for (envoy, target) in demand_parts(&demands).iter().enumerate() {
+        assert!(
+            within(last[&envoy], *target, 0.05),
+            "Envoy {envoy} has {} a second, its part is {target}: {last:?}",
+            last[&envoy]
+        );
+    }
+}
+
+/// An Envoy that claims an enormous demand (2^40 requests in a nanosecond, every second)
+/// weighs no more than one that wants the whole limit, and Envoys on another server keep
+/// their part.
+#[tokio::test(start_paused = true)]
+async fn a_claimed_flood_weighs_no_more_than_the_whole_limit() {
+    let limiter = Limiter::new(paused_store());
+    let log: Log = Arc::default();
+    let liar = InProcess::serve(quota_server(&limiter, QuotaTuning::default()));
+    let honest = InProcess::serve(quota_server(&limiter, QuotaTuning::default()));
+    let mut flood = Envoy::connect(liar.channel().await, 0, &log).await;
+    let mut envoys = vec![Envoy::connect(honest.channel().await, 1, &log).await];
+    let tenant = bucket(&[("tenant", "acme")]);
+    for _ in 0..30 {
+        one_second(&mut envoys, &[5], &tenant, &log).await;
+        flood
+            .reports
+            .send(RateLimitQuotaUsageReports {
+                domain: if flood.sent_domain { "" } else { "envoy" }.to_owned(),
+                bucket_quota_usages: vec![BucketQuotaUsage {
+                    bucket_id: Some(tenant.clone()),
+                    time_elapsed: Some(prost_types::Duration {
+                        seconds: 0,
+                        nanos: 1,
+                    }),
+                    num_requests_allowed: 1 << 40,
+                    num_requests_denied: 0,
+                }],
+            })
+            .await
+            .expect("sent");
+        flood.sent_domain = true;
+    }
+    let (most, last) = in_force(&log.lock().expect("the log"), &tenant);
+    assert!(most <= LIMIT_PER_SECOND + 1e-9, "{most} a second at once");
+    // The flood counts as the whole limit (10 a second) against an honest 5.
+    let honest_part = LIMIT_PER_SECOND * 5.0 / 15.0;
+    assert!(
+        within(last[&1], honest_part, 0.05),
+        "the honest Envoy has {} a second, its part is {honest_part}: {last:?}",
+        last[&1]
+    );
+}
+
+/// An allow-all bucket stays assigned across turns: each renewal arrives before the last
+/// assignment's TTL runs out.
+#[tokio::test(start_paused = true)]
+async fn a_blanket_assignment_never_lapses() {
+    let rlqs = quota_service(paused_store(), QuotaTuning::default());
+    let server = InProcess::serve(rlqs);
+    let log: Log = Arc::default();
+    let mut envoy = Envoy::connect(server.channel().await, 0, &log).await;
+    let free = bucket(&[("route", "/free")]);
+    for _ in 0..30 {
+        envoy.report(&[(free.clone(), 5, 0)]).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let log = log.lock().expect("the log");
+    let mut assigned: Vec<(Instant, Instant)> = log
+        .iter()
+        .filter_map(|(at, _, received)| match received {
+            Received::Action(action) if action.bucket_id.as_ref() == Some(&free) => {
+                rate(action).map(|(_, ttl)| (*at, *at + ttl))
+            }
+            _ => None,
+        })
+        .collect();
+    assigned.sort();
+    assert!(assigned.len() >= 5, "renewed every slot: {assigned:?}");
+    for pair in assigned.windows(2) {
+        let ((_, until), (next, _)) = (pair[0], pair[1]);
+        assert!(
+            next <= until,
+            "the assignment lapsed for {:?} before its renewal",
+            next - until
+        );
+    }
 }

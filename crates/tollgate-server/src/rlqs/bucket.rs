@@ -127,23 +127,48 @@ impl PartialEq for Target {
 const MAX_DEMAND: u64 = 1 << 40;
 
 impl Target {
-    /// What `name` is assigned under `config`, or `None` if the domain is not configured.
-    /// `slot` is the length of an assignment slot: the counters' window.
+    /// What `name` is assigned under `config`, and the key its counters are kept under, or
+    /// `None` if the domain is not configured. `slot` is the length of an assignment slot:
+    /// the counters' window. Buckets that a wildcard with `share_threshold` matches share the
+    /// pattern's counters (one limit for all of them), as descriptors do.
     pub(crate) fn resolve(
         config: &RlsConfig,
         domain: &str,
         name: &BucketName,
         slot: Duration,
-    ) -> Option<Self> {
+    ) -> Option<(Self, String)> {
         let root = config.domains.get(domain)?;
-        let rule = match find(root, &name.entries) {
-            Some(matched) => Arc::clone(matched.rule),
+        let (rule, counter) = match find(root, &name.entries) {
+            Some(matched) => {
+                let mut counter = domain.to_owned();
+                for (entry, shared) in name.entries.iter().zip(&matched.shared_values) {
+                    counter.push('|');
+                    escape(&mut counter, &entry.key);
+                    counter.push('=');
+                    escape(&mut counter, shared.unwrap_or(&entry.value));
+                }
+                (Arc::clone(matched.rule), counter)
+            }
             None => match config.unmatched_buckets.get(domain) {
-                Some(rule) => Arc::clone(rule),
-                None => return Some(Self::AllowAll),
+                Some(rule) => (Arc::clone(rule), name.key.clone()),
+                None => return Some((Self::AllowAll, name.key.clone())),
             },
         };
-        Some(Self::of_rule(&rule, slot))
+        Some((Self::of_rule(&rule, slot), counter))
+    }
+
+    /// An Envoy's demand in requests per the limit's period, from `requests` over `elapsed`
+    /// (at most the whole limit: no report makes one Envoy weigh more than that), for a shared
+    /// limit and a time to measure it over.
+    pub(crate) fn demand(&self, requests: u64, elapsed: Duration) -> Option<f64> {
+        let Self::Share(shared) = self else {
+            return None;
+        };
+        if elapsed.is_zero() {
+            return None;
+        }
+        let demand = requests as f64 * shared.period.as_secs_f64() / elapsed.as_secs_f64();
+        Some(demand.min(shared.quota as f64))
     }
 
     fn of_rule(rule: &Rule, slot: Duration) -> Self {
@@ -225,7 +250,7 @@ mod tests {
         let slot = Duration::from_secs(2);
         let resolve = |pairs: &[(&str, &str)]| {
             let name = BucketName::new("envoy", Some(&id(pairs))).expect("a valid bucket");
-            Target::resolve(&config, "envoy", &name, slot)
+            Target::resolve(&config, "envoy", &name, slot).map(|(target, _)| target)
         };
         match resolve(&[("tenant", "acme")]) {
             Some(Target::Share(shared)) => {
@@ -240,6 +265,26 @@ mod tests {
         assert_eq!(resolve(&[("route", "/free")]), Some(Target::AllowAll));
         assert_eq!(resolve(&[("user", "x")]), Some(Target::DenyAll));
         let name = BucketName::new("other", Some(&id(&[("a", "b")]))).expect("valid");
-        assert_eq!(Target::resolve(&config, "other", &name, slot), None);
+        let shared = RlsConfig::from_documents(&[(
+            "shared.yaml",
+            "domain: shared\n\
+             descriptors:\n\
+             \x20 - key: user\n\
+             \x20   value: bot-*\n\
+             \x20   share_threshold: true\n\
+             \x20   rate_limit: { unit: second, requests_per_unit: 5 }\n",
+        )])
+        .expect("a valid configuration");
+        let counter = |value: &str| {
+            let name = BucketName::new("shared", Some(&id(&[("user", value)]))).expect("valid");
+            Target::resolve(&shared, "shared", &name, slot).map(|(_, counter)| counter)
+        };
+        assert_eq!(
+            counter("bot-1"),
+            Some("shared|user=bot-*".to_owned()),
+            "every match of a shared wildcard counts as one"
+        );
+        assert_eq!(counter("bot-1"), counter("bot-2"));
+        assert!(Target::resolve(&config, "other", &name, slot).is_none());
     }
 }

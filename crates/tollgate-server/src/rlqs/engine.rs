@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::future::join_all;
+use futures_util::StreamExt;
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tollgate::{AnyStore, Check, Clock, Limiter, Micros, Store, Verdict};
@@ -27,11 +27,11 @@ use super::bucket::{BucketName, Shared, Target};
 use super::share;
 use super::stats::{QuotaStats, StatCounters};
 use crate::rls::Rls;
+use crate::rls::proto::quota::RateLimitQuotaResponse;
 use crate::rls::proto::quota::rate_limit_quota_response::BucketAction;
 use crate::rls::proto::quota::rate_limit_quota_response::bucket_action::{
     AbandonAction, BucketAction as Action, QuotaAssignmentAction,
 };
-use crate::rls::proto::quota::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
 use crate::rls::proto::types::RateLimitStrategy;
 use crate::rls::proto::types::rate_limit_strategy::{BlanketRule, Strategy};
 
@@ -71,9 +71,10 @@ impl QuotaTuning {
         if self.period < Duration::from_millis(100) {
             return Err("the quota slot must be at least 100ms".to_owned());
         }
-        if self.overlap.is_zero() || self.overlap * 4 > self.period {
+        if self.overlap < Duration::from_secs(1) || self.overlap * 4 > self.period {
             return Err(format!(
-                "the assignment overlap must be above zero and at most a quarter of the slot ({:?})",
+                "the assignment overlap must be at least a second (Envoy reads whole seconds of \
+                 a TTL) and at most a quarter of the slot ({:?})",
                 self.period
             ));
         }
@@ -88,10 +89,15 @@ impl QuotaTuning {
 pub const MAX_REPORTS_PER_MESSAGE: usize = 1_000;
 /// Messages queued for one stream; a stream that falls further behind is closed.
 pub(crate) const STREAM_QUEUE: usize = 64;
-/// How long after the estimated end of a slot its turn is taken, lest it be taken early.
-const TURN_MARGIN: Duration = Duration::from_millis(5);
+/// How long after the estimated end of a slot its turn is taken, lest it be taken early where
+/// a store's clock runs a little behind another's.
+const TURN_MARGIN: Duration = Duration::from_millis(50);
 /// How often a slot's shares are grown when nothing wakes the engine earlier.
 const GROWTH_TICK: Duration = Duration::from_millis(100);
+/// How long a growth pass woken by a subscription waits for others to come with it.
+const GROWTH_GATHER: Duration = Duration::from_millis(20);
+/// Store calls under way at once in a pass.
+const CONCURRENT_STORE_CALLS: usize = 64;
 
 /// What a stream's messages are sent on.
 pub(crate) type Outbox = mpsc::Sender<Result<RateLimitQuotaResponse, Status>>;
@@ -100,41 +106,46 @@ pub(crate) type Outbox = mpsc::Sender<Result<RateLimitQuotaResponse, Status>>;
 #[derive(Debug)]
 pub struct Rlqs {
     limiter: Limiter<AnyStore>,
-    rls: Arc<Rls>,
-    tuning: QuotaTuning,
+    pub(super) rls: Arc<Rls>,
+    pub(super) tuning: QuotaTuning,
     state: Mutex<State>,
     /// When the store's current slot ends, as last told by a store answer.
     slot_end: Mutex<Instant>,
-    wake: Notify,
-    next_stream: AtomicU64,
-    counters: StatCounters,
+    pub(super) wake: Notify,
+    pub(super) next_stream: AtomicU64,
+    pub(super) counters: StatCounters,
 }
 
 #[derive(Debug, Default)]
-struct State {
-    streams: HashMap<u64, Stream>,
-    buckets: HashMap<String, Bucket>,
+pub(super) struct State {
+    pub(super) streams: HashMap<u64, Stream>,
+    pub(super) buckets: HashMap<String, Bucket>,
 }
 
 #[derive(Debug)]
-struct Stream {
-    domain: Option<String>,
-    outbox: Outbox,
-    buckets: HashSet<String>,
+pub(super) struct Stream {
+    pub(super) domain: Option<String>,
+    pub(super) outbox: Outbox,
+    pub(super) buckets: HashSet<String>,
+    /// Told when the service drops the stream, so that its handler ends it.
+    pub(super) dropped: Arc<Notify>,
 }
 
 #[derive(Debug)]
-struct Bucket {
-    name: BucketName,
-    domain: String,
-    target: Target,
-    envoys: HashMap<u64, Envoy>,
+pub(super) struct Bucket {
+    pub(super) name: BucketName,
+    pub(super) domain: String,
+    pub(super) target: Target,
+    /// The key the bucket's counters are kept under: its name, or the pattern of a wildcard
+    /// whose matches share one limit.
+    pub(super) counter: String,
+    pub(super) envoys: HashMap<u64, Envoy>,
     /// No more units are left in this slot.
-    exhausted: bool,
+    pub(super) exhausted: bool,
     /// The demand this server reported in this slot, if it did.
-    demand_reported: bool,
+    pub(super) demand_reported: bool,
     /// The demand every server reported in the last slot, as last read.
-    total_demand: u64,
+    pub(super) total_demand: u64,
 }
 
 impl Bucket {
@@ -184,18 +195,21 @@ fn targets(shared: &Shared, parts: &[Part], own: u64, total: u64) -> Vec<u64> {
 
 /// One Envoy's part of a bucket.
 #[derive(Debug)]
-struct Envoy {
-    /// Requests per the limit's period, smoothed over reports.
-    demand: f64,
+pub(super) struct Envoy {
+    /// Requests per the limit's period, smoothed over reports, at most the limit.
+    pub(super) demand: f64,
     /// Units assigned and counted in the current slot.
-    share: u64,
-    last_active: Instant,
+    pub(super) share: u64,
+    /// When it last reported requests.
+    pub(super) last_active: Instant,
+    /// When it last reported at all.
+    pub(super) last_report: Instant,
     /// The strategy last sent, to count changes.
-    sent: Option<Strategy>,
+    pub(super) sent: Option<Strategy>,
 }
 
 /// A message for a stream.
-type Outgoing = Vec<(u64, BucketAction)>;
+pub(super) type Outgoing = Vec<(u64, BucketAction)>;
 
 impl Rlqs {
     /// A service assigning the limits of `rls`'s configuration from `limiter`'s store.
@@ -223,231 +237,16 @@ impl Rlqs {
         self.tuning
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+    pub(super) fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // A panic while holding the lock leaves plain data behind; carry on with it.
         self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Opens a stream, or refuses it when the cap is reached.
-    pub(crate) fn open(&self, outbox: Outbox) -> Result<u64, Status> {
-        let mut state = self.state();
-        if state.streams.len() >= self.tuning.max_streams {
-            return Err(Status::resource_exhausted(format!(
-                "{} quota streams are open, the maximum",
-                self.tuning.max_streams
-            )));
-        }
-        let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
-        state.streams.insert(
-            id,
-            Stream {
-                domain: None,
-                outbox,
-                buckets: HashSet::new(),
-            },
-        );
-        self.counters.streams_opened.fetch_add(1, Ordering::Relaxed);
-        Ok(id)
-    }
-
-    /// Forgets a stream that ended: its Envoy's shares are not renewed, and its assignments
-    /// run out with their TTL.
-    pub(crate) fn close(&self, stream: u64) {
-        let mut state = self.state();
-        let Some(closed) = state.streams.remove(&stream) else {
-            return;
-        };
-        for key in closed.buckets {
-            if let Some(bucket) = state.buckets.get_mut(&key) {
-                bucket.envoys.remove(&stream);
-                if bucket.envoys.is_empty() {
-                    state.buckets.remove(&key);
-                }
-            }
-        }
-    }
-
-    /// Takes one message of usage reports. A bad message is refused whole, with the status
-    /// that ends its stream; other streams are not touched.
-    pub(crate) fn report(
-        &self,
-        stream: u64,
-        message: &RateLimitQuotaUsageReports,
-    ) -> Result<(), Status> {
-        let reports = &message.bucket_quota_usages;
-        if reports.is_empty() {
-            return Err(Status::invalid_argument(
-                "a message must carry at least one bucket_quota_usage",
-            ));
-        }
-        if reports.len() > MAX_REPORTS_PER_MESSAGE {
-            return Err(Status::invalid_argument(format!(
-                "{} usage reports in one message, the maximum is {MAX_REPORTS_PER_MESSAGE}",
-                reports.len()
-            )));
-        }
-        let config = self.rls.config();
-        let now = Instant::now();
-        let mut state = self.state();
-        let state = &mut *state;
-        let Some(open) = state.streams.get_mut(&stream) else {
-            return Err(Status::aborted("the stream was closed"));
-        };
-        let domain = match (&open.domain, message.domain.as_str()) {
-            (None, "") => {
-                return Err(Status::invalid_argument(
-                    "the first message of a stream must name its domain",
-                ));
-            }
-            (None, domain) => {
-                if !config.domains.contains_key(domain) {
-                    return Err(Status::not_found(format!(
-                        "domain {:?} is not configured",
-                        super::bucket::printable(domain)
-                    )));
-                }
-                domain.to_owned()
-            }
-            (Some(domain), _) if !config.domains.contains_key(domain) => {
-                return Err(Status::not_found(format!(
-                    "domain {domain:?} is no longer configured"
-                )));
-            }
-            (Some(domain), "") => domain.clone(),
-            (Some(domain), other) if domain == other => domain.clone(),
-            (Some(domain), other) => {
-                return Err(Status::invalid_argument(format!(
-                    "the stream's domain is {domain:?}; to report for {:?}, open another stream",
-                    super::bucket::printable(other)
-                )));
-            }
-        };
-        // Every report is checked before any is taken, so a bad message changes nothing.
-        let mut checked = Vec::with_capacity(reports.len());
-        let mut new_buckets = 0;
-        for (index, report) in reports.iter().enumerate() {
-            let name = BucketName::new(&domain, report.bucket_id.as_ref())
-                .map_err(|error| Status::invalid_argument(format!("report {index}: {error}")))?;
-            // Envoy's first report of a bucket, which subscribes it, carries no time.
-            let elapsed = match report.time_elapsed {
-                None => Duration::ZERO,
-                Some(elapsed) => Duration::try_from(elapsed).map_err(|_| {
-                    Status::invalid_argument(format!(
-                        "report {index}: time_elapsed must not be negative"
-                    ))
-                })?,
-            };
-            if !open.buckets.contains(&name.key) {
-                new_buckets += 1;
-            }
-            let requests = report
-                .num_requests_allowed
-                .saturating_add(report.num_requests_denied);
-            checked.push((name, elapsed, requests));
-        }
-        if open.buckets.len() + new_buckets > self.tuning.max_buckets_per_stream {
-            return Err(Status::resource_exhausted(format!(
-                "a stream may report at most {} buckets",
-                self.tuning.max_buckets_per_stream
-            )));
-        }
-        let unknown = checked
-            .iter()
-            .filter(|(name, ..)| !state.buckets.contains_key(&name.key))
-            .count();
-        if state.buckets.len() + unknown > self.tuning.max_buckets {
-            return Err(Status::resource_exhausted(format!(
-                "the quota service holds {} buckets, the maximum",
-                self.tuning.max_buckets
-            )));
-        }
-        open.domain = Some(domain.clone());
-        let outbox = open.outbox.clone();
-        let mut immediate = Vec::new();
-        let mut woken = false;
-        for (name, elapsed, requests) in checked {
-            open.buckets.insert(name.key.clone());
-            let bucket = match state.buckets.entry(name.key.clone()) {
-                std::collections::hash_map::Entry::Occupied(found) => found.into_mut(),
-                std::collections::hash_map::Entry::Vacant(free) => {
-                    let Some(target) = Target::resolve(&config, &domain, &name, self.tuning.period)
-                    else {
-                        continue;
-                    };
-                    free.insert(Bucket {
-                        name,
-                        domain: domain.clone(),
-                        target,
-                        envoys: HashMap::new(),
-                        exhausted: false,
-                        demand_reported: false,
-                        total_demand: 0,
-                    })
-                }
-            };
-            // Requests per the limit's period; unknown over no time (a subscription), when a
-            // new Envoy is taken to want the whole limit until it reports.
-            let per_period = match &bucket.target {
-                Target::Share(shared) if elapsed.is_zero() => shared.quota as f64,
-                Target::Share(shared) => {
-                    requests as f64 * shared.period.as_secs_f64() / elapsed.as_secs_f64()
-                }
-                _ => 0.0,
-            };
-            match bucket.envoys.get_mut(&stream) {
-                Some(envoy) => {
-                    if !elapsed.is_zero() {
-                        envoy.demand = (envoy.demand + per_period) / 2.0;
-                    }
-                    if requests > 0 {
-                        envoy.last_active = now;
-                    }
-                }
-                None => {
-                    bucket.envoys.insert(
-                        stream,
-                        Envoy {
-                            demand: per_period,
-                            share: 0,
-                            last_active: now,
-                            sent: None,
-                        },
-                    );
-                    match &bucket.target {
-                        // A blanket rule needs no share: sent at once.
-                        Target::AllowAll | Target::DenyAll => {
-                            let envoy = bucket.envoys.get_mut(&stream);
-                            let strategy = blanket(&bucket.target);
-                            if let Some(envoy) = envoy {
-                                envoy.sent = Some(strategy);
-                            }
-                            immediate.push(assignment(&bucket.name, strategy, self.ttl()));
-                        }
-                        Target::Share(_) => woken = true,
-                    }
-                }
-            }
-        }
-        if !immediate.is_empty() {
-            self.counters
-                .assignments
-                .fetch_add(immediate.len() as u64, Ordering::Relaxed);
-            // A full outbox ends the stream at the next renewal.
-            let _ = outbox.try_send(Ok(RateLimitQuotaResponse {
-                bucket_action: immediate,
-            }));
-        }
-        if woken {
-            self.wake.notify_one();
-        }
-        Ok(())
-    }
-
     /// An assignment's time to live: to the end of the slot and the overlap, in whole seconds
     /// rounded down, since Envoy reads no more of it (it drops the fraction).
-    fn ttl(&self) -> Duration {
+    pub(super) fn ttl(&self) -> Duration {
         let ttl = self.slot_end().saturating_duration_since(Instant::now()) + self.tuning.overlap;
         Duration::from_secs(ttl.as_secs())
     }
@@ -459,22 +258,11 @@ impl Rlqs {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Learns when the slot ends from a store answer received at `received`: a counter that
-    /// holds anything resets at the end of the slot. Reckoned from when the answer arrived, the
-    /// end is never taken early.
-    fn observe(&self, verdict: &Verdict, received: Instant) {
-        let Some(left) = verdict
-            .decisions()
-            .iter()
-            .map(|decision| decision.reset_after())
-            .find(|left| !left.is_zero())
-        else {
-            return;
-        };
+    fn set_slot_end(&self, end: Instant) {
         *self
             .slot_end
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = received + left;
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = end;
     }
 
     /// What the service holds and has done.
@@ -506,41 +294,54 @@ impl Rlqs {
             if let Some(turn) = turn {
                 tokio::time::sleep_until(turn + self.tuning.overlap * 2).await;
             }
+            // Growth stops an overlap before the end, lest a count land in the next slot.
             let mut first = true;
-            while Instant::now() + TURN_MARGIN < self.slot_end() {
+            loop {
+                let stop = self.slot_end().checked_sub(self.tuning.overlap);
+                if stop.is_none_or(|stop| Instant::now() >= stop) {
+                    break;
+                }
                 self.grow(first).await;
                 first = false;
-                let next = (Instant::now() + GROWTH_TICK).min(self.slot_end());
+                let next = (Instant::now() + GROWTH_TICK).min(stop.unwrap_or_else(Instant::now));
                 tokio::select! {
                     () = tokio::time::sleep_until(next) => {}
-                    () = self.wake.notified() => {}
+                    () = self.wake.notified() => {
+                        // Subscriptions in a burst are served by one pass.
+                        tokio::time::sleep(GROWTH_GATHER).await;
+                    }
                 }
             }
+            self.survey().await;
             let end = self.slot_end();
             tokio::time::sleep_until(end + TURN_MARGIN).await;
             let now = Instant::now();
-            self.renew().await;
-            if self.slot_end() <= now {
-                // No store answer to set the clock by: keep the cadence.
-                let mut next = end + self.tuning.period;
-                while next <= now {
-                    next += self.tuning.period;
-                }
-                *self
-                    .slot_end
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = next;
+            // The slot this turn starts, until the store's answers tell it more exactly.
+            let mut next = end + self.tuning.period;
+            while next <= now {
+                next += self.tuning.period;
+            }
+            self.set_slot_end(next);
+            if let Some((retry, early)) = self.renew(now, None).await {
+                // Some buckets' answers came from the slot that was ending (their store's
+                // clock is behind): those are renewed once more, at its end.
+                tokio::time::sleep_until(retry + TURN_MARGIN).await;
+                let _ = self.renew(now, Some(&early)).await;
             }
             turn = Some(now);
         }
     }
 
-    /// The turn of a slot: idle and unconfigured buckets are abandoned; every share is renewed
-    /// no larger than it was, nor than its part of this server's fair part of the limit, and
-    /// counted in the new slot.
-    async fn renew(&self) {
+    /// The turn of a slot (at `turn`): idle and unconfigured buckets are abandoned; every
+    /// share is renewed no larger than it was, nor than its part of this server's fair part of
+    /// the limit, and counted in the new slot. With `only`, just those buckets are renewed.
+    /// Returns the buckets whose answers came from the slot that was ending, with its end.
+    async fn renew(
+        &self,
+        turn: Instant,
+        only: Option<&HashSet<String>>,
+    ) -> Option<(Instant, HashSet<String>)> {
         let config = self.rls.config();
-        let now = Instant::now();
         let mut outgoing: HashMap<u64, Outgoing> = HashMap::new();
         let mut work = Vec::new();
         {
@@ -548,16 +349,22 @@ impl Rlqs {
             let state = &mut *state;
             let mut gone = Vec::new();
             for (key, bucket) in &mut state.buckets {
+                if only.is_some_and(|only| !only.contains(key)) {
+                    continue;
+                }
                 bucket.exhausted = false;
                 bucket.demand_reported = false;
                 let current =
                     Target::resolve(&config, &bucket.domain, &bucket.name, self.tuning.period);
-                let abandoned: Vec<u64> = if current.as_ref() == Some(&bucket.target) {
+                let unchanged = current.as_ref().is_some_and(|(target, counter)| {
+                    *target == bucket.target && *counter == bucket.counter
+                });
+                let abandoned: Vec<u64> = if unchanged {
                     bucket
                         .envoys
                         .iter()
                         .filter(|(_, envoy)| {
-                            now.duration_since(envoy.last_active) >= self.tuning.idle
+                            turn.duration_since(envoy.last_active) >= self.tuning.idle
                         })
                         .map(|(stream, _)| *stream)
                         .collect()
@@ -581,14 +388,15 @@ impl Rlqs {
                 match &bucket.target {
                     Target::Share(shared) => {
                         let parts = bucket.parts(shared);
-                        let own = demand_units(&parts);
+                        let own = demand_units(&parts, shared);
                         let targets = targets(shared, &parts, own, bucket.total_demand);
                         let keep: Vec<u64> = parts
                             .iter()
                             .zip(targets)
                             .map(|(part, target)| part.share.min(target))
                             .collect();
-                        work.push((key.clone(), Arc::clone(shared), parts, keep, own));
+                        let counter = bucket.counter.clone();
+                        work.push((key.clone(), counter, Arc::clone(shared), parts, keep, own));
                     }
                     target => {
                         let strategy = blanket(target);
@@ -606,16 +414,19 @@ impl Rlqs {
                 state.buckets.remove(&key);
             }
         }
-        let renewed = join_all(work.into_iter().map(
-            |(key, shared, parts, keep, own)| async move {
+        let renewed: Vec<_> = futures_util::stream::iter(work.into_iter().map(
+            |(key, counter, shared, parts, keep, own)| async move {
                 // At least one unit of demand, so that the answer tells when the slot ends.
-                let counted = self
-                    .count(&key, &shared, keep.iter().sum(), own.max(1))
-                    .await;
+                let units = keep.iter().sum();
+                let counted = self.count(&counter, &shared, units, own.max(1)).await;
                 (key, shared, parts, keep, counted)
             },
         ))
+        .buffer_unordered(CONCURRENT_STORE_CALLS)
+        .collect()
         .await;
+        let mut early = HashSet::new();
+        let mut ending = None;
         let mut state = self.state();
         for (key, shared, parts, keep, counted) in renewed {
             let Some(bucket) = state.buckets.get_mut(&key) else {
@@ -623,7 +434,7 @@ impl Rlqs {
             };
             // Nothing could be counted: nothing is renewed, and the assignments in force run
             // out with their TTL.
-            let Ok(granted) = counted else {
+            let Ok((granted, end)) = counted else {
                 for part in &parts {
                     if let Some(envoy) = bucket.envoys.get_mut(&part.stream) {
                         envoy.share = 0;
@@ -631,6 +442,15 @@ impl Rlqs {
                 }
                 continue;
             };
+            match end {
+                Some(end) if end < turn + self.tuning.period / 2 => {
+                    early.insert(key);
+                    ending = Some(ending.map_or(end, |latest: Instant| latest.max(end)));
+                    continue;
+                }
+                Some(end) => self.set_slot_end(end),
+                None => {}
+            }
             bucket.demand_reported = true;
             let weights: Vec<f64> = keep.iter().map(|&units| units as f64).collect();
             let shares = share::split(granted, &weights, &keep);
@@ -640,6 +460,7 @@ impl Rlqs {
                 };
                 if share == 0 && envoy.sent.is_none() {
                     // Not assigned yet: its first assignment comes with growth.
+                    envoy.share = 0;
                     continue;
                 }
                 let action = self.assign(envoy, &bucket.name, &shared, share);
@@ -650,6 +471,10 @@ impl Rlqs {
             }
         }
         self.send(&mut state, outgoing);
+        // A second early answer is not retried again: those buckets wait for the next turn.
+        ending
+            .filter(|_| only.is_none())
+            .map(|ending| (ending, early))
     }
 
     /// Grows shares from what the slot has left: on the slot's first pass, toward each
@@ -665,12 +490,16 @@ impl Rlqs {
                     let Target::Share(shared) = &bucket.target else {
                         return None;
                     };
+                    if bucket.exhausted {
+                        return None;
+                    }
                     let parts = bucket.parts(shared);
-                    if bucket.exhausted || parts.iter().all(|part| part.share >= part.want) {
+                    if parts.iter().all(|part| part.share >= part.want) {
                         return None;
                     }
                     Some((
                         key.clone(),
+                        bucket.counter.clone(),
                         Arc::clone(shared),
                         parts,
                         bucket.demand_reported,
@@ -678,13 +507,14 @@ impl Rlqs {
                 })
                 .collect()
         };
-        let grown = join_all(
-            work.into_iter()
-                .map(|(key, shared, parts, reported)| async move {
-                    let growth = self.more(&key, &shared, &parts, reported, first).await;
-                    (key, shared, parts, growth)
-                }),
-        )
+        let grown: Vec<_> = futures_util::stream::iter(work.into_iter().map(
+            |(key, counter, shared, parts, reported)| async move {
+                let growth = self.more(&counter, &shared, &parts, reported, first).await;
+                (key, shared, parts, growth)
+            },
+        ))
+        .buffer_unordered(CONCURRENT_STORE_CALLS)
+        .collect()
         .await;
         let mut outgoing: HashMap<u64, Outgoing> = HashMap::new();
         let mut state = self.state();
@@ -718,6 +548,52 @@ impl Rlqs {
         self.send(&mut state, outgoing);
     }
 
+    /// Reads, for every shared bucket, the demand every server reported in the slot, so that
+    /// the turn renews each share within its fair part of the limit.
+    async fn survey(&self) {
+        let work: Vec<_> = {
+            let state = self.state();
+            state
+                .buckets
+                .iter()
+                .filter_map(|(key, bucket)| match &bucket.target {
+                    Target::Share(shared) => Some((
+                        key.clone(),
+                        bucket.counter.clone(),
+                        Arc::clone(shared),
+                        (!bucket.demand_reported)
+                            .then(|| demand_units(&bucket.parts(shared), shared)),
+                    )),
+                    _ => None,
+                })
+                .collect()
+        };
+        let read: Vec<_> = futures_util::stream::iter(work.into_iter().map(
+            |(key, counter, shared, unreported)| async move {
+                let peek = self
+                    .charge(&counter, &shared, 0, unreported.unwrap_or(0))
+                    .await;
+                (key, peek)
+            },
+        ))
+        .buffer_unordered(CONCURRENT_STORE_CALLS)
+        .collect()
+        .await;
+        let mut state = self.state();
+        for (key, peek) in read {
+            let (Some(bucket), Ok((verdict, end))) = (state.buckets.get_mut(&key), peek) else {
+                continue;
+            };
+            if self.answered_by_a_later_slot(end) {
+                continue;
+            }
+            if let [_, demands] = verdict.decisions() {
+                bucket.total_demand = demands.limit().saturating_sub(demands.remaining());
+                bucket.demand_reported = true;
+            }
+        }
+    }
+
     /// Gives `envoy` a share of `share` units: the action that tells it.
     fn assign(
         &self,
@@ -733,34 +609,49 @@ impl Rlqs {
     }
 
     /// Counts `units` of shares in the current slot, or what is left of them, with this
-    /// server's `demand` (unless `demand` is zero). Returns the units granted.
-    async fn count(&self, key: &str, shared: &Shared, units: u64, demand: u64) -> Result<u64, ()> {
-        let verdict = self.charge(key, shared, units, demand).await?;
+    /// server's `demand` (unless `demand` is zero). Returns the units granted and when the
+    /// store's slot ends, if its answer told.
+    async fn count(
+        &self,
+        key: &str,
+        shared: &Shared,
+        units: u64,
+        demand: u64,
+    ) -> Result<(u64, Option<Instant>), ()> {
+        let (verdict, end) = self.charge(key, shared, units, demand).await?;
         if verdict.is_admitted() {
-            return Ok(units);
+            return Ok((units, end));
         }
         // Others took part of the slot: take what is left of it.
         let rest = verdict.decisions()[0].remaining().min(units);
-        let verdict = self.charge(key, shared, rest, demand).await?;
-        Ok(if verdict.is_admitted() { rest } else { 0 })
+        let (verdict, end) = self.charge(key, shared, rest, demand).await?;
+        Ok((if verdict.is_admitted() { rest } else { 0 }, end))
     }
 
-    /// One store call: `units` on the share counter and `demand` on the demand counter.
+    /// One store call: `units` on the share counter and `demand` on the demand counter. With
+    /// the answer comes when the slot ends, if a counter holds anything: a counter resets at
+    /// the end of the slot, and reckoned from when the answer arrived, the end is never taken
+    /// early.
     async fn charge(
         &self,
         key: &str,
         shared: &Shared,
         units: u64,
         demand: u64,
-    ) -> Result<Verdict, ()> {
+    ) -> Result<(Verdict, Option<Instant>), ()> {
         let check = Check::new(0)
             .limit_with_cost(key, &shared.shares, units)
             .limit_with_cost(key, &shared.demand, demand);
         self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
         match self.limiter.store().check(&check, None).await {
             Ok(verdict) => {
-                self.observe(&verdict, Instant::now());
-                Ok(verdict)
+                let end = verdict
+                    .decisions()
+                    .iter()
+                    .map(|decision| decision.reset_after())
+                    .find(|left| !left.is_zero())
+                    .map(|left| Instant::now() + left);
+                Ok((verdict, end))
             }
             Err(error) => {
                 self.counters.store_errors.fetch_add(1, Ordering::Relaxed);
@@ -768,6 +659,12 @@ impl Rlqs {
                 Err(())
             }
         }
+    }
+
+    /// Whether a growth answer came from a later slot than the one under way: what it
+    /// counted is wasted rather than assigned, and the turn comes as planned.
+    fn answered_by_a_later_slot(&self, end: Option<Instant>) -> bool {
+        end.is_some_and(|end| end > self.slot_end() + self.tuning.period / 2)
     }
 
     /// How much more a bucket's Envoys on this server get, and what the store said.
@@ -779,11 +676,14 @@ impl Rlqs {
         reported: bool,
         first: bool,
     ) -> Result<Growth, ()> {
-        let own = demand_units(parts);
+        let own = demand_units(parts, shared);
         // What every server reported, and what the slot has left.
-        let peek = self
+        let (peek, end) = self
             .charge(key, shared, 0, if reported { 0 } else { own })
             .await?;
+        if self.answered_by_a_later_slot(end) {
+            return Err(());
+        }
         let [shares, demands] = peek.decisions() else {
             return Err(());
         };
@@ -804,7 +704,11 @@ impl Rlqs {
         let granted = if ask == 0 {
             0
         } else {
-            self.count(key, shared, ask, 0).await?
+            let (granted, end) = self.count(key, shared, ask, 0).await?;
+            if self.answered_by_a_later_slot(end) {
+                return Err(());
+            }
+            granted
         };
         Ok(Growth {
             granted,
@@ -814,9 +718,10 @@ impl Rlqs {
         })
     }
 
-    /// Sends each stream its actions in one message; a stream whose queue is full is closed,
-    /// since it no longer reads what it is assigned.
+    /// Sends each stream its actions in one message. A stream whose queue is full no longer
+    /// reads what it is assigned: it is dropped (its shares go at the next turn).
     fn send(&self, state: &mut State, outgoing: HashMap<u64, Outgoing>) {
+        let mut stuck = Vec::new();
         for (stream, actions) in outgoing {
             let Some(open) = state.streams.get(&stream) else {
                 continue;
@@ -832,14 +737,7 @@ impl Rlqs {
                 bucket_action: actions.into_iter().map(|(_, action)| action).collect(),
             };
             if open.outbox.try_send(Ok(message)).is_err() {
-                let outbox = open.outbox.clone();
-                tokio::spawn(async move {
-                    let _ = outbox
-                        .send(Err(Status::resource_exhausted(
-                            "the stream does not read its assignments",
-                        )))
-                        .await;
-                });
+                stuck.push(stream);
                 continue;
             }
             self.counters
@@ -848,6 +746,12 @@ impl Rlqs {
             self.counters
                 .abandoned
                 .fetch_add(abandoned, Ordering::Relaxed);
+        }
+        for stream in stuck {
+            self.counters
+                .streams_dropped
+                .fetch_add(1, Ordering::Relaxed);
+            super::streams::drop_stream(state, stream);
         }
     }
 }
@@ -869,13 +773,16 @@ fn next_boundary(now: Micros, period: Duration) -> Instant {
     Instant::now() + Duration::from_micros(period - now % period)
 }
 
-/// A server's demand in whole units, within the demand counter's cap.
-fn demand_units(parts: &[Part]) -> u64 {
+/// A server's demand as the demand counter takes it: in thousandths of the limit, at most a
+/// thousand limits, so that no server's report can fill the counter (10 000 servers at the
+/// cap take 10^10 of its 2^40) and every server's weighs alike however large the limit.
+fn demand_units(parts: &[Part], shared: &Shared) -> u64 {
     let sum: f64 = parts.iter().map(|part| part.demand.max(0.0)).sum();
-    (sum.ceil() as u64).min(1 << 40)
+    let thousandths = (1_000.0 * sum / shared.quota.max(1) as f64).ceil();
+    (thousandths as u64).min(1_000_000)
 }
 
-fn blanket(target: &Target) -> Strategy {
+pub(super) fn blanket(target: &Target) -> Strategy {
     let rule = match target {
         Target::DenyAll => BlanketRule::DenyAll,
         _ => BlanketRule::AllowAll,
@@ -891,7 +798,7 @@ fn strategy_of(shared: &Shared, share: u64) -> Strategy {
     Strategy::TokenBucket(share::token_bucket(share, shared.period))
 }
 
-fn assignment(name: &BucketName, strategy: Strategy, ttl: Duration) -> BucketAction {
+pub(super) fn assignment(name: &BucketName, strategy: Strategy, ttl: Duration) -> BucketAction {
     BucketAction {
         bucket_id: Some(name.id.clone()),
         bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
@@ -918,9 +825,9 @@ pub struct QuotaFlags {
     #[arg(long = "rlqs-slot", env = "TOLLGATE_RLQS_SLOT", default_value = "6s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
     pub slot: Duration,
     /// How long a quota assignment outlives its slot, so that Envoy holds one while the next
-    /// is on its way: at most a quarter of the slot. Envoy reads TTLs in whole seconds (it
-    /// drops the fraction), so with Envoy it must be above a second and what an assignment
-    /// takes to reach it.
+    /// is on its way: at least a second, since Envoy reads TTLs in whole seconds (it drops the
+    /// fraction), and more than an assignment takes to reach Envoy; at most a quarter of the
+    /// slot.
     #[arg(long = "rlqs-overlap", env = "TOLLGATE_RLQS_OVERLAP", default_value = "1500ms", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
     pub overlap: Duration,
     /// A bucket an Envoy reports no requests for this long is abandoned.

@@ -2,6 +2,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
 use tokio::sync::mpsc;
@@ -26,6 +27,9 @@ impl RlqsGrpc {
     }
 }
 
+/// How long a new stream has to send its first message.
+const FIRST_MESSAGE: Duration = Duration::from_secs(30);
+
 type Assignments = Pin<Box<dyn Stream<Item = Result<RateLimitQuotaResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -38,16 +42,33 @@ impl RateLimitQuotaService for RlqsGrpc {
     ) -> Result<Response<Assignments>, Status> {
         let mut reports = request.into_inner();
         let (outbox, mut inbox) = mpsc::channel(STREAM_QUEUE);
-        let stream = self.rlqs.open(outbox.clone())?;
+        let (stream, dropped) = self.rlqs.open(outbox.clone())?;
         let rlqs = Arc::clone(&self.rlqs);
         tokio::spawn(async move {
-            // Reports are read until Envoy ends the stream, it breaks, or one is refused.
-            while let Some(message) = reports.next().await {
-                let Ok(message) = message else {
+            // Reports are read until Envoy ends the stream, it breaks, one is refused, or
+            // the service drops the stream; then the answers end too.
+            let mut first = true;
+            loop {
+                // A stream must say what it is for soon, or give its place back.
+                let wait = if first { FIRST_MESSAGE } else { Duration::MAX };
+                first = false;
+                let message = tokio::select! {
+                    message = tokio::time::timeout(wait, reports.next()) => match message {
+                        Ok(message) => message,
+                        Err(_) => {
+                            let _ = outbox.try_send(Err(Status::deadline_exceeded(
+                                "no usage report within 30s of opening the stream",
+                            )));
+                            break;
+                        }
+                    },
+                    () = dropped.notified() => break,
+                };
+                let Some(Ok(message)) = message else {
                     break;
                 };
                 if let Err(status) = rlqs.report(stream, &message) {
-                    let _ = outbox.send(Err(status)).await;
+                    let _ = outbox.try_send(Err(status));
                     break;
                 }
             }

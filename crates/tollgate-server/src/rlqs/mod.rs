@@ -9,6 +9,7 @@ pub mod engine;
 mod grpc;
 mod share;
 mod stats;
+mod streams;
 
 pub use engine::{MAX_REPORTS_PER_MESSAGE, QuotaFlags, QuotaTuning, Rlqs};
 pub use grpc::RlqsGrpc;

@@ -29,6 +29,10 @@ pub struct QuotaStats {
     pub assignments: u64,
     /// Abandon actions sent since start.
     pub abandoned: u64,
+    /// Buckets denied whole because a cap was reached.
+    pub refused_buckets: u64,
+    /// Streams dropped because they did not read their assignments.
+    pub streams_dropped: u64,
     /// Store calls counting shares and demand.
     pub store_calls: u64,
     /// Of those, failures.
@@ -40,6 +44,8 @@ pub(crate) struct StatCounters {
     pub(crate) streams_opened: AtomicU64,
     pub(crate) assignments: AtomicU64,
     pub(crate) abandoned: AtomicU64,
+    pub(crate) refused_buckets: AtomicU64,
+    pub(crate) streams_dropped: AtomicU64,
     pub(crate) store_calls: AtomicU64,
     pub(crate) store_errors: AtomicU64,
 }
@@ -51,6 +57,8 @@ impl StatCounters {
             streams_opened: read(&self.streams_opened),
             assignments: read(&self.assignments),
             abandoned: read(&self.abandoned),
+            refused_buckets: read(&self.refused_buckets),
+            streams_dropped: read(&self.streams_dropped),
             store_calls: read(&self.store_calls),
             store_errors: read(&self.store_errors),
             ..QuotaStats::default()
@@ -114,6 +122,16 @@ impl QuotaStats {
             ),
             ("assignments", "Quota assignments sent", self.assignments),
             ("abandons", "Abandon actions sent", self.abandoned),
+            (
+                "refused_buckets",
+                "Buckets denied whole because a cap was reached",
+                self.refused_buckets,
+            ),
+            (
+                "streams_dropped",
+                "Streams dropped for not reading their assignments",
+                self.streams_dropped,
+            ),
             (
                 "store_calls",
                 "Store calls counting shares and demand",

@@ -1,0 +1,268 @@
+//! Envoys' streams: opened within a cap, their usage reports checked and taken, closed when
+//! Envoy goes or when the service drops them.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tonic::Status;
+
+use super::bucket::{BucketName, Target, printable};
+use super::engine::{
+    Bucket, Envoy, MAX_REPORTS_PER_MESSAGE, Outbox, Rlqs, State, Stream, assignment, blanket,
+};
+use crate::rls::proto::quota::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
+use crate::rls::proto::types::rate_limit_strategy::{BlanketRule, Strategy};
+
+/// One bucket's usage in a message, its reports merged.
+struct Usage {
+    name: BucketName,
+    elapsed: Duration,
+    requests: u64,
+}
+
+/// Drops a stream from the state: its Envoy leaves its buckets (their shares are not renewed
+/// and its assignments run out with their TTL), and its handler is told to end it.
+pub(super) fn drop_stream(state: &mut State, stream: u64) {
+    let Some(closed) = state.streams.remove(&stream) else {
+        return;
+    };
+    closed.dropped.notify_one();
+    for key in closed.buckets {
+        if let Some(bucket) = state.buckets.get_mut(&key) {
+            bucket.envoys.remove(&stream);
+            if bucket.envoys.is_empty() {
+                state.buckets.remove(&key);
+            }
+        }
+    }
+}
+
+impl Rlqs {
+    /// Opens a stream, or refuses it when the cap is reached. The notification tells the
+    /// stream's handler when the service drops it.
+    pub(crate) fn open(&self, outbox: Outbox) -> Result<(u64, Arc<Notify>), Status> {
+        let mut state = self.state();
+        if state.streams.len() >= self.tuning.max_streams {
+            return Err(Status::resource_exhausted(format!(
+                "{} quota streams are open, the maximum",
+                self.tuning.max_streams
+            )));
+        }
+        let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        let dropped = Arc::new(Notify::new());
+        state.streams.insert(
+            id,
+            Stream {
+                domain: None,
+                outbox,
+                buckets: HashSet::new(),
+                dropped: Arc::clone(&dropped),
+            },
+        );
+        self.counters.streams_opened.fetch_add(1, Ordering::Relaxed);
+        Ok((id, dropped))
+    }
+
+    /// Forgets a stream that ended.
+    pub(crate) fn close(&self, stream: u64) {
+        drop_stream(&mut self.state(), stream);
+    }
+
+    /// The stream's domain: named by its first message, the same (or unnamed) after, and
+    /// still configured.
+    fn domain_of(
+        open: &Stream,
+        message: &RateLimitQuotaUsageReports,
+        configured: impl Fn(&str) -> bool,
+    ) -> Result<String, Status> {
+        match (&open.domain, message.domain.as_str()) {
+            (None, "") => Err(Status::invalid_argument(
+                "the first message of a stream must name its domain",
+            )),
+            (None, domain) if !configured(domain) => Err(Status::not_found(format!(
+                "domain {:?} is not configured",
+                printable(domain)
+            ))),
+            (None, domain) => Ok(domain.to_owned()),
+            (Some(domain), _) if !configured(domain) => Err(Status::not_found(format!(
+                "domain {domain:?} is no longer configured"
+            ))),
+            (Some(domain), other) if other.is_empty() || other == domain => Ok(domain.clone()),
+            (Some(domain), other) => Err(Status::invalid_argument(format!(
+                "the stream's domain is {domain:?}; to report for {:?}, open another stream",
+                printable(other)
+            ))),
+        }
+    }
+
+    /// Checks every report of a message, merging reports of the same bucket, before any is
+    /// taken, so that a bad message changes nothing.
+    fn usages(domain: &str, message: &RateLimitQuotaUsageReports) -> Result<Vec<Usage>, Status> {
+        let reports = &message.bucket_quota_usages;
+        if reports.is_empty() {
+            return Err(Status::invalid_argument(
+                "a message must carry at least one bucket_quota_usage",
+            ));
+        }
+        if reports.len() > MAX_REPORTS_PER_MESSAGE {
+            return Err(Status::invalid_argument(format!(
+                "{} usage reports in one message, the maximum is {MAX_REPORTS_PER_MESSAGE}",
+                reports.len()
+            )));
+        }
+        let mut usages: Vec<Usage> = Vec::with_capacity(reports.len());
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        for (index, report) in reports.iter().enumerate() {
+            let name = BucketName::new(domain, report.bucket_id.as_ref())
+                .map_err(|error| Status::invalid_argument(format!("report {index}: {error}")))?;
+            // Envoy's first report of a bucket, which subscribes it, carries no time.
+            let elapsed = match report.time_elapsed {
+                None => Duration::ZERO,
+                Some(elapsed) => Duration::try_from(elapsed).map_err(|_| {
+                    Status::invalid_argument(format!(
+                        "report {index}: time_elapsed must not be negative"
+                    ))
+                })?,
+            };
+            let requests = report
+                .num_requests_allowed
+                .saturating_add(report.num_requests_denied);
+            match seen.get(&name.key) {
+                Some(&at) => {
+                    let merged = &mut usages[at];
+                    merged.requests = merged.requests.saturating_add(requests);
+                    merged.elapsed = merged.elapsed.max(elapsed);
+                }
+                None => {
+                    seen.insert(name.key.clone(), usages.len());
+                    usages.push(Usage {
+                        name,
+                        elapsed,
+                        requests,
+                    });
+                }
+            }
+        }
+        Ok(usages)
+    }
+
+    /// Takes one message of usage reports. A malformed message is refused whole, with the
+    /// status that ends its stream; other streams are not touched. A bucket past a cap is
+    /// denied on its own (not tracked, its stream kept), so that a burst of new buckets
+    /// neither ends the stream that reported it nor takes room from anyone else's.
+    pub(crate) fn report(
+        &self,
+        stream: u64,
+        message: &RateLimitQuotaUsageReports,
+    ) -> Result<(), Status> {
+        let config = self.rls.config();
+        let now = Instant::now();
+        let mut state = self.state();
+        let state = &mut *state;
+        let Some(open) = state.streams.get_mut(&stream) else {
+            return Err(Status::aborted("the stream was dropped"));
+        };
+        let domain = Self::domain_of(open, message, |domain| config.domains.contains_key(domain))?;
+        let usages = Self::usages(&domain, message)?;
+        open.domain = Some(domain.clone());
+        let outbox = open.outbox.clone();
+        let mut immediate = Vec::new();
+        let mut woken = false;
+        for usage in usages {
+            let known = open.buckets.contains(&usage.name.key);
+            if !known
+                && (open.buckets.len() >= self.tuning.max_buckets_per_stream
+                    || (!state.buckets.contains_key(&usage.name.key)
+                        && state.buckets.len() >= self.tuning.max_buckets))
+            {
+                self.counters
+                    .refused_buckets
+                    .fetch_add(1, Ordering::Relaxed);
+                let deny = Strategy::BlanketRule(BlanketRule::DenyAll as i32);
+                immediate.push(assignment(&usage.name, deny, self.ttl()));
+                continue;
+            }
+            let bucket = match state.buckets.entry(usage.name.key.clone()) {
+                std::collections::hash_map::Entry::Occupied(found) => found.into_mut(),
+                std::collections::hash_map::Entry::Vacant(free) => {
+                    let Some((target, counter)) =
+                        Target::resolve(&config, &domain, &usage.name, self.tuning.period)
+                    else {
+                        continue;
+                    };
+                    free.insert(Bucket {
+                        name: usage.name,
+                        domain: domain.clone(),
+                        target,
+                        counter,
+                        envoys: HashMap::new(),
+                        exhausted: false,
+                        demand_reported: false,
+                        total_demand: 0,
+                    })
+                }
+            };
+            open.buckets.insert(bucket.name.key.clone());
+            match bucket.envoys.get_mut(&stream) {
+                Some(envoy) => {
+                    // The time is the longer of what Envoy says and what passed here since
+                    // its last report, so that a short time cannot inflate its demand.
+                    let elapsed = usage.elapsed.max(now.duration_since(envoy.last_report));
+                    if let Some(demand) = bucket.target.demand(usage.requests, elapsed) {
+                        envoy.demand = (envoy.demand + demand) / 2.0;
+                    }
+                    envoy.last_report = now;
+                    if usage.requests > 0 {
+                        envoy.last_active = now;
+                    }
+                }
+                None => {
+                    let strategy = blanket(&bucket.target);
+                    let (demand, sent) = match &bucket.target {
+                        // A new Envoy wants the whole limit until it reports over time.
+                        Target::Share(shared) => {
+                            woken = true;
+                            (shared.quota as f64, None)
+                        }
+                        // A blanket rule needs no share: sent at once.
+                        _ => {
+                            immediate.push(assignment(&bucket.name, strategy, self.ttl()));
+                            (0.0, Some(strategy))
+                        }
+                    };
+                    bucket.envoys.insert(
+                        stream,
+                        Envoy {
+                            demand,
+                            share: 0,
+                            last_active: now,
+                            last_report: now,
+                            sent,
+                        },
+                    );
+                }
+            }
+        }
+        if !immediate.is_empty() {
+            self.counters
+                .assignments
+                .fetch_add(immediate.len() as u64, Ordering::Relaxed);
+            if outbox
+                .try_send(Ok(RateLimitQuotaResponse {
+                    bucket_action: immediate,
+                }))
+                .is_err()
+            {
+                drop_stream(state, stream);
+            }
+        }
+        if woken {
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+}
