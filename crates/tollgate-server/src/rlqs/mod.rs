@@ -10,10 +10,12 @@ mod grpc;
 mod share;
 mod stats;
 mod streams;
+mod tuning;
 
-pub use engine::{MAX_REPORTS_PER_MESSAGE, QuotaFlags, QuotaTuning, Rlqs};
+pub use engine::{MAX_REPORTS_PER_MESSAGE, Rlqs};
 pub use grpc::RlqsGrpc;
 pub use stats::QuotaStats;
+pub use tuning::{QuotaFlags, QuotaTuning};
 
 /// A bucket id of `pairs`, as Envoy's `bucket_id_builder` makes them (for clients and tests).
 pub fn bucket_id(pairs: &[(&str, &str)]) -> crate::rls::proto::quota::BucketId {
