@@ -54,6 +54,8 @@ pub struct ServeArgs {
     )]
     pub rls_on_store_error: crate::rls::RlsFailureMode,
     #[command(flatten)]
+    pub(crate) rls_limits: crate::rls::RlsLimits,
+    #[command(flatten)]
     pub(crate) quotas: crate::rlqs::QuotaFlags,
     #[command(flatten)]
     pub(crate) connections: ConnectionLimits,
@@ -120,7 +122,8 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     store::sweep_expired(&limiter, std::time::Duration::from_secs(10));
     let rls = Arc::new(
         Rls::new(limiter.clone(), rls_config, args.rls_response_headers)
-            .with_failure_mode(args.rls_on_store_error),
+            .with_failure_mode(args.rls_on_store_error)
+            .with_limits(args.rls_limits),
     );
     let quotas = Arc::new(Rlqs::new(
         limiter.clone(),

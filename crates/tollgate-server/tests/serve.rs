@@ -8,9 +8,9 @@ use serde_json::{Value, json};
 use support::{Tollgate, eventually, run};
 use tollgate_server::rls::proto::common::RateLimitDescriptor;
 use tollgate_server::rls::proto::common::rate_limit_descriptor::Entry;
-use tollgate_server::rls::proto::service::RateLimitRequest;
 use tollgate_server::rls::proto::service::rate_limit_response::Code;
 use tollgate_server::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_server::rls::proto::service::{RateLimitRequest, RateLimitResponse};
 
 /// Posts `body` and returns the status, the headers and the JSON answer.
 async fn post(url: &str, body: &Value) -> (StatusCode, reqwest::header::HeaderMap, Value) {
@@ -624,7 +624,7 @@ async fn envoy_rate_limit_service_over_grpc_and_json_shares_the_counters() {
 }
 
 #[tokio::test]
-async fn an_oversized_hits_addend_is_invalid_argument_naming_the_field() {
+async fn an_oversized_hits_addend_or_request_is_invalid_argument_naming_the_cap() {
     let directory = tempfile::tempdir().expect("a temporary directory");
     write(&directory.path().join("edge.yaml"), RLS_CONFIG);
     let long_domain = "x".repeat(2_000);
@@ -655,18 +655,54 @@ async fn an_oversized_hits_addend_is_invalid_argument_naming_the_field() {
         "{error:?}"
     );
 
-    // A counter key over the store's size cap is the caller's mistake too, not an outage.
-    let long_key = RateLimitRequest {
-        domain: long_domain,
-        descriptors: vec![descriptor("remote_address", "10.0.0.1")],
+    // A counter key over the store's size cap (a long domain, or long values: Envoy builds
+    // descriptors from paths and headers) is counted, as upstream counts it, each under its
+    // own key: two values that differ only past the first part are two counters.
+    let long = |value: &str| RateLimitRequest {
+        domain: long_domain.clone(),
+        descriptors: vec![descriptor("remote_address", value)],
         hits_addend: 0,
     };
-    let error = client
-        .should_rate_limit(long_key)
+    let remaining = |response: tonic::Response<RateLimitResponse>| {
+        let response = response.into_inner();
+        (response.overall_code, response.statuses[0].limit_remaining)
+    };
+    let path = "/a".repeat(1_500);
+    for expected in [1, 0] {
+        let answer = client
+            .should_rate_limit(long(&format!("{path}-one")))
+            .await
+            .expect("answered");
+        assert_eq!(remaining(answer), (Code::Ok as i32, expected));
+    }
+    let answer = client
+        .should_rate_limit(long(&format!("{path}-two")))
         .await
-        .expect_err("refused");
+        .expect("answered");
+    assert_eq!(remaining(answer), (Code::Ok as i32, 1), "its own counter");
+
+    // Past a cap, the error names the cap and the flag that sets it.
+    let many = RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors: vec![descriptor("remote_address", "10.0.0.1"); 129],
+        hits_addend: 0,
+    };
+    let error = client.should_rate_limit(many).await.expect_err("refused");
     assert_eq!(error.code(), tonic::Code::InvalidArgument, "{error:?}");
-    assert!(error.message().contains("descriptors[0]"), "{error:?}");
+    assert_eq!(
+        error.message(),
+        "129 descriptors, above the cap of 128 (--rls-max-descriptors)"
+    );
+    let wide = RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors: vec![descriptor("remote_address", &"v".repeat(4_097))],
+        hits_addend: 0,
+    };
+    let error = client.should_rate_limit(wide).await.expect_err("refused");
+    assert_eq!(
+        error.message(),
+        "descriptors[0].entries[0]: longer than the cap of 4096 bytes (--rls-max-entry-bytes)"
+    );
 
     // The same over HTTP: a 400 problem detail, not a 503.
     let json_url = format!("{}/json", server.http_url());

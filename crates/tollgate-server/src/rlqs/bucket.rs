@@ -8,7 +8,12 @@ use tollgate::{Algorithm, Limit, LimitSpec, MAX_KEY_BYTES, Quota};
 
 use crate::rls::proto::common::rate_limit_descriptor::Entry;
 use crate::rls::proto::quota::BucketId;
-use crate::rls::{Enforcement, MAX_ENTRIES, MAX_ENTRY_BYTES, RlsConfig, Rule, escape, find};
+use crate::rls::{Enforcement, RlsConfig, Rule, escape, find};
+
+/// The most entries a bucket id may hold.
+pub(crate) const MAX_ENTRIES: usize = 32;
+/// The longest bucket id key or value, in bytes.
+pub(crate) const MAX_ENTRY_BYTES: usize = 512;
 
 /// A bucket as the service knows it: its id as Envoy sent it, its entries in key order (a
 /// `BucketId` is a map, so the descriptor tree is walked in the order of its keys), and its

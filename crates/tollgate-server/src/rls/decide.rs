@@ -5,11 +5,13 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use clap::builder::TypedValueParser as _;
 use futures_util::future::join_all;
+use sha2::{Digest, Sha256};
 use tollgate::headers::envoy_fields;
 use tollgate::metrics::MetricOutcome;
 use tollgate::{
-    Adjustment, AnyStore, Check, Limit, Limiter, MAX_COST, MAX_ITEMS, Quota, Store, StoreError,
+    Adjustment, AnyStore, Check, Limit, Limiter, MAX_COST, MAX_KEY_BYTES, Quota, Store, StoreError,
     Verdict,
 };
 
@@ -21,10 +23,51 @@ use super::proto::service::{RateLimitRequest, RateLimitResponse};
 use super::tree::{self, Enforcement, Rule};
 use super::unit;
 
-/// The most entries one descriptor may hold.
-pub const MAX_ENTRIES: usize = 32;
-/// The longest entry key or value, in bytes.
-pub const MAX_ENTRY_BYTES: usize = 512;
+/// What one request may hold. The defaults are above what Envoy builds from real traffic
+/// (descriptors come from paths and headers, which can be long); they are there to bound memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
+pub struct RlsLimits {
+    /// The most descriptors one rate limit service request may hold.
+    #[arg(long = "rls-max-descriptors", env = "TOLLGATE_RLS_MAX_DESCRIPTORS", default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..=4096).map(usize::from))]
+    pub max_descriptors: usize,
+    /// The most entries one descriptor may hold.
+    #[arg(long = "rls-max-entries", env = "TOLLGATE_RLS_MAX_ENTRIES", default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024).map(usize::from))]
+    pub max_entries: usize,
+    /// The longest entry key or value, in bytes.
+    #[arg(long = "rls-max-entry-bytes", env = "TOLLGATE_RLS_MAX_ENTRY_BYTES", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=65_536).map(|n| n as usize))]
+    pub max_entry_bytes: usize,
+}
+
+impl Default for RlsLimits {
+    fn default() -> Self {
+        Self {
+            max_descriptors: 128,
+            max_entries: 64,
+            max_entry_bytes: 4096,
+        }
+    }
+}
+
+/// A counter key the store takes: the key itself, or, past the store's cap on key size, its
+/// first part and the SHA-256 of the whole, so that long descriptor values (paths, headers) are
+/// counted as upstream counts them, each under its own key.
+fn bounded_key(key: String) -> String {
+    if key.len() <= MAX_KEY_BYTES {
+        return key;
+    }
+    let mut end = 256;
+    while !key.is_char_boundary(end) {
+        end -= 1;
+    }
+    let digest = Sha256::digest(key.as_bytes());
+    let mut bounded = String::with_capacity(end + 1 + 64);
+    bounded.push_str(&key[..end]);
+    bounded.push('#');
+    for byte in digest {
+        bounded.push_str(&format!("{byte:02x}"));
+    }
+    bounded
+}
 
 /// Why a request could not be answered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -57,6 +100,7 @@ pub struct Rls {
     config: ArcSwap<RlsConfig>,
     response_headers: bool,
     failure_mode: RlsFailureMode,
+    limits: RlsLimits,
 }
 
 /// A descriptor's rule and, per entry, the value its counter key takes from a wildcard match.
@@ -90,7 +134,14 @@ impl Rls {
             config: ArcSwap::from_pointee(config),
             response_headers,
             failure_mode: RlsFailureMode::default(),
+            limits: RlsLimits::default(),
         }
+    }
+
+    /// The same service, with `limits` on what a request may hold.
+    pub fn with_limits(mut self, limits: RlsLimits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// The same service, answering by `mode` when the store cannot decide.
@@ -109,7 +160,8 @@ impl Rls {
         self.config.load_full()
     }
 
-    fn validate(request: &RateLimitRequest) -> Result<(), RlsError> {
+    fn validate(&self, request: &RateLimitRequest) -> Result<(), RlsError> {
+        let limits = self.limits;
         let invalid = |message: String| Err(RlsError::InvalidArgument(message));
         if request.domain.is_empty() {
             return invalid("rate limit domain must not be empty".to_owned());
@@ -117,20 +169,22 @@ impl Rls {
         if request.descriptors.is_empty() {
             return invalid("rate limit descriptor list must not be empty".to_owned());
         }
-        if request.descriptors.len() > MAX_ITEMS {
+        if request.descriptors.len() > limits.max_descriptors {
             return invalid(format!(
-                "{} descriptors, the maximum is {MAX_ITEMS}",
-                request.descriptors.len()
+                "{} descriptors, above the cap of {} (--rls-max-descriptors)",
+                request.descriptors.len(),
+                limits.max_descriptors
             ));
         }
         for (index, descriptor) in request.descriptors.iter().enumerate() {
             if descriptor.entries.is_empty() {
                 return invalid(format!("descriptor {index} has no entries"));
             }
-            if descriptor.entries.len() > MAX_ENTRIES {
+            if descriptor.entries.len() > limits.max_entries {
                 return invalid(format!(
-                    "descriptor {index} has {} entries, the maximum is {MAX_ENTRIES}",
-                    descriptor.entries.len()
+                    "descriptors[{index}]: {} entries, above the cap of {} (--rls-max-entries)",
+                    descriptor.entries.len(),
+                    limits.max_entries
                 ));
             }
             if let Some(addend) = descriptor.hits_addend
@@ -153,9 +207,12 @@ impl Rls {
                         "descriptor {index}, entry {position}: the key is empty"
                     ));
                 }
-                if entry.key.len() > MAX_ENTRY_BYTES || entry.value.len() > MAX_ENTRY_BYTES {
+                if entry.key.len() > limits.max_entry_bytes
+                    || entry.value.len() > limits.max_entry_bytes
+                {
                     return invalid(format!(
-                        "descriptor {index}, entry {position}: longer than {MAX_ENTRY_BYTES} bytes"
+                        "descriptors[{index}].entries[{position}]: longer than the cap of {} bytes (--rls-max-entry-bytes)",
+                        limits.max_entry_bytes
                     ));
                 }
             }
@@ -226,7 +283,7 @@ impl Rls {
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, RlsError> {
-        Self::validate(request)?;
+        self.validate(request)?;
         let config = self.config.load();
         let Some(root) = config.domains.get(&request.domain) else {
             return Ok(Self::all_ok(request.descriptors.len()));
@@ -266,7 +323,7 @@ impl Rls {
                 };
                 Some(Pending {
                     rule: Arc::clone(rule),
-                    key,
+                    key: bounded_key(key),
                     addend,
                 })
             })

@@ -13,6 +13,6 @@ mod unit;
 
 pub use config::{MAX_DEPTH, MAX_FILES, RlsConfig};
 pub(crate) use decide::escape;
-pub use decide::{MAX_ENTRIES, MAX_ENTRY_BYTES, Rls, RlsError, RlsFailureMode};
+pub use decide::{Rls, RlsError, RlsFailureMode, RlsLimits};
 pub use grpc::{RlsGrpc, status};
 pub(crate) use tree::{Enforcement, Rule, find};
