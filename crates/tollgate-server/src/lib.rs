@@ -7,6 +7,7 @@ pub mod bench;
 pub mod cli;
 mod flags;
 pub mod forward;
+pub mod health;
 pub mod http_server;
 pub mod policies;
 pub mod proxy;

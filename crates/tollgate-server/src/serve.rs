@@ -148,11 +148,13 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         .with_tls(tls.clone()),
     );
     Arc::clone(&reloader).start(!args.no_watch);
+    let (health, stopping) = crate::health::service(crate::shutdown::signal()).await;
     let app = router(AppState {
         limiter: limiter.clone(),
         rls: Arc::clone(&rls),
         quotas: Some(Arc::clone(&quotas)),
         charges,
+        stopping,
     });
     let admin_app = crate::admin::router(
         AdminState {
@@ -177,6 +179,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     // connection cap, and a client that never sends its preface (or goes idle) is closed.
     let grpc_app = tonic::service::Routes::new(RlsGrpc::server(rls))
         .add_service(RlqsGrpc::server(quotas))
+        .add_service(health)
         .into_axum_router();
     let grpc_server = serve(
         grpc,

@@ -1,5 +1,5 @@
-//! `GET /healthz` (the process is up) and `GET /readyz` (the store answers, a configuration
-//! is loaded).
+//! `GET /healthz` (the process is up), `GET /healthcheck` (envoyproxy/ratelimit's probe) and
+//! `GET /readyz` (the store answers, a configuration is loaded).
 
 use axum::Json;
 use axum::extract::State;
@@ -13,6 +13,16 @@ use super::problem::ApiError;
 /// `GET /healthz`.
 pub(crate) async fn healthz() -> &'static str {
     "ok\n"
+}
+
+/// `GET /healthcheck`, as envoyproxy/ratelimit answers it: `200 OK` with the body `OK`, and
+/// `500` with no body once the process is stopping.
+pub(crate) async fn healthcheck(State(state): State<AppState>) -> (StatusCode, &'static str) {
+    if state.stopping.is_set() {
+        (StatusCode::INTERNAL_SERVER_ERROR, "")
+    } else {
+        (StatusCode::OK, "OK")
+    }
 }
 
 /// `GET /readyz`: a look-only check through the store's guards proves it answers (a resting

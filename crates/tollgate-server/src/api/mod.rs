@@ -32,6 +32,8 @@ pub struct AppState {
     pub quotas: Option<Arc<crate::rlqs::Rlqs>>,
     /// Issues and redeems the charge tokens refunds name.
     pub charges: Arc<Charges>,
+    /// Set once the process is asked to stop: `/healthcheck` then fails.
+    pub stopping: crate::health::Stopping,
 }
 
 const OPENAPI: &str = include_str!("openapi.json");
@@ -56,6 +58,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/refund", post(check::refund))
         .route("/json", post(envoy_json::should_rate_limit))
         .route("/healthz", get(health::healthz))
+        .route("/healthcheck", get(health::healthcheck))
         .route("/readyz", get(health::readyz))
         .route(
             "/openapi.json",

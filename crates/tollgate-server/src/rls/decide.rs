@@ -177,9 +177,6 @@ impl Rls {
             ));
         }
         for (index, descriptor) in request.descriptors.iter().enumerate() {
-            if descriptor.entries.is_empty() {
-                return invalid(format!("descriptor {index} has no entries"));
-            }
             if descriptor.entries.len() > limits.max_entries {
                 return invalid(format!(
                     "descriptors[{index}]: {} entries, above the cap of {} (--rls-max-entries)",

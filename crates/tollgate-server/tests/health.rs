@@ -1,0 +1,91 @@
+//! Health as envoyproxy/ratelimit's deployments probe it: `grpc.health.v1.Health` with the
+//! service name `ratelimit`, and `GET /healthcheck`.
+
+mod support;
+
+use support::{Tollgate, eventually};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+async fn connect(address: &str) -> HealthClient<tonic::transport::Channel> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .expect("a URL")
+        .connect()
+        .await
+        .expect("gRPC connects");
+    HealthClient::new(channel)
+}
+
+async fn status(
+    client: &mut HealthClient<tonic::transport::Channel>,
+    name: &str,
+) -> Result<i32, tonic::Code> {
+    client
+        .check(HealthCheckRequest {
+            service: name.to_owned(),
+        })
+        .await
+        .map(|answer| answer.into_inner().status)
+        .map_err(|status| status.code())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_answers_upstreams_health_probes() {
+    let server = Tollgate::serve(&[]);
+    let answer = reqwest::get(format!("{}/healthcheck", server.http_url()))
+        .await
+        .expect("an answer");
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.text().await.expect("a body"), "OK");
+    let mut client = connect(&server.address("grpc").to_string()).await;
+    let serving = Ok(ServingStatus::Serving as i32);
+    assert_eq!(status(&mut client, "ratelimit").await, serving);
+    assert_eq!(status(&mut client, "").await, serving);
+    assert_eq!(
+        status(&mut client, "something-else").await,
+        Err(tonic::Code::NotFound)
+    );
+}
+
+#[tokio::test]
+async fn once_asked_to_stop_both_say_not_serving() {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (health, stopping) = tollgate_server::health::service(async move {
+        let _ = stopped.await;
+    })
+    .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a free port");
+    let address = listener.local_addr().expect("an address");
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(health)
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    let mut client = connect(&address.to_string()).await;
+    assert_eq!(
+        status(&mut client, "ratelimit").await,
+        Ok(ServingStatus::Serving as i32)
+    );
+    assert!(!stopping.is_set());
+    stop.send(()).expect("the health service waits");
+    eventually("the stop is seen", || {
+        let stopping = stopping.clone();
+        async move { stopping.is_set() }
+    })
+    .await;
+    for name in ["ratelimit", ""] {
+        let mut client = client.clone();
+        eventually("not serving", || {
+            let mut client = client.clone();
+            async move { status(&mut client, name).await == Ok(ServingStatus::NotServing as i32) }
+        })
+        .await;
+        assert_eq!(
+            status(&mut client, name).await,
+            Ok(ServingStatus::NotServing as i32)
+        );
+    }
+}
