@@ -56,6 +56,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub(crate) rls_limits: crate::rls::RlsLimits,
     #[command(flatten)]
+    pub(crate) rls_modes: crate::rls::RlsModes,
+    #[command(flatten)]
     pub(crate) quotas: crate::rlqs::QuotaFlags,
     #[command(flatten)]
     pub(crate) connections: ConnectionLimits,
@@ -123,7 +125,8 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     let rls = Arc::new(
         Rls::new(limiter.clone(), rls_config, args.rls_response_headers)
             .with_failure_mode(args.rls_on_store_error)
-            .with_limits(args.rls_limits),
+            .with_limits(args.rls_limits)
+            .with_modes(args.rls_modes),
     );
     let quotas = Arc::new(Rlqs::new(
         limiter.clone(),

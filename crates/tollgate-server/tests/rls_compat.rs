@@ -9,7 +9,7 @@ use tollgate_server::rls::proto::common::rate_limit_descriptor::{Entry, RateLimi
 use tollgate_server::rls::proto::service::RateLimitRequest;
 use tollgate_server::rls::proto::service::rate_limit_response::Code;
 use tollgate_server::rls::proto::types::RateLimitUnit;
-use tollgate_server::rls::{Rls, RlsConfig, RlsError};
+use tollgate_server::rls::{Rls, RlsConfig, RlsError, RlsModes};
 
 /// 2023-11-14 22:13:20 UTC: 20 s into a minute, 800 s into an hour, 20 s into a 30 s window.
 const NOW_SECONDS: u64 = 1_700_000_000;
@@ -530,4 +530,136 @@ fn a_directory_is_read_recursively_and_a_domain_may_appear_once() {
         error.contains("more/c.yaml: domain \"a\" is already configured by another file"),
         "{error}"
     );
+}
+
+/// The overall code of each request in turn, and each one's statuses' codes.
+async fn codes(rls: &Rls, requests: &[RateLimitRequest]) -> Vec<(Code, Vec<Code>)> {
+    let mut answers = Vec::new();
+    for request in requests {
+        let (overall, statuses) = statuses(rls, request).await;
+        answers.push((overall, statuses.iter().map(|s| s.0).collect()));
+    }
+    answers
+}
+
+const QUOTA_CONFIG: &str = "domain: d
+descriptors:
+  - key: a
+    quota_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: b
+    quota_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: c
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: free
+    rate_limit: { unlimited: true }
+";
+
+#[tokio::test]
+async fn quota_mode_refuses_only_when_every_quota_descriptor_is_over() {
+    let (rls, _) = rls(QUOTA_CONFIG);
+    let a = || descriptor(&[("a", "1")]);
+    let b = || descriptor(&[("b", "1")]);
+    let c = || descriptor(&[("c", "1")]);
+    let free = || descriptor(&[("free", "1")]);
+    assert_eq!(
+        codes(
+            &rls,
+            &[
+                request("d", vec![a()]),
+                // a is over, b is not: the statuses say so, the request passes.
+                request("d", vec![a(), b()]),
+                // Every quota descriptor over: refused; an unlimited one does not count.
+                request("d", vec![a(), b(), free()]),
+                // A normal descriptor over refuses whatever the quota ones say.
+                request("d", vec![c()]),
+                request("d", vec![c(), descriptor(&[("a", "2")])]),
+            ]
+        )
+        .await,
+        [
+            (OK, vec![OK]),
+            (OK, vec![OVER, OK]),
+            (OVER, vec![OVER, OVER, OK]),
+            (OK, vec![OK]),
+            (OVER, vec![OVER, OK]),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn global_quota_and_shadow_modes() {
+    let quota_everywhere = rls(QUOTA_CONFIG).0.with_modes(RlsModes {
+        quota: true,
+        ..RlsModes::default()
+    });
+    let c = || descriptor(&[("c", "1")]);
+    let unmatched = || descriptor(&[("nothing", "1")]);
+    assert_eq!(
+        codes(
+            &quota_everywhere,
+            &[
+                request("d", vec![c()]),
+                // Every descriptor in quota mode: c alone over is refused...
+                request("d", vec![c()]),
+                // ...but beside one that matched nothing (a quota descriptor that passed), not.
+                request("d", vec![c(), unmatched()]),
+            ]
+        )
+        .await,
+        [(OK, vec![OK]), (OVER, vec![OVER]), (OK, vec![OVER, OK])]
+    );
+    let shadow = rls(QUOTA_CONFIG).0.with_modes(RlsModes {
+        shadow: true,
+        ..RlsModes::default()
+    });
+    assert_eq!(
+        codes(&shadow, &[request("d", vec![c()]), request("d", vec![c()])]).await,
+        [(OK, vec![OK]), (OK, vec![OVER])],
+        "global shadow mode answers OK overall, the status still says over"
+    );
+}
+
+#[tokio::test]
+async fn descriptor_metadata_comes_back_for_the_descriptors_that_passed() {
+    let config = "domain: d
+descriptors:
+  - key: tier
+    value: gold
+    metadata: { plan: gold, weight: 3, flags: [a, b], nested: { x: 1 } }
+    rate_limit: { unit: minute, requests_per_unit: 5 }
+  - key: user
+    metadata: { plan: per-user, nested: { y: 2 } }
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+";
+    let service = rls(config).0.with_modes(RlsModes {
+        dynamic_metadata: true,
+        ..RlsModes::default()
+    });
+    let tier = descriptor(&[("tier", "gold")]);
+    let user = descriptor(&[("user", "u1")]);
+    let both = request("d", vec![tier.clone(), user.clone()]);
+    let first = service.should_rate_limit(&both).await.expect("an answer");
+    let metadata = tollgate_server::rls::json::render_response(&first)["dynamicMetadata"].clone();
+    assert_eq!(
+        metadata,
+        serde_json::json!({
+            "domain": "d",
+            "descriptors": [{"entries": ["tier=gold"]}, {"entries": ["user=u1"]}],
+            // Both passed: merged, the first value of a field kept, mappings merged.
+            "metadata": {"plan": "gold", "weight": 3.0, "flags": ["a", "b"], "nested": {"x": 1.0, "y": 2.0}}
+        })
+    );
+    // The user's limit is now spent: only the tier's metadata comes back.
+    let second = service.should_rate_limit(&both).await.expect("an answer");
+    let metadata = tollgate_server::rls::json::render_response(&second)["dynamicMetadata"].clone();
+    assert_eq!(
+        metadata["metadata"],
+        serde_json::json!({"plan": "gold", "weight": 3.0, "flags": ["a", "b"], "nested": {"x": 1.0}})
+    );
+    // Without the switch, no dynamic metadata.
+    let plain = rls(config).0;
+    let answer = plain.should_rate_limit(&both).await.expect("an answer");
+    assert!(answer.dynamic_metadata.is_none());
 }

@@ -191,13 +191,21 @@ impl RuleLimit {
         Ok(Enforcement::Limit(limit))
     }
 
-    pub(crate) fn into_rule(self, enforcement: Enforcement, shadow: bool) -> Arc<Rule> {
+    pub(crate) fn into_rule(
+        self,
+        enforcement: Enforcement,
+        shadow: bool,
+        quota_mode: bool,
+        metadata: Option<prost_types::Struct>,
+    ) -> Arc<Rule> {
         Arc::new(Rule {
             requests_per_unit: self.requests_per_unit,
             unit: self.unit,
             name: self.name,
             replaces: self.replaces,
             shadow,
+            quota_mode,
+            metadata,
             classic: self.algorithm == Algorithm::FixedWindow,
             enforcement,
         })

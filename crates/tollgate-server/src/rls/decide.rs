@@ -48,6 +48,27 @@ impl Default for RlsLimits {
     }
 }
 
+/// envoyproxy/ratelimit's server-wide switches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::Args)]
+pub struct RlsModes {
+    /// Every request is answered OK overall, whatever its descriptors' statuses say (which
+    /// stay as they are), as envoyproxy/ratelimit's SHADOW_MODE does: to watch limits before
+    /// enforcing them.
+    #[arg(long = "rls-shadow-mode", env = "TOLLGATE_RLS_SHADOW_MODE")]
+    pub shadow: bool,
+    /// Every descriptor is in quota mode, as envoyproxy/ratelimit's QUOTA_MODE makes it: a
+    /// request is refused only if every one of its descriptors is over its limit.
+    #[arg(long = "rls-quota-mode", env = "TOLLGATE_RLS_QUOTA_MODE")]
+    pub quota: bool,
+    /// Answers carry dynamic metadata (the domain, the descriptors, and the `metadata` of the
+    /// descriptors that passed), as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does.
+    #[arg(
+        long = "rls-response-dynamic-metadata",
+        env = "TOLLGATE_RLS_RESPONSE_DYNAMIC_METADATA"
+    )]
+    pub dynamic_metadata: bool,
+}
+
 /// A counter key the store takes: the key itself, or, past the store's cap on key size, its
 /// first part and the SHA-256 of the whole, so that long descriptor values (paths, headers) are
 /// counted as upstream counts them, each under its own key.
@@ -101,6 +122,7 @@ pub struct Rls {
     response_headers: bool,
     failure_mode: RlsFailureMode,
     limits: RlsLimits,
+    modes: RlsModes,
 }
 
 /// A descriptor's rule and, per entry, the value its counter key takes from a wildcard match.
@@ -135,7 +157,14 @@ impl Rls {
             response_headers,
             failure_mode: RlsFailureMode::default(),
             limits: RlsLimits::default(),
+            modes: RlsModes::default(),
         }
+    }
+
+    /// The same service, with server-wide `modes`.
+    pub fn with_modes(mut self, modes: RlsModes) -> Self {
+        self.modes = modes;
+        self
     }
 
     /// The same service, with `limits` on what a request may hold.
@@ -260,6 +289,8 @@ impl Rls {
                 name: None,
                 replaces: Vec::new(),
                 shadow: false,
+                quota_mode: false,
+                metadata: None,
                 classic: true,
                 enforcement,
             };
@@ -273,6 +304,34 @@ impl Rls {
                 .collect();
             (Arc::clone(matched.rule), shared)
         }))
+    }
+
+    /// Whether the request as a whole is over, as envoyproxy/ratelimit reckons it: any
+    /// descriptor over its limit refuses it, except those in quota mode, which refuse it only
+    /// if every quota-mode descriptor is over (unlimited ones count for neither; with the
+    /// global quota mode, a descriptor no rule matched counts as a quota descriptor that
+    /// passed). Global shadow mode answers OK whatever.
+    fn over_overall(&self, pending: &[Option<Pending>], statuses: &[DescriptorStatus]) -> bool {
+        let (mut failed, mut quota, mut quota_failed) = (0, 0, 0);
+        for (pending, status) in pending.iter().zip(statuses) {
+            let over = status.code == Code::OverLimit as i32;
+            match pending {
+                Some(pending) if matches!(pending.rule.enforcement, Enforcement::Unlimited) => {}
+                Some(pending) if self.modes.quota || pending.rule.quota_mode => {
+                    quota += 1;
+                    quota_failed += usize::from(over);
+                }
+                Some(_) => failed += usize::from(over),
+                None if self.modes.quota => quota += 1,
+                None => {}
+            }
+        }
+        let over = failed > 0 || (quota > 0 && quota == quota_failed);
+        if over && self.modes.shadow {
+            tracing::debug!("global shadow mode: a request over its limits is answered OK");
+            return false;
+        }
+        over
     }
 
     /// Decides a request: one status per descriptor, in order.
@@ -340,7 +399,18 @@ impl Rls {
                 }
             }
         }
-        let over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
+        let over = self.over_overall(&pending, &statuses);
+        let dynamic_metadata = self.modes.dynamic_metadata.then(|| {
+            let mut passed = prost_types::Struct::default();
+            for (pending, status) in pending.iter().zip(&statuses) {
+                if let Some(metadata) = pending.as_ref().and_then(|p| p.rule.metadata.as_ref())
+                    && status.code != Code::OverLimit as i32
+                {
+                    super::metadata::merge(&mut passed, metadata);
+                }
+            }
+            super::metadata::dynamic(request, passed)
+        });
         let response_headers_to_add = if self.response_headers {
             headers(&statuses)
         } else {
@@ -350,6 +420,7 @@ impl Rls {
             overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
             statuses,
             response_headers_to_add,
+            dynamic_metadata,
             ..RateLimitResponse::default()
         })
     }

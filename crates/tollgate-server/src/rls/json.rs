@@ -220,7 +220,33 @@ pub fn render_response(response: &RateLimitResponse) -> Value {
             .collect();
         object.insert("responseHeadersToAdd".into(), Value::Array(headers));
     }
+    if let Some(metadata) = &response.dynamic_metadata {
+        object.insert("dynamicMetadata".into(), struct_json(metadata));
+    }
     Value::Object(object)
+}
+
+/// A protobuf `Struct` as the JSON object it stands for.
+fn struct_json(value: &prost_types::Struct) -> Value {
+    Value::Object(
+        value
+            .fields
+            .iter()
+            .map(|(name, value)| (name.clone(), value_json(value)))
+            .collect(),
+    )
+}
+
+fn value_json(value: &prost_types::Value) -> Value {
+    use prost_types::value::Kind;
+    match &value.kind {
+        Some(Kind::StructValue(inner)) => struct_json(inner),
+        Some(Kind::ListValue(list)) => Value::Array(list.values.iter().map(value_json).collect()),
+        Some(Kind::BoolValue(flag)) => json!(flag),
+        Some(Kind::NumberValue(number)) => json!(number),
+        Some(Kind::StringValue(text)) => json!(text),
+        Some(Kind::NullValue(_)) | None => Value::Null,
+    }
 }
 
 #[cfg(test)]

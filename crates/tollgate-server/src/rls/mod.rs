@@ -6,6 +6,7 @@ mod config;
 mod decide;
 mod grpc;
 pub mod json;
+mod metadata;
 mod parse;
 pub mod proto;
 mod tree;
@@ -13,6 +14,6 @@ mod unit;
 
 pub use config::{MAX_DEPTH, MAX_FILES, RlsConfig};
 pub(crate) use decide::escape;
-pub use decide::{Rls, RlsError, RlsFailureMode, RlsLimits};
+pub use decide::{Rls, RlsError, RlsFailureMode, RlsLimits, RlsModes};
 pub use grpc::{RlsGrpc, status};
 pub(crate) use tree::{Enforcement, Rule, find};

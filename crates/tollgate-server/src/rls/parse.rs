@@ -20,6 +20,8 @@ const DESCRIPTOR_FIELDS: &[&str] = &[
     "detailed_metric",
     "value_to_metric",
     "share_threshold",
+    "quota_mode",
+    "metadata",
 ];
 const LIMIT_FIELDS: &[&str] = &[
     "unit",
@@ -96,6 +98,8 @@ fn unmatched(node: Yaml<'_, '_>, domain: &str) -> Option<Arc<Rule>> {
             name: None,
             replaces: Vec::new(),
             shadow: false,
+            quota_mode: false,
+            metadata: None,
             classic: false,
             enforcement,
         }))
@@ -103,7 +107,7 @@ fn unmatched(node: Yaml<'_, '_>, domain: &str) -> Option<Arc<Rule>> {
     if node.is_mapping() {
         let limit = rule_limit(node, WHAT)?;
         return match limit.build(format!("rls:{domain}:{WHAT}")) {
-            Ok(built) => Some(limit.into_rule(built, false)),
+            Ok(built) => Some(limit.into_rule(built, false, false, None)),
             Err(message) => {
                 node.error(format!("{WHAT}: {message}"));
                 None
@@ -165,6 +169,10 @@ fn children(items: &[Yaml<'_, '_>], domain: &str, path: &str, depth: usize) -> N
                 .unwrap_or(false)
         };
         let shadow = flag("shadow_mode");
+        let quota_mode = flag("quota_mode");
+        let metadata = map
+            .get("metadata")
+            .and_then(|node| super::metadata::from_yaml(node, &format!("{what}: metadata")));
         let share_threshold = flag("share_threshold");
         let _ = (flag("detailed_metric"), flag("value_to_metric"));
         let mut child = map
@@ -176,7 +184,9 @@ fn children(items: &[Yaml<'_, '_>], domain: &str, path: &str, depth: usize) -> N
             && let Some(limit) = rule_limit(limit_node, &what)
         {
             match limit.build(format!("rls:{domain}:{here}")) {
-                Ok(built) => child.rule = Some(limit.into_rule(built, shadow)),
+                Ok(built) => {
+                    child.rule = Some(limit.into_rule(built, shadow, quota_mode, metadata));
+                }
                 Err(message) => limit_node.error(format!("{what}: rate_limit: {message}")),
             }
         }

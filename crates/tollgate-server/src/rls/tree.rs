@@ -16,6 +16,11 @@ pub(crate) struct Rule {
     pub(crate) name: Option<String>,
     pub(crate) replaces: Vec<String>,
     pub(crate) shadow: bool,
+    /// `quota_mode`: over its limit, the descriptor says so, but the request is refused only
+    /// if every quota-mode descriptor of it is over.
+    pub(crate) quota_mode: bool,
+    /// `metadata`: given back in the answer's dynamic metadata when the descriptor passes.
+    pub(crate) metadata: Option<prost_types::Struct>,
     /// The classic fixed window, which also counts requests over the limit (as
     /// envoyproxy/ratelimit does); other algorithms count only what they admit.
     pub(crate) classic: bool,

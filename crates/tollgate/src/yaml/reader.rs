@@ -132,6 +132,20 @@ impl<'r, 'y> Node<'r, 'y> {
         }
     }
 
+    /// Whether the node is a list.
+    pub fn is_sequence(&self) -> bool {
+        matches!(self.yaml.data, YamlData::Sequence(_))
+    }
+
+    /// The node as a number, if it is one (reports nothing).
+    pub fn as_number(&self) -> Option<f64> {
+        match self.yaml.data {
+            YamlData::Value(Scalar::Integer(number)) => Some(number as f64),
+            YamlData::Value(Scalar::FloatingPoint(number)) => Some(*number),
+            _ => None,
+        }
+    }
+
     /// Whether the node is null (an empty value).
     pub fn is_null(&self) -> bool {
         matches!(self.yaml.data, YamlData::Value(Scalar::Null))
