@@ -104,7 +104,7 @@ impl Reloader {
             });
         }
         if let (Some(directory), Some(rls)) = (&self.rls_config, &self.rls) {
-            match RlsConfig::load_dir(directory) {
+            match RlsConfig::load_dir_merging(directory, rls.merges_domains()) {
                 Ok(config) => {
                     tracing::info!(directory = %directory.display(), domains = config.domains().count(), "rate limit service configuration reloaded");
                     rls.set_config(config);

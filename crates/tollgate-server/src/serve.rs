@@ -58,6 +58,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub(crate) rls_modes: crate::rls::RlsModes,
     #[command(flatten)]
+    pub(crate) rls_header_names: crate::rls::RlsHeaderNames,
+    #[command(flatten)]
     pub(crate) quotas: crate::rlqs::QuotaFlags,
     #[command(flatten)]
     pub(crate) connections: ConnectionLimits,
@@ -116,7 +118,8 @@ fn print_banner(args: &ServeArgs, [http, grpc, admin]: [SocketAddr; 3], store: &
 /// Runs the server until SIGTERM or SIGINT.
 pub async fn run(args: ServeArgs) -> Result<(), String> {
     let rls_config = match &args.rls_config {
-        Some(directory) => RlsConfig::load_dir(directory).map_err(|errors| errors.to_string())?,
+        Some(directory) => RlsConfig::load_dir_merging(directory, args.rls_modes.merge_domains)
+            .map_err(|errors| errors.to_string())?,
         None => RlsConfig::default(),
     };
     let (limiter, store_description) =
@@ -126,7 +129,8 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         Rls::new(limiter.clone(), rls_config, args.rls_response_headers)
             .with_failure_mode(args.rls_on_store_error)
             .with_limits(args.rls_limits)
-            .with_modes(args.rls_modes),
+            .with_modes(args.rls_modes)
+            .with_header_names(args.rls_header_names.clone()),
     );
     let quotas = Arc::new(Rlqs::new(
         limiter.clone(),

@@ -9,7 +9,7 @@ use tollgate_server::rls::proto::common::rate_limit_descriptor::{Entry, RateLimi
 use tollgate_server::rls::proto::service::RateLimitRequest;
 use tollgate_server::rls::proto::service::rate_limit_response::Code;
 use tollgate_server::rls::proto::types::RateLimitUnit;
-use tollgate_server::rls::{Rls, RlsConfig, RlsError, RlsModes};
+use tollgate_server::rls::{Rls, RlsConfig, RlsError, RlsHeaderNames, RlsModes};
 
 /// 2023-11-14 22:13:20 UTC: 20 s into a minute, 800 s into an hour, 20 s into a 30 s window.
 const NOW_SECONDS: u64 = 1_700_000_000;
@@ -392,6 +392,30 @@ async fn response_headers_when_enabled() {
         ("RateLimit-Reset", "40"),
     ];
     assert_eq!(headers, expected.map(|(k, v)| (k.to_owned(), v.to_owned())));
+
+    // Named as a deployment names them.
+    let renamed = rls.with_header_names(RlsHeaderNames {
+        limit: "X-RateLimit-Limit".to_owned(),
+        remaining: "X-RateLimit-Remaining".to_owned(),
+        reset: "X-RateLimit-Reset".to_owned(),
+    });
+    let response = renamed
+        .should_rate_limit(&request("d", vec![descriptor(&[("b", "x")])]))
+        .await
+        .unwrap();
+    let names: Vec<&str> = response
+        .response_headers_to_add
+        .iter()
+        .map(|h| h.key.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "X-RateLimit-Limit",
+            "X-RateLimit-Remaining",
+            "X-RateLimit-Reset"
+        ]
+    );
 }
 
 #[tokio::test]
@@ -528,6 +552,46 @@ fn a_directory_is_read_recursively_and_a_domain_may_appear_once() {
         .to_string();
     assert!(
         error.contains("more/c.yaml: domain \"a\" is already configured by another file"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn merged_domains_take_every_files_descriptors() {
+    let directory = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| std::fs::write(directory.path().join(name), text).unwrap();
+    file(
+        "a.yaml",
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n",
+    );
+    file(
+        "b.yaml",
+        "domain: d\ndescriptors:\n  - key: b\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n",
+    );
+    let config = RlsConfig::load_dir_merging(directory.path(), true).expect("merged");
+    let (service, _) = rls("domain: unused\n");
+    service.set_config(config);
+    let both = request(
+        "d",
+        vec![descriptor(&[("a", "1")]), descriptor(&[("b", "1")])],
+    );
+    let (_, answered) = statuses(&service, &both).await;
+    assert!(
+        answered.iter().all(|status| status.2.is_some()),
+        "both files' limits apply: {answered:?}"
+    );
+    // The same key at the top of two files is still an error.
+    file(
+        "c.yaml",
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: { unit: hour, requests_per_unit: 9 }\n",
+    );
+    let error = RlsConfig::load_dir_merging(directory.path(), true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains(
+            "c.yaml: domain \"d\": descriptor \"a\" is already configured by another file"
+        ),
         "{error}"
     );
 }

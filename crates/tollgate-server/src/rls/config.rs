@@ -50,6 +50,15 @@ impl RlsConfig {
     /// Reads every `.yaml` and `.yml` file under `directory` (recursively, in path order).
     /// Any problem in any file refuses the whole configuration, with every error located.
     pub fn load_dir(directory: &Path) -> Result<RlsConfig, ConfigErrors> {
+        Self::load_dir_merging(directory, false)
+    }
+
+    /// As [`RlsConfig::load_dir`]; with `merge_domains`, a domain in several files has the
+    /// descriptors of them all (a descriptor key that two files give at the top is an error).
+    pub fn load_dir_merging(
+        directory: &Path,
+        merge_domains: bool,
+    ) -> Result<RlsConfig, ConfigErrors> {
         let mut files = Vec::new();
         collect(directory, &mut files, 0).map_err(|error| {
             ConfigErrors::single(&directory.display().to_string(), error.to_string())
@@ -77,11 +86,29 @@ impl RlsConfig {
             };
             match parse(&source, &text) {
                 Ok(document) => match config.domains.entry(document.domain) {
+                    std::collections::hash_map::Entry::Occupied(mut taken) if merge_domains => {
+                        for duplicate in taken.get_mut().merge(document.root) {
+                            errors.extend(
+                                ConfigErrors::single(
+                                    &source,
+                                    format!(
+                                        "domain {:?}: descriptor {duplicate:?} is already configured by another file",
+                                        taken.key()
+                                    ),
+                                )
+                                .0,
+                            );
+                        }
+                        if let Some(rule) = document.unmatched_buckets {
+                            config.unmatched_buckets.insert(taken.key().clone(), rule);
+                        }
+                    }
                     std::collections::hash_map::Entry::Occupied(taken) => errors.extend(
                         ConfigErrors::single(
                             &source,
                             format!(
-                                "domain {:?} is already configured by another file",
+                                "domain {:?} is already configured by another file \
+                                 (--rls-merge-domains merges them)",
                                 taken.key()
                             ),
                         )

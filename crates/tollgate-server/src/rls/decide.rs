@@ -67,6 +67,43 @@ pub struct RlsModes {
         env = "TOLLGATE_RLS_RESPONSE_DYNAMIC_METADATA"
     )]
     pub dynamic_metadata: bool,
+    /// A domain configured in several files has the descriptors of them all, as
+    /// envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does (without it, that is an error).
+    #[arg(long = "rls-merge-domains", env = "TOLLGATE_RLS_MERGE_DOMAINS")]
+    pub merge_domains: bool,
+}
+
+/// The names of the rate-limit fields answers carry with `--rls-response-headers`, as
+/// envoyproxy/ratelimit's LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER
+/// name them.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct RlsHeaderNames {
+    /// The field that carries the limit.
+    #[arg(long = "rls-limit-header", env = "TOLLGATE_RLS_LIMIT_HEADER", default_value = "RateLimit-Limit", value_parser = header_name)]
+    pub limit: String,
+    /// The field that carries what is left.
+    #[arg(long = "rls-remaining-header", env = "TOLLGATE_RLS_REMAINING_HEADER", default_value = "RateLimit-Remaining", value_parser = header_name)]
+    pub remaining: String,
+    /// The field that carries the seconds until the limit resets.
+    #[arg(long = "rls-reset-header", env = "TOLLGATE_RLS_RESET_HEADER", default_value = "RateLimit-Reset", value_parser = header_name)]
+    pub reset: String,
+}
+
+impl Default for RlsHeaderNames {
+    fn default() -> Self {
+        Self {
+            limit: "RateLimit-Limit".to_owned(),
+            remaining: "RateLimit-Remaining".to_owned(),
+            reset: "RateLimit-Reset".to_owned(),
+        }
+    }
+}
+
+/// A header field name flag: a valid HTTP field name.
+fn header_name(text: &str) -> Result<String, String> {
+    axum::http::HeaderName::from_bytes(text.as_bytes())
+        .map(|_| text.to_owned())
+        .map_err(|_| format!("{text:?} is not an HTTP header field name"))
 }
 
 /// A counter key the store takes: the key itself, or, past the store's cap on key size, its
@@ -123,6 +160,7 @@ pub struct Rls {
     failure_mode: RlsFailureMode,
     limits: RlsLimits,
     modes: RlsModes,
+    header_names: RlsHeaderNames,
 }
 
 /// A descriptor's rule and, per entry, the value its counter key takes from a wildcard match.
@@ -158,7 +196,14 @@ impl Rls {
             failure_mode: RlsFailureMode::default(),
             limits: RlsLimits::default(),
             modes: RlsModes::default(),
+            header_names: RlsHeaderNames::default(),
         }
+    }
+
+    /// The same service, naming the rate-limit fields of its answers `names`.
+    pub fn with_header_names(mut self, names: RlsHeaderNames) -> Self {
+        self.header_names = names;
+        self
     }
 
     /// The same service, with server-wide `modes`.
@@ -182,6 +227,11 @@ impl Rls {
     /// Replaces the configuration; requests under way finish with the old one.
     pub fn set_config(&self, config: RlsConfig) {
         self.config.store(Arc::new(config));
+    }
+
+    /// Whether its configuration files are read merging a domain's files.
+    pub fn merges_domains(&self) -> bool {
+        self.modes.merge_domains
     }
 
     /// The configuration in force.
@@ -412,7 +462,7 @@ impl Rls {
             super::metadata::dynamic(request, passed)
         });
         let response_headers_to_add = if self.response_headers {
-            headers(&statuses)
+            headers(&statuses, &self.header_names)
         } else {
             Vec::new()
         };
@@ -571,7 +621,7 @@ fn until_reset(rule: &Rule, limit: &Limit, verdict: &Verdict) -> i64 {
 
 /// `RateLimit-Limit`, `-Remaining`, `-Reset` of the descriptor with the least room; a descriptor
 /// over its limit wins, the last one if several are.
-fn headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
+fn headers(statuses: &[DescriptorStatus], names: &RlsHeaderNames) -> Vec<HeaderValue> {
     let mut chosen: Option<&DescriptorStatus> = None;
     for status in statuses.iter().filter(|s| s.current_limit.is_some()) {
         let over = status.code == Code::OverLimit as i32;
@@ -599,8 +649,9 @@ fn headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
         u64::try_from(reset).unwrap_or(0),
     )
     .into_iter()
-    .map(|(key, value)| HeaderValue {
-        key: key.to_owned(),
+    .zip([&names.limit, &names.remaining, &names.reset])
+    .map(|((_, value), name)| HeaderValue {
+        key: name.clone(),
         value,
         raw_value: Vec::new(),
     })

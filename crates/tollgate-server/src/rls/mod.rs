@@ -14,6 +14,6 @@ mod unit;
 
 pub use config::{MAX_DEPTH, MAX_FILES, RlsConfig};
 pub(crate) use decide::escape;
-pub use decide::{Rls, RlsError, RlsFailureMode, RlsLimits, RlsModes};
+pub use decide::{Rls, RlsError, RlsFailureMode, RlsHeaderNames, RlsLimits, RlsModes};
 pub use grpc::{RlsGrpc, status};
 pub(crate) use tree::{Enforcement, Rule, find};

@@ -96,6 +96,39 @@ pub(crate) struct Node {
 }
 
 impl Node {
+    /// Adds `other`'s children to this node's, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG
+    /// adds a second file's descriptors to a domain; returns the keys (`key` or `key_value`)
+    /// both had, which are errors there too.
+    pub(crate) fn merge(&mut self, other: Node) -> Vec<String> {
+        let mut duplicates = Vec::new();
+        for ((key, value), child) in other.exact {
+            if self.exact.contains_key(&(key.clone(), value.clone())) {
+                duplicates.push(format!("{key}_{value}"));
+            } else {
+                self.exact.insert((key, value), child);
+            }
+        }
+        for (key, child) in other.defaults {
+            if self.defaults.contains_key(&key) {
+                duplicates.push(key);
+            } else {
+                self.defaults.insert(key, child);
+            }
+        }
+        for wildcard in other.wildcards {
+            if self
+                .wildcards
+                .iter()
+                .any(|w| w.key == wildcard.key && w.pattern == wildcard.pattern)
+            {
+                duplicates.push(format!("{}_{}", wildcard.key, wildcard.pattern));
+            } else {
+                self.wildcards.push(wildcard);
+            }
+        }
+        duplicates
+    }
+
     pub(crate) fn has_children(&self) -> bool {
         !self.exact.is_empty() || !self.wildcards.is_empty() || !self.defaults.is_empty()
     }
