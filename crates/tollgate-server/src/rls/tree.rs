@@ -101,18 +101,25 @@ impl Node {
     /// both had, which are errors there too.
     pub(crate) fn merge(&mut self, other: Node) -> Vec<String> {
         let mut duplicates = Vec::new();
-        for ((key, value), child) in other.exact {
-            if self.exact.contains_key(&(key.clone(), value.clone())) {
-                duplicates.push(format!("{key}_{value}"));
-            } else {
-                self.exact.insert((key, value), child);
+        for (pair, child) in other.exact {
+            match self.exact.entry(pair) {
+                std::collections::hash_map::Entry::Occupied(taken) => {
+                    let (key, value) = taken.key();
+                    duplicates.push(format!("{key}_{value}"));
+                }
+                std::collections::hash_map::Entry::Vacant(free) => {
+                    free.insert(child);
+                }
             }
         }
         for (key, child) in other.defaults {
-            if self.defaults.contains_key(&key) {
-                duplicates.push(key);
-            } else {
-                self.defaults.insert(key, child);
+            match self.defaults.entry(key) {
+                std::collections::hash_map::Entry::Occupied(taken) => {
+                    duplicates.push(taken.key().clone());
+                }
+                std::collections::hash_map::Entry::Vacant(free) => {
+                    free.insert(child);
+                }
             }
         }
         for wildcard in other.wildcards {
