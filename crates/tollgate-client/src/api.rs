@@ -20,8 +20,8 @@ pub enum ClientError {
     /// The server could not be reached, or did not answer within the timeout.
     #[error("cannot reach Tollgate: {0}")]
     Transport(#[source] reqwest::Error),
-    /// A refund of a check that took nothing: a denied check has no charge to give back.
-    #[error("nothing to refund: the check took nothing (its answer carries no charge)")]
+    /// A refund or settlement of a check that took nothing: a denied check has no charge.
+    #[error("nothing to refund or settle: the check took nothing (its answer carries no charge)")]
     NothingToRefund,
     /// The server refused the request (a 4xx or 5xx with a problem detail).
     #[error("Tollgate answered {status}: {detail}")]
@@ -186,6 +186,8 @@ struct Body<'a> {
     cost: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     charge: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    actual: Option<u64>,
 }
 
 /// A client for one Tollgate server; cheap to clone, connections are pooled and reused.
@@ -276,6 +278,7 @@ impl TollgateClient {
             limits: None,
             cost,
             charge: None,
+            actual: None,
         };
         Self::answer(self.post("/v1/check", &body).await?)
     }
@@ -292,6 +295,7 @@ impl TollgateClient {
             limits: None,
             cost,
             charge: None,
+            actual: None,
         };
         Self::answer(self.post("/v1/check", &body).await?)
     }
@@ -308,6 +312,7 @@ impl TollgateClient {
             limits: Some(limits),
             cost,
             charge: None,
+            actual: None,
         };
         Self::answer(self.post("/v1/check", &body).await?)
     }
@@ -320,21 +325,8 @@ impl TollgateClient {
         cost: Option<u64>,
         answer: &CheckAnswer,
     ) -> Result<(), ClientError> {
-        let body = Body {
-            policy: None,
-            attributes: None,
-            limits: Some(limits),
-            cost,
-            charge: Some(
-                answer
-                    .charge
-                    .as_deref()
-                    .ok_or(ClientError::NothingToRefund)?,
-            ),
-        };
-        self.post::<serde_json::Value>("/v1/refund", &body)
+        self.afterwards(Checked::Limits(limits), cost, answer, None)
             .await
-            .map(drop)
     }
 
     /// Gives back what the policy check answered by `answer` took, once: `attributes` and
@@ -346,10 +338,57 @@ impl TollgateClient {
         cost: Option<u64>,
         answer: &CheckAnswer,
     ) -> Result<(), ClientError> {
+        self.afterwards(Checked::Policy(policy, attributes), cost, answer, None)
+            .await
+    }
+
+    /// Charges the check answered by `answer` for `limits` at its real cost `actual` (tokens
+    /// generated, bytes sent), once: the difference from `cost` is refunded or charged.
+    pub async fn settle_limits(
+        &self,
+        limits: &[InlineLimit],
+        cost: Option<u64>,
+        answer: &CheckAnswer,
+        actual: u64,
+    ) -> Result<(), ClientError> {
+        self.afterwards(Checked::Limits(limits), cost, answer, Some(actual))
+            .await
+    }
+
+    /// Charges the policy check answered by `answer` at its real cost `actual`, once.
+    pub async fn settle_policy(
+        &self,
+        policy: &str,
+        attributes: &Attributes,
+        cost: Option<u64>,
+        answer: &CheckAnswer,
+        actual: u64,
+    ) -> Result<(), ClientError> {
+        self.afterwards(
+            Checked::Policy(policy, attributes),
+            cost,
+            answer,
+            Some(actual),
+        )
+        .await
+    }
+
+    /// A refund (`actual` of `None`) or a settlement of a check.
+    async fn afterwards(
+        &self,
+        checked: Checked<'_>,
+        cost: Option<u64>,
+        answer: &CheckAnswer,
+        actual: Option<u64>,
+    ) -> Result<(), ClientError> {
+        let (policy, attributes, limits) = match checked {
+            Checked::Limits(limits) => (None, None, Some(limits)),
+            Checked::Policy(policy, attributes) => (Some(policy), Some(attributes), None),
+        };
         let body = Body {
-            policy: Some(policy),
-            attributes: Some(attributes),
-            limits: None,
+            policy,
+            attributes,
+            limits,
             cost,
             charge: Some(
                 answer
@@ -357,9 +396,19 @@ impl TollgateClient {
                     .as_deref()
                     .ok_or(ClientError::NothingToRefund)?,
             ),
+            actual,
         };
-        self.post::<serde_json::Value>("/v1/refund", &body)
-            .await
-            .map(drop)
+        let path = if actual.is_some() {
+            "/v1/settle"
+        } else {
+            "/v1/refund"
+        };
+        self.post::<serde_json::Value>(path, &body).await.map(drop)
     }
+}
+
+/// What a refund or settlement is of: inline limits, or a policy and its attributes.
+enum Checked<'a> {
+    Limits(&'a [InlineLimit]),
+    Policy(&'a str, &'a Attributes),
 }

@@ -142,6 +142,22 @@ async fn the_check_api_client_checks_refunds_and_reports_errors() {
             .expect("an answer")
             .allowed
     );
+    // Settled at its real cost: an estimate of 30 tokens that used 12 gives 18 back.
+    let tokens = [InlineLimit::new("tokens:42", "fixed_window", "100/h")];
+    let estimate = client
+        .check_limits(&tokens, Some(30))
+        .await
+        .expect("an answer");
+    assert_eq!(estimate.decisions[0].remaining, 70);
+    client
+        .settle_limits(&tokens, Some(30), &estimate, 12)
+        .await
+        .expect("settled");
+    let peek = client
+        .check_limits(&tokens, Some(0))
+        .await
+        .expect("an answer");
+    assert_eq!(peek.decisions[0].remaining, 88);
 
     let attributes = tollgate_client::Attributes {
         ip: Some("203.0.113.7".into()),

@@ -179,6 +179,82 @@ async fn refunds_give_back_what_a_check_took() {
     assert_eq!(post(&check, &policy).await.2["allowed"], true);
 }
 
+/// Usage charging: a check takes an estimate, and its settlement charges what the work really
+/// cost, refunding the difference or charging past the limit; once per charge.
+#[tokio::test]
+async fn a_settlement_charges_the_real_cost_once() {
+    let server = Tollgate::serve(&[]);
+    let check = format!("{}/v1/check", server.http_url());
+    let settle = format!("{}/v1/settle", server.http_url());
+    let estimate = json!({"limits": [{"key": "tokens:1", "algorithm": "fixed_window", "quota": "1000/h"}], "cost": 300});
+    let (_, _, first) = post(&check, &estimate).await;
+    assert_eq!(first["decisions"][0]["remaining"], 700, "{first}");
+
+    // The answer used 120 tokens: 180 come back.
+    let mut settled = estimate.clone();
+    settled["charge"] = first["charge"].clone();
+    settled["actual"] = json!(120);
+    assert_eq!(post(&settle, &settled).await.0, StatusCode::NO_CONTENT);
+    let peek = json!({"limits": [{"key": "tokens:1", "algorithm": "fixed_window", "quota": "1000/h"}], "cost": 0});
+    assert_eq!(
+        post(&check, &peek).await.2["decisions"][0]["remaining"],
+        880
+    );
+
+    // Once: a second settlement of the same charge is refused and changes nothing.
+    let (status, _, problem) = post(&settle, &settled).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{problem}");
+    assert_eq!(
+        post(&check, &peek).await.2["decisions"][0]["remaining"],
+        880
+    );
+
+    // An answer that ran long is charged in full, past the limit: the next checks wait.
+    let (_, _, second) = post(&check, &estimate).await;
+    let mut long = estimate.clone();
+    long["charge"] = second["charge"].clone();
+    long["actual"] = json!(1_500);
+    assert_eq!(post(&settle, &long).await.0, StatusCode::NO_CONTENT);
+    let (_, _, after) = post(&check, &estimate).await;
+    assert_eq!(after["allowed"], false, "{after}");
+
+    // A settlement needs its real cost; a refund takes none.
+    let mut without = estimate.clone();
+    without["charge"] = json!("x");
+    let (status, _, problem) = post(&settle, &without).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        problem["detail"],
+        "actual: required: what the work really cost"
+    );
+    let mut refund_with = settled.clone();
+    refund_with["charge"] = json!("x");
+    let (status, _, problem) =
+        post(&format!("{}/v1/refund", server.http_url()), &refund_with).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("actual: a refund gives everything back"),
+        "{problem}"
+    );
+
+    // A policy check settles the same way.
+    let policy = json!({"policy": "login", "attributes": {"ip": "198.51.100.9"}, "cost": 3});
+    let (_, _, taken) = post(&check, &policy).await;
+    let mut settled = policy.clone();
+    settled["charge"] = taken["charge"].clone();
+    settled["actual"] = json!(1);
+    assert_eq!(post(&settle, &settled).await.0, StatusCode::NO_CONTENT);
+    let (_, _, next) = post(
+        &check,
+        &json!({"policy": "login", "attributes": {"ip": "198.51.100.9"}}),
+    )
+    .await;
+    assert_eq!(next["decisions"][0]["remaining"], 3, "5 - 1 - 1: {next}");
+}
+
 /// Refunds used to take any time and any check: three refunds of one denied GCRA 2/h check
 /// bought two extra admissions, and so did repeating one refund.
 #[tokio::test]
@@ -209,7 +285,7 @@ async fn only_an_admitted_charge_is_refunded_and_only_once() {
         problem["detail"]
             .as_str()
             .unwrap()
-            .starts_with("at: a refund names the charge")
+            .starts_with("at: a refund or settlement names the charge")
     );
     let (status, _, problem) = post(&refund, &body).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);

@@ -58,7 +58,8 @@ pub(crate) struct InlineLimit {
     cost: Option<u64>,
 }
 
-/// The body of `/v1/check` (and, with the `charge` of its answer, of `/v1/refund`).
+/// The body of `/v1/check` (and, with the `charge` of its answer, of `/v1/refund`, and with
+/// the real cost as well, of `/v1/settle`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckRequest {
@@ -66,8 +67,10 @@ pub struct CheckRequest {
     attributes: Option<Attributes>,
     limits: Option<Vec<InlineLimit>>,
     cost: Option<u64>,
-    /// Refunds only: the charge token of the admitted check.
+    /// Refunds and settlements only: the charge token of the admitted check.
     charge: Option<String>,
+    /// Settlements only: what the work really cost.
+    actual: Option<u64>,
     /// Refused with a message that points at `charge`, which replaced it.
     at: Option<Micros>,
 }
@@ -106,6 +109,11 @@ impl CheckRequest {
         if let Some(cost) = over(request.cost) {
             return Err(ApiError::invalid(format!(
                 "cost: {cost} is above the maximum of {MAX_COST}"
+            )));
+        }
+        if let Some(actual) = over(request.actual) {
+            return Err(ApiError::invalid(format!(
+                "actual: {actual} is above the maximum of {MAX_COST}"
             )));
         }
         for (index, limit) in request.limits.iter().flatten().enumerate() {
@@ -461,9 +469,9 @@ pub(crate) async fn check(
     body: axum::body::Body,
 ) -> Result<Response, ApiError> {
     let request = CheckRequest::read(body).await?;
-    if request.at.is_some() || request.charge.is_some() {
+    if request.at.is_some() || request.charge.is_some() || request.actual.is_some() {
         return Err(ApiError::invalid(
-            "at, charge: only /v1/refund names a charge to give back",
+            "at, charge, actual: only /v1/refund and /v1/settle name a charge",
         ));
     }
     let cost = request.cost.unwrap_or(1);
@@ -521,17 +529,56 @@ pub(crate) async fn check(
 }
 
 /// `POST /v1/refund`: gives back what an admitted check took, once: the body is the check's
-/// own, with the `charge` of its answer.
+/// and the `charge` of its answer.
 pub(crate) async fn refund(
     State(state): State<AppState>,
     body: axum::body::Body,
 ) -> Result<Response, ApiError> {
+    afterwards(state, body, Afterwards::Refund).await
+}
+
+/// `POST /v1/settle`: charges an admitted check at its real cost once it is known (LLM tokens
+/// generated, bytes sent): the body is the check's, the `charge` of its answer and `actual`.
+/// The difference from what the check took is refunded, or charged even past the limit (the
+/// work is done: later requests wait it out). A charge is refunded or settled once.
+pub(crate) async fn settle(
+    State(state): State<AppState>,
+    body: axum::body::Body,
+) -> Result<Response, ApiError> {
+    afterwards(state, body, Afterwards::Settle).await
+}
+
+/// What is done with an admitted check's charge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Afterwards {
+    Refund,
+    Settle,
+}
+
+async fn afterwards(
+    state: AppState,
+    body: axum::body::Body,
+    what: Afterwards,
+) -> Result<Response, ApiError> {
     let request = CheckRequest::read(body).await?;
     if request.at.is_some() {
         return Err(ApiError::invalid(
-            "at: a refund names the charge it undoes: send the `charge` of the admitted check's answer instead",
+            "at: a refund or settlement names the charge it undoes: send the `charge` of the admitted check's answer instead",
         ));
     }
+    let actual = match (what, request.actual) {
+        (Afterwards::Refund, Some(_)) => {
+            return Err(ApiError::invalid(
+                "actual: a refund gives everything back; to charge the real cost, use /v1/settle",
+            ));
+        }
+        (Afterwards::Settle, None) => {
+            return Err(ApiError::invalid(
+                "actual: required: what the work really cost",
+            ));
+        }
+        (_, actual) => actual,
+    };
     let token = request.charge.as_deref().ok_or_else(|| {
         ApiError::invalid(
             "charge: required: the `charge` of the admitted check's answer (a denied check took nothing and has none)",
@@ -544,17 +591,29 @@ pub(crate) async fn refund(
     let cost = request.cost.unwrap_or(1);
     if let Some(specs) = &request.limits {
         let limits = build_limits(specs)?;
-        state
-            .limiter
-            .refund_at(&inline_check(&limits, specs, cost), at)
-            .await?;
+        let check = inline_check(&limits, specs, cost);
+        match actual {
+            None => state.limiter.refund_at(&check, at).await?,
+            Some(actual) => state.limiter.settle_at(&check, at, actual).await?,
+        }
     } else {
         let headers = header_list(request.attributes())?;
         let attributes = request_of(request.attributes(), &headers)?;
-        state
-            .limiter
-            .refund_request(request.scope(), &attributes, request.cost, at)
-            .await?;
+        let (scope, cost) = (request.scope(), request.cost);
+        match actual {
+            None => {
+                state
+                    .limiter
+                    .refund_request(scope, &attributes, cost, at)
+                    .await?
+            }
+            Some(actual) => {
+                state
+                    .limiter
+                    .settle_request(scope, &attributes, cost, at, actual)
+                    .await?
+            }
+        }
     }
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -56,6 +56,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/check", post(check::check))
         .route("/v1/refund", post(check::refund))
+        .route("/v1/settle", post(check::settle))
         .route("/json", post(envoy_json::should_rate_limit))
         .route("/healthz", get(health::healthz))
         .route("/healthcheck", get(health::healthcheck))

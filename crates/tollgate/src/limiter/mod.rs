@@ -346,11 +346,20 @@ impl<S: Store> Limiter<S> {
         if verdict.is_denied() {
             return Ok(());
         }
+        self.settle_at(check, verdict.at(), actual).await
+    }
+
+    /// Settles `check`, admitted at `charged_at` (a verdict's [`at`](Verdict::at)), at its
+    /// real cost `actual`, for callers that kept the time but not the verdict.
+    pub async fn settle_at(
+        &self,
+        check: &Check<'_>,
+        charged_at: crate::clock::Micros,
+        actual: u64,
+    ) -> Result<(), Error> {
         let mut changes = Check::new(0);
         let mut adjustments: SmallVec<[Adjustment; 4]> = SmallVec::new();
-        let refund = Adjustment::Refund {
-            charged_at: verdict.at(),
-        };
+        let refund = Adjustment::Refund { charged_at };
         for item in check.items() {
             if actual > item.cost {
                 changes.push(item.key.as_ref(), item.limit, actual - item.cost);

@@ -319,6 +319,34 @@ impl<S: Store> Limiter<S> {
         cost: Option<u64>,
         charged_at: crate::clock::Micros,
     ) -> Result<(), Error> {
+        self.after_request(scope, request, cost, charged_at, None)
+            .await
+    }
+
+    /// Settles what an admitted request took (its limits, at `cost` or the policies' own)
+    /// at its real cost `actual`, once known: the difference is charged or refunded, as
+    /// [`Limiter::settle_at`] does.
+    pub async fn settle_request(
+        &self,
+        scope: Scope<'_>,
+        request: &Request<'_>,
+        cost: Option<u64>,
+        charged_at: crate::clock::Micros,
+        actual: u64,
+    ) -> Result<(), Error> {
+        self.after_request(scope, request, cost, charged_at, Some(actual))
+            .await
+    }
+
+    /// Refunds (`actual` of `None`) or settles what the request's plan charged.
+    async fn after_request(
+        &self,
+        scope: Scope<'_>,
+        request: &Request<'_>,
+        cost: Option<u64>,
+        charged_at: crate::clock::Micros,
+        actual: Option<u64>,
+    ) -> Result<(), Error> {
         let Some(policies) = self.policies() else {
             return Ok(());
         };
@@ -329,17 +357,25 @@ impl<S: Store> Limiter<S> {
             plan.override_cost(cost);
         }
         let mut check = Check::new(0);
+        // A settlement is of the work's cost: an idempotency record is not part of it.
+        let settles = |role: Role| match actual {
+            None => matches!(role, Role::Limit | Role::Idempotency),
+            Some(_) => role == Role::Limit,
+        };
         for item in plan
             .enforced
             .iter()
-            .filter(|i| matches!(i.role, Role::Limit | Role::Idempotency) && i.cost > 0)
+            .filter(|i| settles(i.role) && i.cost > 0)
         {
             check.push(item.key.as_str(), &item.limit, item.cost);
         }
         if check.is_empty() {
             return Ok(());
         }
-        self.refund_at(&check, charged_at).await
+        match actual {
+            None => self.refund_at(&check, charged_at).await,
+            Some(actual) => self.settle_at(&check, charged_at, actual).await,
+        }
     }
 
     /// Gives back everything an admitted request took, for a request that never went ahead
