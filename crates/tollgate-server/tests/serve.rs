@@ -626,7 +626,15 @@ async fn health_readiness_and_the_openapi_document() {
             .expect("a version")
             .starts_with("3.1")
     );
-    for path in ["/v1/check", "/v1/refund", "/json", "/healthz", "/readyz"] {
+    for path in [
+        "/v1/check",
+        "/v1/refund",
+        "/v1/settle",
+        "/json",
+        "/healthz",
+        "/healthcheck",
+        "/readyz",
+    ] {
         assert!(openapi["paths"].get(path).is_some(), "{path} is documented");
     }
 }
