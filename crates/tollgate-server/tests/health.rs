@@ -55,15 +55,7 @@ async fn once_asked_to_stop_both_say_not_serving() {
         let _ = stopped.await;
     })
     .await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a free port");
-    let address = listener.local_addr().expect("an address");
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(health)
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-    );
+    let address = support::serve_grpc(tonic::service::Routes::new(health)).await;
     let mut client = connect(&address.to_string()).await;
     assert_eq!(
         status(&mut client, "ratelimit").await,

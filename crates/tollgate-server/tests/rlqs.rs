@@ -20,6 +20,8 @@ use tollgate_server::rls::proto::types::rate_limit_strategy::{BlanketRule, Strat
 use tollgate_server::rls::{Rls, RlsConfig};
 use tonic::transport::{Channel, Endpoint, Server};
 
+mod support;
+
 /// One domain: 600 requests a minute per tenant, a free route, and everything else denied.
 const CONFIG: &str = include_str!("../../../examples/rls/quota.yaml");
 
@@ -612,15 +614,8 @@ async fn two_servers_on_one_redis_never_assign_more_than_the_limit_together() {
             .await
             .expect("Redis reached");
         let rlqs = quota_service(AnyStore::Redis(store), tuning);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("a free port");
-        let address = listener.local_addr().expect("an address");
-        tokio::spawn(
-            Server::builder()
-                .add_service(RlqsGrpc::server(rlqs))
-                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-        );
+        let address =
+            support::serve_grpc(tonic::service::Routes::new(RlqsGrpc::server(rlqs))).await;
         let channel = Endpoint::from_shared(format!("http://{address}"))
             .expect("a URL")
             .connect()

@@ -286,3 +286,17 @@ pub fn headless(url: &str, extra: &[&str]) -> (String, String) {
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
 }
+
+/// Serves gRPC `routes` on a free loopback port in this process; its address.
+pub async fn serve_grpc(routes: tonic::service::Routes) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a free port");
+    let address = listener.local_addr().expect("an address");
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_routes(routes)
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    address
+}
