@@ -155,8 +155,8 @@ pub(super) struct Envoy {
     pub(super) last_active: Instant,
     /// When it last reported at all.
     pub(super) last_report: Instant,
-    /// The strategy last sent, to count changes.
-    pub(super) sent: Option<Strategy>,
+    /// Whether it has been sent an assignment (a share of none is then sent as a denial).
+    pub(super) assigned: bool,
 }
 
 /// A message for a stream.
@@ -181,11 +181,6 @@ impl Rlqs {
             next_stream: AtomicU64::new(1),
             counters: StatCounters::default(),
         })
-    }
-
-    /// The tuning in force.
-    pub fn tuning(&self) -> QuotaTuning {
-        self.tuning
     }
 
     pub(super) fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -247,14 +242,12 @@ impl Rlqs {
             }
             // Growth stops an overlap before the end, lest a count land in the next slot.
             let mut first = true;
-            loop {
-                let stop = self.slot_end().checked_sub(self.tuning.overlap);
-                if stop.is_none_or(|stop| Instant::now() >= stop) {
-                    break;
-                }
+            while let Some(stop) = self.slot_end().checked_sub(self.tuning.overlap)
+                && Instant::now() < stop
+            {
                 self.grow(first).await;
                 first = false;
-                let next = (Instant::now() + GROWTH_TICK).min(stop.unwrap_or_else(Instant::now));
+                let next = (Instant::now() + GROWTH_TICK).min(stop);
                 tokio::select! {
                     () = tokio::time::sleep_until(next) => {}
                     () = self.wake.notified() => {
@@ -352,7 +345,7 @@ impl Rlqs {
                     target => {
                         let strategy = blanket(target);
                         for (stream, envoy) in &mut bucket.envoys {
-                            envoy.sent = Some(strategy);
+                            envoy.assigned = true;
                             outgoing
                                 .entry(*stream)
                                 .or_default()
@@ -409,7 +402,7 @@ impl Rlqs {
                 let Some(envoy) = bucket.envoys.get_mut(&part.stream) else {
                     continue;
                 };
-                if share == 0 && envoy.sent.is_none() {
+                if share == 0 && !envoy.assigned {
                     // Not assigned yet: its first assignment comes with growth.
                     envoy.share = 0;
                     continue;
@@ -554,9 +547,8 @@ impl Rlqs {
         share: u64,
     ) -> BucketAction {
         envoy.share = share;
-        let strategy = strategy_of(shared, share);
-        envoy.sent = Some(strategy);
-        assignment(name, strategy, self.ttl())
+        envoy.assigned = true;
+        assignment(name, strategy_of(shared, share), self.ttl())
     }
 
     /// Counts `units` of shares in the current slot, or what is left of them, with this

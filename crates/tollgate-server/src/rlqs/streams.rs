@@ -221,17 +221,16 @@ impl Rlqs {
                     }
                 }
                 None => {
-                    let strategy = blanket(&bucket.target);
-                    let (demand, sent) = match &bucket.target {
+                    let (demand, assigned) = match &bucket.target {
                         // A new Envoy wants the whole limit until it reports over time.
                         Target::Share(shared) => {
                             woken = true;
-                            (shared.quota as f64, None)
+                            (shared.quota as f64, false)
                         }
                         // A blanket rule needs no share: sent at once.
-                        _ => {
-                            immediate.push(assignment(&bucket.name, strategy, self.ttl()));
-                            (0.0, Some(strategy))
+                        target => {
+                            immediate.push(assignment(&bucket.name, blanket(target), self.ttl()));
+                            (0.0, true)
                         }
                     };
                     bucket.envoys.insert(
@@ -241,7 +240,7 @@ impl Rlqs {
                             share: 0,
                             last_active: now,
                             last_report: now,
-                            sent,
+                            assigned,
                         },
                     );
                 }

@@ -2,6 +2,7 @@
 //! (circuit breaker, over-limit cache, leases), its metrics, and a failure mode of its own.
 
 use std::collections::HashSet;
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -122,7 +123,7 @@ fn bounded_key(key: String) -> String {
     bounded.push_str(&key[..end]);
     bounded.push('#');
     for byte in digest {
-        bounded.push_str(&format!("{byte:02x}"));
+        let _ = write!(bounded, "{byte:02x}");
     }
     bounded
 }
