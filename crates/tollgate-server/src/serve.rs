@@ -156,13 +156,13 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     );
     Arc::clone(&reloader).start(!args.no_watch);
     let (health, stopping) = crate::health::service(crate::shutdown::signal()).await;
-    let app = router(AppState {
+    let app = router(AppState::new(crate::api::Shared {
         limiter: limiter.clone(),
         rls: Arc::clone(&rls),
         quotas: Some(Arc::clone(&quotas)),
         charges,
         stopping,
-    });
+    }));
     let admin_app = crate::admin::router(
         AdminState {
             limiter: limiter.clone(),

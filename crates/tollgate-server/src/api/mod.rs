@@ -21,9 +21,29 @@ pub use problem::ApiError;
 
 use crate::rls::Rls;
 
-/// What the handlers share.
+/// What the handlers share, behind one reference: axum clones the state for every request,
+/// so one reference count is touched per request however many parts there are.
 #[derive(Debug, Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl AppState {
+    /// The state of `shared`.
+    pub fn new(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The parts the handlers share.
+#[derive(Debug)]
+pub struct Shared {
     /// The limiter with its policies and store.
     pub limiter: Limiter<AnyStore>,
     /// Envoy's rate limit service, on the same store.
