@@ -1,5 +1,6 @@
 //! The response body, watched: when it ends or is dropped the request's concurrency slots are
-//! released, and a gRPC error status in its trailers refunds the request when a policy says so.
+//! released, a gRPC error status in its trailers refunds the request when a policy says so, and
+//! the usage it reports settles the policies that charge by usage.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -9,13 +10,17 @@ use bytes::Bytes;
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
+use tollgate::usage::{Usage, UsageMeter};
 use tollgate::{Evaluation, Limiter, Store};
 
 /// What happens when a request is done with; runs at most once, on a tokio task.
 pub(crate) struct Completion {
-    finish: Option<Box<dyn FnOnce(Outcome) + Send>>,
+    finish: Option<Box<dyn FnOnce(Outcome, Option<Usage>) + Send>>,
     outcome: Outcome,
+    evaluation: Arc<Evaluation>,
     refund_on_grpc_error: bool,
+    /// Reads what the response says the request used, for policies that settle by usage.
+    meter: Option<UsageMeter>,
 }
 
 /// How a request ended.
@@ -23,9 +28,10 @@ pub(crate) struct Completion {
 pub(crate) enum Outcome {
     /// It never reached the inner service: give back everything it took.
     Cancelled,
-    /// It was forwarded: release its slots.
+    /// It was forwarded: settle its usage and release its slots.
     Forwarded,
-    /// Its gRPC response failed and its policies refund on failures: refund and release.
+    /// Its gRPC response failed and its policies refund on failures: refund, settle the
+    /// usage of the others, and release.
     Failed,
 }
 
@@ -33,36 +39,58 @@ impl Completion {
     pub(crate) fn new<S: Store>(limiter: Limiter<S>, evaluation: Arc<Evaluation>) -> Self {
         let refund_on_grpc_error = evaluation.refunds_on(500);
         let holds_slots = evaluation.holds_slots();
-        let finish = move |outcome: Outcome| {
-            // A forwarded request without slots has nothing to give back: no task for it.
-            if outcome == Outcome::Forwarded && !holds_slots {
+        let shared = Arc::clone(&evaluation);
+        let finish = move |outcome: Outcome, usage: Option<Usage>| {
+            // A forwarded request without slots or usage has nothing to settle: no task for it.
+            if outcome == Outcome::Forwarded && !holds_slots && usage.is_none() {
                 return;
             }
             let Ok(runtime) = tokio::runtime::Handle::try_current() else {
                 return;
             };
             runtime.spawn(async move {
-                // Failing to give back only leaves the request counted: fewer admissions, never more.
-                let _ = match outcome {
-                    Outcome::Cancelled => limiter.cancel(&evaluation).await,
-                    Outcome::Forwarded => limiter.release(&evaluation).await,
-                    Outcome::Failed => match limiter.refund_for_status(&evaluation, 500).await {
-                        Ok(()) => limiter.release(&evaluation).await,
-                        Err(error) => Err(error),
-                    },
-                };
+                // Failing to give back only leaves the request counted: fewer admissions, never
+                // more. Failing to settle leaves the estimate charged.
+                if outcome == Outcome::Cancelled {
+                    let _ = limiter.cancel(&shared).await;
+                    return;
+                }
+                if outcome == Outcome::Failed {
+                    let _ = limiter.refund_for_status(&shared, 500).await;
+                }
+                if let Some(usage) = usage {
+                    let _ = limiter.settle_usage(&shared, &usage).await;
+                }
+                let _ = limiter.release(&shared).await;
             });
         };
         Self {
             finish: Some(Box::new(finish)),
             outcome: Outcome::Cancelled,
+            evaluation,
             refund_on_grpc_error,
+            meter: None,
         }
     }
 
     /// The request has gone to the inner service.
     pub(crate) fn forwarded(&mut self) {
         self.outcome = Outcome::Forwarded;
+    }
+
+    /// The response's head has come, with `status` (a gRPC status mapped to HTTP's classes):
+    /// start reading its usage.
+    pub(crate) fn response_head(&mut self, status: u16, headers: &HeaderMap) {
+        self.meter = self.evaluation.usage_meter(status).map(|mut meter| {
+            meter.head(|name| headers.get(name).map(|value| value.as_bytes()));
+            meter
+        });
+    }
+
+    fn data(&mut self, data: &Bytes) {
+        if let Some(meter) = &mut self.meter {
+            meter.data(data);
+        }
     }
 
     fn trailers(&mut self, trailers: &HeaderMap) {
@@ -73,11 +101,25 @@ impl Completion {
         if failed && self.refund_on_grpc_error {
             self.outcome = Outcome::Failed;
         }
+        if let Some(meter) = &mut self.meter {
+            if failed {
+                meter.refunded(&self.evaluation, 500);
+            }
+            meter.trailers(|name| trailers.get(name).map(|value| value.as_bytes()));
+        }
+    }
+
+    /// The response body has ended, whole.
+    fn ended(&mut self) {
+        if let Some(meter) = &mut self.meter {
+            meter.end();
+        }
     }
 
     fn finish(&mut self) {
         if let Some(finish) = self.finish.take() {
-            finish(self.outcome);
+            let usage = self.meter.as_ref().and_then(UsageMeter::usage);
+            finish(self.outcome, usage);
         }
     }
 }
@@ -141,20 +183,32 @@ impl<B: Body<Data = Bytes>> Body for RateLimitBody<B> {
             KindProjection::Full { data } => {
                 Poll::Ready(data.take().map(|data| Ok(Frame::data(data))))
             }
-            KindProjection::Inner { body, completion } => {
-                let polled = body.poll_frame(cx);
+            KindProjection::Inner { mut body, completion } => {
+                let polled = body.as_mut().poll_frame(cx);
                 match &polled {
                     Poll::Ready(Some(Ok(frame))) => {
-                        if let (Some(trailers), Some(completion)) =
-                            (frame.trailers_ref(), completion.as_mut())
+                        if let Some(watching) = completion.as_mut() {
+                            if let Some(data) = frame.data_ref() {
+                                watching.data(data);
+                            } else if let Some(trailers) = frame.trailers_ref() {
+                                watching.trailers(trailers);
+                            }
+                        }
+                        // A server may stop polling a body that says it has ended.
+                        if body.is_end_stream()
+                            && let Some(mut watching) = completion.take()
                         {
-                            completion.trailers(trailers);
+                            watching.ended();
                         }
                     }
-                    Poll::Ready(None) | Poll::Ready(Some(Err(_))) => {
-                        // Done: release now rather than when the body value is dropped later.
-                        drop(completion.take());
+                    Poll::Ready(None) => {
+                        // Done: settle and release now rather than when the body is dropped.
+                        if let Some(mut watching) = completion.take() {
+                            watching.ended();
+                        }
                     }
+                    // Cut: what was estimated stands.
+                    Poll::Ready(Some(Err(_))) => drop(completion.take()),
                     Poll::Pending => {}
                 }
                 polled

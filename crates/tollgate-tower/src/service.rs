@@ -120,6 +120,7 @@ where
                 let _ = layer.limiter.refund_for_status(&evaluation, status).await;
             }
             let (mut parts, body) = response.into_parts();
+            completion.response_head(status, &parts.headers);
             add_fields(&mut parts.headers, evaluation.header_fields(families));
             Ok(Response::from_parts(
                 parts,

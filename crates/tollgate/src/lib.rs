@@ -56,6 +56,7 @@ mod refusal;
 pub mod secret;
 pub mod store;
 pub mod top_keys;
+pub mod usage;
 pub mod yaml;
 
 pub use algorithm::{Adjustment, Algorithm, LeakyMode, State};

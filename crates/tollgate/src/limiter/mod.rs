@@ -6,6 +6,7 @@ mod denial_log;
 mod denials;
 mod penalty;
 mod requests;
+mod usage;
 
 use std::sync::Arc;
 
@@ -357,26 +358,55 @@ impl<S: Store> Limiter<S> {
         charged_at: crate::clock::Micros,
         actual: u64,
     ) -> Result<(), Error> {
-        let mut changes = Check::new(0);
-        let mut adjustments: SmallVec<[Adjustment; 4]> = SmallVec::new();
-        let refund = Adjustment::Refund { charged_at };
+        let mut settlement = Settlement::default();
         for item in check.items() {
-            if actual > item.cost {
-                changes.push(item.key.as_ref(), item.limit, actual - item.cost);
-                adjustments.push(Adjustment::Charge);
-            } else if actual < item.cost {
-                changes.push(item.key.as_ref(), item.limit, item.cost - actual);
-                adjustments.push(refund);
-            }
+            settlement.push(item.key.as_ref(), item.limit, item.cost, actual, charged_at);
         }
-        if changes.is_empty() {
+        if settlement.changes.is_empty() {
             return Ok(());
         }
-        self.adjust(&changes, &adjustments).await
+        self.adjust(&settlement.changes, &settlement.adjustments)
+            .await
     }
 
     async fn adjust(&self, check: &Check<'_>, adjustments: &[Adjustment]) -> Result<(), Error> {
         Ok(self.store_adjust(check, adjustments).await?)
+    }
+}
+
+/// The adjustments that settle charges at their real cost.
+struct Settlement<'c> {
+    changes: Check<'c>,
+    adjustments: SmallVec<[Adjustment; 4]>,
+}
+
+impl Default for Settlement<'_> {
+    fn default() -> Self {
+        Self {
+            changes: Check::new(0),
+            adjustments: SmallVec::new(),
+        }
+    }
+}
+
+impl<'c> Settlement<'c> {
+    /// Settles a charge of `cost` on `key`, taken at `charged_at`, at `actual`: the
+    /// difference charged when above, refunded when below.
+    fn push(
+        &mut self,
+        key: &'c str,
+        limit: &'c Limit,
+        cost: u64,
+        actual: u64,
+        charged_at: crate::clock::Micros,
+    ) {
+        if actual > cost {
+            self.changes.push(key, limit, actual - cost);
+            self.adjustments.push(Adjustment::Charge);
+        } else if actual < cost {
+            self.changes.push(key, limit, cost - actual);
+            self.adjustments.push(Adjustment::Refund { charged_at });
+        }
     }
 }
 

@@ -444,7 +444,8 @@ fn charges(policies: &Policies, items: &[Planned]) -> Vec<Charge> {
             cost: item.cost,
             role: item.role,
             policy: Arc::clone(&policies.policies[item.policy].name),
-            refund_on: policies.policies[item.policy].refund_on.clone().into(),
+            refund_on: Arc::clone(&policies.policies[item.policy].refund_on),
+            usage: policies.policies[item.policy].usage.clone(),
         })
         .collect()
 }

@@ -9,7 +9,7 @@ use super::lists::AccessList;
 use super::matcher::Matcher;
 use super::model::{
     ConcurrencyConfig, Config, CostConfig, FailureMode, HeaderFamily, IdentityHeaders, KeyPart,
-    LimitConfig, PenaltyConfig, PolicyConfig, SoftLimit, StatusRange, TierSource,
+    LimitConfig, PenaltyConfig, PolicyConfig, SoftLimit, StatusRange, TierSource, UsageConfig,
 };
 use crate::algorithm::Algorithm;
 use crate::clock::duration_to_micros;
@@ -59,7 +59,8 @@ pub(crate) struct Policy {
     pub(crate) penalty: Option<Penalty>,
     pub(crate) concurrency: Option<PolicyLimit>,
     pub(crate) idempotency: Option<Limit>,
-    pub(crate) refund_on: Vec<StatusRange>,
+    pub(crate) refund_on: Arc<[StatusRange]>,
+    pub(crate) usage: Option<Arc<UsageConfig>>,
     pub(crate) on_store_error: FailureMode,
     pub(crate) local_nodes: u64,
     pub(crate) allow: AccessList,
@@ -301,7 +302,8 @@ fn compile_policy(policy: &PolicyConfig, config: &Config, reader: &Reader) -> Op
         penalty,
         concurrency,
         idempotency,
-        refund_on: policy.refund_on.clone(),
+        refund_on: policy.refund_on.as_slice().into(),
+        usage: policy.usage.clone().map(Arc::new),
         on_store_error: policy.on_store_error,
         local_nodes: policy.local_nodes,
         allow: AccessList::new(&policy.allow),

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::model::StatusRange;
+use super::model::{StatusRange, UsageConfig};
 use super::plan::Role;
 use crate::clock::Micros;
 use crate::decision::Decision;
@@ -77,6 +77,8 @@ pub(crate) struct Charge {
     pub(crate) role: Role,
     pub(crate) policy: Arc<str>,
     pub(crate) refund_on: Arc<[StatusRange]>,
+    /// Where the response reports the real cost, for a policy that settles by usage.
+    pub(crate) usage: Option<Arc<UsageConfig>>,
 }
 
 impl Charge {

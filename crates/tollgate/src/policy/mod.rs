@@ -25,6 +25,7 @@ pub use model::{
     ConcurrencyConfig, Config, CostConfig, FailureMode, GLOBAL_STORE_TIMEOUT, GlobalConfig,
     HeaderFamily, IdempotencyConfig, IdentityHeaders, KeyPart, LimitConfig, ListEntry, MatchConfig,
     PenaltyConfig, PolicyConfig, RedisOptions, SoftLimit, StatusRange, StoreConfig, TierSource,
+    UsageConfig, UsageSource,
 };
 pub use parse::{MAX_LIMITS_PER_POLICY, MAX_LIST_ENTRIES, MAX_POLICIES};
 pub use plan::{Gate, Plan, Planned, Role, Scope};

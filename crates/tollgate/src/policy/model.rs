@@ -246,6 +246,29 @@ pub enum CostConfig {
     Body,
 }
 
+/// Where a response reports what its request really cost (tokens generated, rows scanned):
+/// the policy's cost is then an estimate charged up front, and the difference is settled when
+/// the response ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageConfig {
+    /// Where the number is.
+    pub source: UsageSource,
+    /// The most a response may report; larger reports count as this.
+    pub max: u64,
+}
+
+/// Where a response carries its usage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UsageSource {
+    /// A response header field (lower case).
+    Header(String),
+    /// A trailer field (lower case).
+    Trailer(String),
+    /// A number in the JSON body, or in the last server-sent event whose JSON holds it, by a
+    /// path of member names (`usage.completion_tokens`).
+    Body(Vec<String>),
+}
+
 /// Marks (and optionally slows) requests above a fraction of a quota.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SoftLimit {
@@ -322,8 +345,10 @@ pub struct PolicyConfig {
     /// The tier for unknown plans (and missing ones, unless an `anonymous` tier exists).
     /// Default: the first tier.
     pub default_tier: Option<String>,
-    /// What a request costs.
+    /// What a request costs; with `usage`, what it is estimated to cost until its response says.
     pub cost: CostConfig,
+    /// Where the response reports the real cost, settled when it ends.
+    pub usage: Option<UsageConfig>,
     /// Decide and report, never block.
     pub shadow: bool,
     /// Near-limit marking and tarpit.
@@ -360,6 +385,7 @@ impl PolicyConfig {
             tier_from: TierSource::Plan,
             default_tier: None,
             cost: CostConfig::Fixed(1),
+            usage: None,
             shadow: false,
             soft_limit: None,
             penalty: None,

@@ -6,6 +6,7 @@ use crate::yaml::{ConfigErrors, Node, Reader};
 mod limits;
 mod policy;
 mod store;
+mod usage;
 mod values;
 
 use self::policy::read_policy;
@@ -48,6 +49,7 @@ const POLICY_FIELDS: &[&str] = &[
     "tier_from",
     "default_tier",
     "cost",
+    "usage",
     "shadow",
     "soft_limit",
     "penalty",

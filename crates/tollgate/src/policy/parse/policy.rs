@@ -1,6 +1,7 @@
 //! One policy: its name, match, key, tiers and failure mode.
 
 use super::limits::{read_concurrency, read_cost, read_limits, read_penalty, read_soft_limit};
+use super::usage::read_usage;
 use super::values::{read_list, read_status_range};
 use super::{KEY_PARTS, POLICY_FIELDS};
 use crate::policy::model::{
@@ -37,6 +38,9 @@ pub(super) fn read_policy(node: Node<'_, '_>) -> Option<PolicyConfig> {
     }
     if let Some(n) = map.get("cost") {
         policy.cost = read_cost(n, &what).unwrap_or(CostConfig::Fixed(1));
+    }
+    if let Some(n) = map.get("usage") {
+        policy.usage = read_usage(n, &what);
     }
     if let Some(n) = map.get("shadow") {
         policy.shadow = n.boolean(&format!("{what}: shadow")).unwrap_or(false);

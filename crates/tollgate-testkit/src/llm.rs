@@ -1,0 +1,193 @@
+//! A stand-in for an OpenAI-style chat completions API on a free loopback port: it reports
+//! usage the ways real ones do (a `usage` object at the end of a server-sent event stream or a
+//! JSON body, or a response header), in small pieces so readers meet every split, and it can
+//! hold a stream open or cut it midway on request.
+//!
+//! A request says what it wants in headers: `x-stub-prompt-tokens` and
+//! `x-stub-completion-tokens` (the usage to report, default 0), and `x-stub-mode`:
+//! `stream` (the default), `json`, `header` (`x-usage-tokens`), `hold` (a stream that waits for
+//! [`LlmStub::release`] before its usage) or `cut` (a stream that fails before its usage).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, Response};
+use axum::routing::post;
+use futures_util::StreamExt;
+use tokio::sync::Semaphore;
+
+/// The largest piece of a body the stub writes at once.
+const PIECE: usize = 7;
+
+/// The running stub; it stops with the test's runtime.
+#[derive(Debug)]
+pub struct LlmStub {
+    address: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    /// One permit per held stream that may finish.
+    release: Semaphore,
+    /// Streams holding, waiting for a permit.
+    holding: AtomicUsize,
+    /// Requests answered so far.
+    requests: AtomicUsize,
+}
+
+impl LlmStub {
+    /// Starts the stub on a free loopback port.
+    pub async fn start() -> LlmStub {
+        Self::start_wrapped(|router| router).await
+    }
+
+    /// Starts the stub with its routes wrapped by `wrap` (a middleware under test, say).
+    pub async fn start_wrapped(wrap: impl FnOnce(Router) -> Router) -> LlmStub {
+        let shared = Arc::new(Shared {
+            release: Semaphore::new(0),
+            holding: AtomicUsize::new(0),
+            requests: AtomicUsize::new(0),
+        });
+        let app = wrap(
+            Router::new()
+                .route("/v1/chat/completions", post(complete))
+                .with_state(Arc::clone(&shared)),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port for the stub");
+        let address = listener.local_addr().expect("the stub's address");
+        tokio::spawn(async move {
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
+            .expect("the stub serves");
+        });
+        LlmStub { address, shared }
+    }
+
+    /// Where it listens.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Lets `streams` held streams send their usage and end.
+    pub fn release(&self, streams: usize) {
+        self.shared.release.add_permits(streams);
+    }
+
+    /// How many streams are holding now.
+    pub fn holding(&self) -> usize {
+        self.shared.holding.load(Ordering::SeqCst)
+    }
+
+    /// How many requests reached it.
+    pub fn requests(&self) -> usize {
+        self.shared.requests.load(Ordering::SeqCst)
+    }
+}
+
+fn number(headers: &HeaderMap, name: &str) -> u64 {
+    headers
+        .get(name)
+        .and_then(|value| value.to_str().ok()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn usage(prompt: u64, completion: u64) -> String {
+    format!(
+        r#"{{"prompt_tokens":{prompt},"completion_tokens":{completion},"total_tokens":{}}}"#,
+        prompt + completion
+    )
+}
+
+/// The event stream's text before the usage: a few content chunks, each with `"usage":null`
+/// as OpenAI sends them, and a `usage` member inside the content that readers must not take.
+fn content_events() -> String {
+    let mut events = String::from(": keep-alive\n\n");
+    for word in ["Hello", ", \\\"usage\\\":{\\\"completion_tokens\\\":1}", "!"] {
+        events.push_str(&format!(
+            "data: {{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{word}\"}}}}],\"usage\":null}}\n\n"
+        ));
+    }
+    events
+}
+
+fn final_events(usage: &str) -> String {
+    format!(
+        "data: {{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{usage}}}\n\ndata: [DONE]\n\n"
+    )
+}
+
+fn pieces(text: String) -> Vec<Result<Vec<u8>, std::io::Error>> {
+    text.into_bytes()
+        .chunks(PIECE)
+        .map(|piece| Ok(piece.to_vec()))
+        .collect()
+}
+
+async fn complete(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response<Body> {
+    shared.requests.fetch_add(1, Ordering::SeqCst);
+    let usage = usage(
+        number(&headers, "x-stub-prompt-tokens"),
+        number(&headers, "x-stub-completion-tokens"),
+    );
+    let mode = headers
+        .get("x-stub-mode")
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("stream")
+        .to_owned();
+    let response = Response::builder();
+    let (response, body) = match mode.as_str() {
+        "json" => (
+            response.header("content-type", "application/json"),
+            Body::from_stream(futures_util::stream::iter(pieces(format!(
+                r#"{{"id":"chatcmpl-1","object":"chat.completion","choices":[{{"index":0,"message":{{"role":"assistant","content":"usage: {{}}"}}}}],"usage":{usage}}}"#
+            )))),
+        ),
+        "header" => (
+            response
+                .header("content-type", "text/plain")
+                .header("x-usage-tokens", number(&headers, "x-stub-completion-tokens")),
+            Body::from("Hello!"),
+        ),
+        "cut" => {
+            let mut stream = pieces(content_events());
+            stream.push(Err(std::io::Error::other("the stub cuts the stream")));
+            stream.extend(pieces(final_events(&usage)));
+            (
+                response.header("content-type", "text/event-stream"),
+                Body::from_stream(futures_util::stream::iter(stream)),
+            )
+        }
+        "hold" => {
+            let first = futures_util::stream::iter(pieces(content_events()));
+            let rest = futures_util::stream::once(async move {
+                shared.holding.fetch_add(1, Ordering::SeqCst);
+                let permit = shared.release.acquire().await;
+                shared.holding.fetch_sub(1, Ordering::SeqCst);
+                permit.expect("the stub's semaphore stays open").forget();
+                futures_util::stream::iter(pieces(final_events(&usage)))
+            })
+            .flatten();
+            (
+                response.header("content-type", "text/event-stream; charset=utf-8"),
+                Body::from_stream(first.chain(rest)),
+            )
+        }
+        _ => (
+            response.header("content-type", "text/event-stream"),
+            Body::from_stream(futures_util::stream::iter(pieces(
+                content_events() + &final_events(&usage),
+            ))),
+        ),
+    };
+    response.body(body).expect("a valid response")
+}

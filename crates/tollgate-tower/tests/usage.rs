@@ -1,0 +1,312 @@
+//! Charging what responses report: the layer in front of an OpenAI-style API that reports token
+//! usage at the end of event streams and JSON bodies, on a loopback socket. Each request is
+//! charged its estimate up front and settled at the usage its response reports; a response cut
+//! short keeps its estimate.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body::Frame;
+use http_body_util::{BodyExt, StreamBody};
+use tollgate::{Limiter, ManualClock, MemoryStore, Policies};
+use tollgate_testkit::llm::LlmStub;
+use tollgate_tower::RateLimitLayer;
+use tower::{Layer, ServiceExt};
+
+/// Output tokens estimated from the request's `x-max-tokens`, input tokens from its body size;
+/// each settled at the usage the response reports.
+const POLICIES: &str = r#"
+policies:
+  - name: output-tokens
+    match: { path: /v1/chat/completions }
+    key: header:x-api-key
+    cost: { header: x-max-tokens, default: 100, max: 1000 }
+    usage: { body: usage.completion_tokens }
+    limits: [{ name: output, algorithm: fixed_window, quota: 1000/h }]
+  - name: input-tokens
+    match: { path: /v1/chat/completions }
+    key: header:x-api-key
+    cost: body
+    usage: { body: usage.prompt_tokens, max: 4000 }
+    limits: [{ name: input, algorithm: fixed_window, quota: 5000/h }]
+"#;
+
+struct Gateway {
+    stub: LlmStub,
+    client: reqwest::Client,
+}
+
+impl Gateway {
+    async fn start(policies: &str) -> Gateway {
+        let policies = Policies::from_yaml("usage.yaml", policies).expect("valid policies");
+        // The clock stands still: windows never roll over, so what is left is what was charged.
+        let clock = ManualClock::new(1_700_000_000_000_000);
+        let store = MemoryStore::builder().clock(Arc::new(clock)).build();
+        let limiter = Limiter::with_policies(store, policies);
+        let stub = LlmStub::start_wrapped(|router| router.layer(RateLimitLayer::new(limiter))).await;
+        Gateway {
+            stub,
+            client: reqwest::Client::new(),
+        }
+    }
+
+    /// A completion request: `max_tokens` as the output estimate, a body of `body_bytes` as the
+    /// input estimate, and the usage the stub is to report.
+    fn request(
+        &self,
+        mode: &str,
+        max_tokens: u64,
+        body_bytes: usize,
+        usage: (u64, u64),
+    ) -> reqwest::RequestBuilder {
+        self.client
+            .post(format!("http://{}/v1/chat/completions", self.stub.address()))
+            .header("x-api-key", "key-1")
+            .header("x-max-tokens", max_tokens.to_string())
+            .header("x-stub-mode", mode)
+            .header("x-stub-prompt-tokens", usage.0.to_string())
+            .header("x-stub-completion-tokens", usage.1.to_string())
+            .body(vec![b' '; body_bytes])
+    }
+
+    /// Sends a request and reads its whole body: its status and text.
+    async fn complete(
+        &self,
+        mode: &str,
+        max_tokens: u64,
+        body_bytes: usize,
+        usage: (u64, u64),
+    ) -> (u16, String) {
+        let response = self
+            .request(mode, max_tokens, body_bytes, usage)
+            .send()
+            .await
+            .expect("an answer");
+        let status = response.status().as_u16();
+        (status, response.text().await.expect("the whole body"))
+    }
+
+    /// What is left of the output and input limits, read from a request that costs nothing.
+    async fn left(&self) -> (u64, u64) {
+        let response = self
+            .request("header", 0, 0, (0, 0))
+            .send()
+            .await
+            .expect("an answer");
+        let field = response.headers()["ratelimit"]
+            .to_str()
+            .expect("text")
+            .to_owned();
+        (remaining(&field, "output"), remaining(&field, "input"))
+    }
+
+    /// Waits until what is left is `expected` (settling runs after the response has ended).
+    async fn left_becomes(&self, expected: (u64, u64)) {
+        let mut left = (0, 0);
+        for _ in 0..200 {
+            left = self.left().await;
+            if left == expected {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("left (output, input): {left:?}, expected {expected:?}");
+    }
+}
+
+/// The `r` parameter of the limit named `name` in a `RateLimit` field.
+fn remaining(field: &str, name: &str) -> u64 {
+    field
+        .split(',')
+        .map(str::trim)
+        .find(|item| item.starts_with(&format!("\"{name}\"")))
+        .and_then(|item| item.split(';').find_map(|p| p.strip_prefix("r=")))
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in RateLimit: {field}"))
+}
+
+#[tokio::test]
+async fn a_streamed_completion_is_charged_the_tokens_it_reports() {
+    let gateway = Gateway::start(POLICIES).await;
+    assert_eq!(gateway.left().await, (1000, 5000));
+    let (status, body) = gateway.complete("stream", 300, 400, (90, 42)).await;
+    assert_eq!(status, 200);
+    assert!(body.ends_with("data: [DONE]\n\n"), "streamed through whole: {body}");
+    // Estimated 300 and 400, settled at 42 and 90.
+    gateway.left_becomes((1000 - 42, 5000 - 90)).await;
+    // More than estimated is charged too: the work is done.
+    let (status, _) = gateway.complete("stream", 10, 20, (30, 25)).await;
+    assert_eq!(status, 200);
+    gateway.left_becomes((1000 - 42 - 25, 5000 - 90 - 30)).await;
+}
+
+#[tokio::test]
+async fn a_json_body_settles_and_a_report_over_the_cap_counts_as_the_cap() {
+    let gateway = Gateway::start(POLICIES).await;
+    let (status, body) = gateway.complete("json", 200, 100, (4500, 7)).await;
+    assert_eq!(status, 200);
+    assert!(body.contains(r#""completion_tokens":7"#), "{body}");
+    gateway.left_becomes((1000 - 7, 5000 - 4000)).await;
+}
+
+#[tokio::test]
+async fn a_cut_stream_keeps_its_estimate() {
+    let gateway = Gateway::start(POLICIES).await;
+    let response = gateway
+        .request("cut", 300, 400, (90, 42))
+        .send()
+        .await
+        .expect("the head of the answer");
+    assert_eq!(response.status(), 200);
+    assert!(response.text().await.is_err(), "the stream is cut");
+    // A whole stream after it settles, so its settlement shows the cut one's estimate stands.
+    gateway.complete("stream", 100, 50, (10, 5)).await;
+    gateway.left_becomes((1000 - 300 - 5, 5000 - 400 - 10)).await;
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_midway_keeps_its_estimate() {
+    let gateway = Gateway::start(POLICIES).await;
+    let mut response = gateway
+        .request("hold", 300, 400, (90, 42))
+        .send()
+        .await
+        .expect("the head of the answer");
+    response.chunk().await.expect("readable").expect("a first piece");
+    drop(response);
+    gateway.complete("stream", 100, 50, (10, 5)).await;
+    gateway.left_becomes((1000 - 300 - 5, 5000 - 400 - 10)).await;
+}
+
+#[tokio::test]
+async fn concurrent_streams_are_admitted_by_their_estimates_and_never_over() {
+    let gateway = Gateway::start(POLICIES).await;
+    // Ten at once, each estimated at 300 of 1000 output tokens: three fit, whatever the order.
+    let requests = (0..10).map(|_| gateway.request("hold", 300, 10, (5, 100)).send());
+    let responses = futures_util::future::join_all(requests).await;
+    let statuses: Vec<u16> = responses
+        .iter()
+        .map(|r| r.as_ref().expect("an answer").status().as_u16())
+        .collect();
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 3, "{statuses:?}");
+    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 7, "{statuses:?}");
+    assert_eq!(gateway.left().await, (100, 5000 - 30));
+    // They finish having used 100 each: 700 comes back, enough for two more estimates.
+    let held: Vec<_> = responses
+        .into_iter()
+        .map(|r| r.expect("an answer"))
+        .filter(|r| r.status() == 200)
+        .collect();
+    gateway.stub.release(3);
+    for response in held {
+        response.text().await.expect("the whole stream");
+    }
+    gateway.left_becomes((700, 5000 - 15)).await;
+    let more = (0..4).map(|_| gateway.complete("stream", 300, 0, (0, 300)));
+    let statuses: Vec<u16> = futures_util::future::join_all(more)
+        .await
+        .into_iter()
+        .map(|(status, _)| status)
+        .collect();
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 2, "{statuses:?}");
+    gateway.left_becomes((100, 5000 - 15)).await;
+}
+
+#[tokio::test]
+async fn a_usage_header_settles() {
+    let gateway = Gateway::start(&POLICIES.replacen(
+        "usage: { body: usage.completion_tokens }",
+        "usage: { header: x-usage-tokens }",
+        1,
+    ))
+    .await;
+    let (status, _) = gateway.complete("header", 300, 0, (0, 17)).await;
+    assert_eq!(status, 200);
+    gateway.left_becomes((1000 - 17, 5000)).await;
+}
+
+/// A service whose responses end with trailers: `x-usage-tokens`, and `grpc-status` 13 when
+/// the request asks it to fail.
+async fn with_trailers(
+    request: http::Request<String>,
+) -> Result<http::Response<StreamBody<Frames>>, std::convert::Infallible> {
+    let fail = request.headers().contains_key("x-fail");
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("x-usage-tokens", http::HeaderValue::from_static("17"));
+    if fail {
+        trailers.insert("grpc-status", http::HeaderValue::from_static("13"));
+    }
+    let frames: Frames = futures_util::stream::iter(vec![
+        Ok(Frame::data(bytes::Bytes::from_static(b"answer"))),
+        Ok(Frame::trailers(trailers)),
+    ]);
+    Ok(http::Response::new(StreamBody::new(frames)))
+}
+
+type Frames = futures_util::stream::Iter<
+    std::vec::IntoIter<Result<Frame<bytes::Bytes>, std::convert::Infallible>>,
+>;
+
+#[tokio::test]
+async fn a_trailer_settles_and_a_failure_that_refunds_settles_nothing() {
+    let policies = Policies::from_yaml(
+        "trailers.yaml",
+        r#"
+policies:
+  - name: tokens
+    key: header:x-api-key
+    cost: { header: x-max-tokens, default: 100, max: 1000 }
+    usage: { trailer: x-usage-tokens }
+    refund_on: [500-599]
+    limits: [{ name: tokens, algorithm: fixed_window, quota: 1000/h }]
+"#,
+    )
+    .expect("valid policies");
+    let store = MemoryStore::builder()
+        .clock(Arc::new(ManualClock::new(1_700_000_000_000_000)))
+        .build();
+    let service = RateLimitLayer::new(Limiter::with_policies(store, policies))
+        .layer(tower::service_fn(with_trailers));
+    let call = |max_tokens: &str, fail: bool| {
+        let mut request = http::Request::builder()
+            .uri("/")
+            .header("x-api-key", "key-1")
+            .header("x-max-tokens", max_tokens);
+        if fail {
+            request = request.header("x-fail", "1");
+        }
+        let service = service.clone();
+        async move {
+            let response = service
+                .oneshot(request.body(String::new()).expect("a request"))
+                .await
+                .expect("an answer");
+            let field = response.headers()["ratelimit"]
+                .to_str()
+                .expect("text")
+                .to_owned();
+            response.into_body().collect().await.expect("the body");
+            remaining(&field, "tokens")
+        }
+    };
+    assert_eq!(call("300", false).await, 700);
+    let mut left = 0;
+    for _ in 0..200 {
+        left = call("0", false).await;
+        if left == 1000 - 17 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(left, 1000 - 17, "settled at the trailer's 17");
+    // A failure the policy refunds gives the estimate back and settles nothing.
+    assert_eq!(call("300", true).await, 1000 - 17 - 300);
+    for _ in 0..200 {
+        left = call("0", false).await;
+        if left == 1000 - 17 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("left {left}, expected {} after the refund", 1000 - 17);
+}
