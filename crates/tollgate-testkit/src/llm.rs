@@ -112,7 +112,11 @@ fn usage(prompt: u64, completion: u64) -> String {
 /// as OpenAI sends them, and a `usage` member inside the content that readers must not take.
 fn content_events() -> String {
     let mut events = String::from(": keep-alive\n\n");
-    for word in ["Hello", ", \\\"usage\\\":{\\\"completion_tokens\\\":1}", "!"] {
+    for word in [
+        "Hello",
+        ", \\\"usage\\\":{\\\"completion_tokens\\\":1}",
+        "!",
+    ] {
         events.push_str(&format!(
             "data: {{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{word}\"}}}}],\"usage\":null}}\n\n"
         ));
@@ -153,9 +157,10 @@ async fn complete(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Resp
             )))),
         ),
         "header" => (
-            response
-                .header("content-type", "text/plain")
-                .header("x-usage-tokens", number(&headers, "x-stub-completion-tokens")),
+            response.header("content-type", "text/plain").header(
+                "x-usage-tokens",
+                number(&headers, "x-stub-completion-tokens"),
+            ),
             Body::from("Hello!"),
         ),
         "cut" => {

@@ -183,7 +183,10 @@ impl<B: Body<Data = Bytes>> Body for RateLimitBody<B> {
             KindProjection::Full { data } => {
                 Poll::Ready(data.take().map(|data| Ok(Frame::data(data))))
             }
-            KindProjection::Inner { mut body, completion } => {
+            KindProjection::Inner {
+                mut body,
+                completion,
+            } => {
                 let polled = body.as_mut().poll_frame(cx);
                 match &polled {
                     Poll::Ready(Some(Ok(frame))) => {

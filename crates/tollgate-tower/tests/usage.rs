@@ -43,7 +43,8 @@ impl Gateway {
         let clock = ManualClock::new(1_700_000_000_000_000);
         let store = MemoryStore::builder().clock(Arc::new(clock)).build();
         let limiter = Limiter::with_policies(store, policies);
-        let stub = LlmStub::start_wrapped(|router| router.layer(RateLimitLayer::new(limiter))).await;
+        let stub =
+            LlmStub::start_wrapped(|router| router.layer(RateLimitLayer::new(limiter))).await;
         Gateway {
             stub,
             client: reqwest::Client::new(),
@@ -60,7 +61,10 @@ impl Gateway {
         usage: (u64, u64),
     ) -> reqwest::RequestBuilder {
         self.client
-            .post(format!("http://{}/v1/chat/completions", self.stub.address()))
+            .post(format!(
+                "http://{}/v1/chat/completions",
+                self.stub.address()
+            ))
             .header("x-api-key", "key-1")
             .header("x-max-tokens", max_tokens.to_string())
             .header("x-stub-mode", mode)
@@ -131,7 +135,10 @@ async fn a_streamed_completion_is_charged_the_tokens_it_reports() {
     assert_eq!(gateway.left().await, (1000, 5000));
     let (status, body) = gateway.complete("stream", 300, 400, (90, 42)).await;
     assert_eq!(status, 200);
-    assert!(body.ends_with("data: [DONE]\n\n"), "streamed through whole: {body}");
+    assert!(
+        body.ends_with("data: [DONE]\n\n"),
+        "streamed through whole: {body}"
+    );
     // Estimated 300 and 400, settled at 42 and 90.
     gateway.left_becomes((1000 - 42, 5000 - 90)).await;
     // More than estimated is charged too: the work is done.
@@ -161,7 +168,9 @@ async fn a_cut_stream_keeps_its_estimate() {
     assert!(response.text().await.is_err(), "the stream is cut");
     // A whole stream after it settles, so its settlement shows the cut one's estimate stands.
     gateway.complete("stream", 100, 50, (10, 5)).await;
-    gateway.left_becomes((1000 - 300 - 5, 5000 - 400 - 10)).await;
+    gateway
+        .left_becomes((1000 - 300 - 5, 5000 - 400 - 10))
+        .await;
 }
 
 #[tokio::test]
@@ -172,10 +181,16 @@ async fn a_client_that_goes_away_midway_keeps_its_estimate() {
         .send()
         .await
         .expect("the head of the answer");
-    response.chunk().await.expect("readable").expect("a first piece");
+    response
+        .chunk()
+        .await
+        .expect("readable")
+        .expect("a first piece");
     drop(response);
     gateway.complete("stream", 100, 50, (10, 5)).await;
-    gateway.left_becomes((1000 - 300 - 5, 5000 - 400 - 10)).await;
+    gateway
+        .left_becomes((1000 - 300 - 5, 5000 - 400 - 10))
+        .await;
 }
 
 #[tokio::test]
@@ -188,8 +203,16 @@ async fn concurrent_streams_are_admitted_by_their_estimates_and_never_over() {
         .iter()
         .map(|r| r.as_ref().expect("an answer").status().as_u16())
         .collect();
-    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 3, "{statuses:?}");
-    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 7, "{statuses:?}");
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        3,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 429).count(),
+        7,
+        "{statuses:?}"
+    );
     assert_eq!(gateway.left().await, (100, 5000 - 30));
     // They finish having used 100 each: 700 comes back, enough for two more estimates.
     let held: Vec<_> = responses
@@ -208,7 +231,11 @@ async fn concurrent_streams_are_admitted_by_their_estimates_and_never_over() {
         .into_iter()
         .map(|(status, _)| status)
         .collect();
-    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 2, "{statuses:?}");
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        2,
+        "{statuses:?}"
+    );
     gateway.left_becomes((100, 5000 - 15)).await;
 }
 

@@ -79,6 +79,22 @@ fn the_documented_example_loads_and_means_what_it_says() {
 /// Each bad configuration, with the exact error it must produce.
 const BAD: &[(&str, &str)] = &[
     (
+        "policies:\n  - name: x\n    usage: { header: x-tokens, body: usage.total_tokens }\n    limits: [{ algorithm: gcra, quota: 5/m }]\n",
+        "bad.yaml:3:12: policy \"x\": usage: expected exactly one of header, trailer or body, found 2",
+    ),
+    (
+        "policies:\n  - name: x\n    usage: { body: usage..total }\n    limits: [{ algorithm: gcra, quota: 5/m }]\n",
+        "bad.yaml:3:20: policy \"x\": usage.body: expected member names joined by dots",
+    ),
+    (
+        "policies:\n  - name: x\n    usage: { trailer: \"x tokens\" }\n    limits: [{ algorithm: gcra, quota: 5/m }]\n",
+        "bad.yaml:3:23: policy \"x\": usage.trailer: \"x tokens\" is not a header field name",
+    ),
+    (
+        "policies:\n  - name: x\n    usage: { header: x-tokens, max: 0 }\n    limits: [{ algorithm: gcra, quota: 5/m }]\n",
+        "bad.yaml:3:37: policy \"x\": usage.max",
+    ),
+    (
         "policies:\n  - name: x\n    limits:\n      - { name: a, algorithm: leaky_bucket, quota: 5/m, mode: meter, delay_after: 2 }\n",
         "bad.yaml:4:63: policy \"x\", limit \"a\": mode: delay_after applies only to mode queue, not meter",
     ),
@@ -88,7 +104,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "policies:\n  - name: x\n    limts:\n      - { name: a, algorithm: gcra, quota: 5/m }\n",
-        "bad.yaml:3:5: policy \"x\": unknown field \"limts\" (expected one of: name, match, key, limits, tiers, tier_from, default_tier, cost, shadow, soft_limit, penalty, concurrency, idempotency, refund_on, on_store_error, local_nodes, allow, deny); did you mean \"limits\"?",
+        "bad.yaml:3:5: policy \"x\": unknown field \"limts\" (expected one of: name, match, key, limits, tiers, tier_from, default_tier, cost, usage, shadow, soft_limit, penalty, concurrency, idempotency, refund_on, on_store_error, local_nodes, allow, deny); did you mean \"limits\"?",
     ),
     (
         "policies:\n  - name: x\n    limits:\n      - { name: a, algorithm: gcra, quota: 5/0s }\n",

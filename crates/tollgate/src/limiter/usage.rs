@@ -14,7 +14,13 @@ impl<S: Store> Limiter<S> {
         let mut settlement = Settlement::default();
         for charge in evaluation.charges.iter().filter(|c| c.role == Role::Limit) {
             if let Some(actual) = usage.of(&charge.policy) {
-                settlement.push(&charge.key, &charge.limit, charge.cost, actual, evaluation.at);
+                settlement.push(
+                    &charge.key,
+                    &charge.limit,
+                    charge.cost,
+                    actual,
+                    evaluation.at,
+                );
             }
         }
         if settlement.changes.is_empty() {

@@ -100,7 +100,11 @@ data:{\"usage\":{\"completion_tokens\":13}}\r\rdata: [DONE]\n\n";
         for piece in 1..=stream.len() {
             assert_eq!(
                 read(stream, piece),
-                vec!["null", "{\"completion_tokens\":12}", "{\"completion_tokens\":13}"],
+                vec![
+                    "null",
+                    "{\"completion_tokens\":12}",
+                    "{\"completion_tokens\":13}"
+                ],
                 "pieces of {piece}"
             );
         }

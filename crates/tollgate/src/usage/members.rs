@@ -133,13 +133,20 @@ mod tests {
         assert_eq!(
             whole,
             vec![
-                (0, r#"{"prompt_tokens":9,"completion_tokens":12}"#.to_owned()),
+                (
+                    0,
+                    r#"{"prompt_tokens":9,"completion_tokens":12}"#.to_owned()
+                ),
                 (1, r#""m""#.to_owned())
             ]
         );
         for split in 1..body.len() {
             let (head, tail) = body.split_at(split);
-            assert_eq!(scan(&["usage", "model"], &[head, tail]), whole, "split at {split}");
+            assert_eq!(
+                scan(&["usage", "model"], &[head, tail]),
+                whole,
+                "split at {split}"
+            );
         }
     }
 
@@ -151,8 +158,14 @@ mod tests {
 
     #[test]
     fn values_past_the_cap_and_non_objects_are_skipped() {
-        let big = format!(r#"{{"usage":"{}","after":1}}"#, "a".repeat(MAX_MEMBER_BYTES));
-        assert_eq!(scan(&["usage", "after"], &[big.as_bytes()]), vec![(1, "1".to_owned())]);
+        let big = format!(
+            r#"{{"usage":"{}","after":1}}"#,
+            "a".repeat(MAX_MEMBER_BYTES)
+        );
+        assert_eq!(
+            scan(&["usage", "after"], &[big.as_bytes()]),
+            vec![(1, "1".to_owned())]
+        );
         assert!(scan(&["usage"], &[br#"["usage",{"usage":1}]"#]).is_empty());
         assert!(scan(&["usage"], &[b"[DONE]"]).is_empty());
     }
