@@ -32,6 +32,9 @@
 //! - admitted requests reach the inner service and their responses carry the rate-limit fields;
 //!   a response whose status a policy refunds on gives the request's cost back, and concurrency
 //!   slots are released when the response body ends or is dropped (the client went away).
+//! - a policy with `usage` is charged its estimate up front and settled at the figure the
+//!   response reports (a header, a trailer, or a member of a JSON body or of server-sent events,
+//!   read as the body streams) when the body ends; a body cut short keeps its estimate.
 //!
 //! The layer is `Clone` and every clone shares one limiter, so wrapping it in `Buffer` or
 //! cloning it per connection never splits a limit.
