@@ -58,6 +58,9 @@ pub struct LimitView<'a> {
     pub unit: QuotaUnit,
     /// Its decision for this request.
     pub decision: Decision,
+    /// The partition key to report as `pk`, for a policy that asks for it: an opaque digest of
+    /// the key the limit counts by.
+    pub partition: Option<&'a [u8]>,
 }
 
 fn seconds_up(micros: Micros) -> u64 {
@@ -118,6 +121,9 @@ pub fn ietf_policy_field(views: &[LimitView<'_>]) -> Option<String> {
                 StringRef::from_str(view.unit.as_str()).ok()?,
             );
         }
+        if let Some(partition) = view.partition {
+            item = item.parameter(KeyRef::constant("pk"), partition);
+        }
         let _ = item;
     }
     list.finish()
@@ -128,10 +134,13 @@ pub fn ietf_field(views: &[LimitView<'_>]) -> Option<String> {
     let mut list = ListSerializer::new();
     for view in views {
         let name = sf_string(view.label);
-        let _ = list
+        let item = list
             .bare_item(StringRef::from_str(&name).ok()?)
             .parameter(KeyRef::constant("r"), integer(view.decision.remaining()))
             .parameter(KeyRef::constant("t"), integer(view.seconds_until_more()));
+        if let Some(partition) = view.partition {
+            let _ = item.parameter(KeyRef::constant("pk"), partition);
+        }
     }
     list.finish()
 }

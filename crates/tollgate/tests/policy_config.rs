@@ -104,7 +104,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "policies:\n  - name: x\n    limts:\n      - { name: a, algorithm: gcra, quota: 5/m }\n",
-        "bad.yaml:3:5: policy \"x\": unknown field \"limts\" (expected one of: name, match, key, limits, tiers, tier_from, default_tier, cost, usage, shadow, soft_limit, penalty, concurrency, idempotency, refund_on, on_store_error, local_nodes, allow, deny); did you mean \"limits\"?",
+        "bad.yaml:3:5: policy \"x\": unknown field \"limts\" (expected one of: name, match, key, limits, tiers, tier_from, default_tier, cost, usage, partition_key, shadow, soft_limit, penalty, concurrency, idempotency, refund_on, on_store_error, local_nodes, allow, deny); did you mean \"limits\"?",
     ),
     (
         "policies:\n  - name: x\n    limits:\n      - { name: a, algorithm: gcra, quota: 5/0s }\n",

@@ -163,3 +163,45 @@ policies:
         "a client that obeys is admitted, not punished"
     );
 }
+
+#[tokio::test]
+async fn a_policy_that_asks_reports_an_opaque_partition_key_per_client() {
+    let limiter = limiter(
+        r#"
+policies:
+  - name: per-client
+    partition_key: true
+    limits: [{ name: per-client, algorithm: fixed_window, quota: 10/m }]
+  - name: site
+    key: global
+    limits: [{ name: site, algorithm: fixed_window, quota: 1000/m }]
+"#,
+    );
+    let field = |evaluation: &Evaluation| {
+        evaluation
+            .header_fields(&[tollgate::policy::HeaderFamily::Ietf])
+            .into_iter()
+            .find(|(name, _)| *name == "ratelimit")
+            .expect("a RateLimit field")
+            .1
+    };
+    let one = field(&limiter.evaluate(&request("203.0.113.7")).await.unwrap());
+    let again = field(&limiter.evaluate(&request("203.0.113.7")).await.unwrap());
+    let other = field(&limiter.evaluate(&request("203.0.113.8")).await.unwrap());
+    let pk = |field: &str| {
+        let list: sfv::List = sfv::Parser::new(field).parse().expect("a list");
+        list.iter()
+            .map(|entry| match entry {
+                sfv::ListEntry::Item(item) => item.params.get("pk").cloned(),
+                sfv::ListEntry::InnerList(_) => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let (one, again, other) = (pk(&one), pk(&again), pk(&other));
+    assert!(
+        matches!(&one[..], [Some(sfv::BareItem::ByteSequence(bytes)), None] if bytes.len() == 12),
+        "only the policy that asks reports a key: {one:?}"
+    );
+    assert_eq!(one, again, "the same client, the same partition");
+    assert_ne!(one, other, "another client, another partition");
+}

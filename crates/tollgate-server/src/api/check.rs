@@ -487,6 +487,7 @@ pub(crate) async fn check(
                 limit,
                 unit: QuotaUnit::Requests,
                 decision: *decision,
+                partition: None,
             })
             .collect();
         let decided = if verdict.is_denied() {

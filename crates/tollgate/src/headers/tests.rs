@@ -21,12 +21,14 @@ fn ietf_fields_match_the_draft_examples_and_parse_as_structured_fields() {
             limit: &burst,
             unit: QuotaUnit::Requests,
             decision: allowed(50, 30_000_000),
+            partition: None,
         },
         LimitView {
             label: "daily",
             limit: &daily,
             unit: QuotaUnit::Requests,
             decision: allowed(999, 3_600_000_000),
+            partition: None,
         },
     ];
     let fields = rate_limit_fields(&[HeaderFamily::Ietf], &views, Some(0), 0);
@@ -60,6 +62,7 @@ fn a_denying_limit_reports_when_this_request_would_fit() {
         limit: &per_second,
         unit: QuotaUnit::Requests,
         decision: denied,
+        partition: None,
     };
     assert_eq!(view.seconds_until_more(), 1);
     assert_eq!(retry_after_seconds(Duration::from_micros(250_001)), 1);
@@ -78,6 +81,7 @@ fn rate_algorithms_report_their_burst_and_its_refill_time() {
         limit: &bucket,
         unit: QuotaUnit::ContentBytes,
         decision: allowed(5, 0),
+        partition: None,
     };
     assert_eq!(view.quota_and_window(), (20, 2));
     assert_eq!(
@@ -94,6 +98,7 @@ fn older_families_describe_the_binding_limit() {
         limit: &hourly,
         unit: QuotaUnit::Requests,
         decision: allowed(900, 1_800_000_000),
+        partition: None,
     };
     let now = 1_700_000_000_000_000;
     let fields = rate_limit_fields(
@@ -125,6 +130,7 @@ fn labels_outside_printable_ascii_cannot_break_the_field() {
         limit: &l,
         unit: QuotaUnit::Requests,
         decision: allowed(1, 0),
+        partition: None,
     };
     let value = ietf_field(&[view]).unwrap();
     let parsed: sfv::List = sfv::Parser::new(&value)
@@ -143,6 +149,7 @@ fn extreme_times_saturate_instead_of_overflowing() {
         limit: &window,
         unit: QuotaUnit::Requests,
         decision: Decision::new(false, 5, 0, u64::MAX - 1, Some(u64::MAX - 2), 0),
+        partition: None,
     }];
     let fields = rate_limit_fields(&[HeaderFamily::Legacy], &views, Some(0), u64::MAX - 3);
     let reset = fields
@@ -150,4 +157,37 @@ fn extreme_times_saturate_instead_of_overflowing() {
         .find(|(name, _)| *name == "x-ratelimit-reset")
         .expect("a reset field");
     assert_eq!(reset.1, u64::MAX.div_ceil(MICROS_PER_SECOND).to_string());
+}
+
+#[test]
+fn a_partition_key_is_a_byte_sequence_on_both_ietf_fields() {
+    let per_user = limit("peruser", Algorithm::FixedWindow, "100/m");
+    let views = [LimitView {
+        label: "peruser",
+        limit: &per_user,
+        unit: QuotaUnit::Requests,
+        decision: allowed(99, 60_000_000),
+        partition: Some(&[0x70, 0x7b, 0x1d, 0x76, 0x34, 0x5a]),
+    }];
+    let fields = rate_limit_fields(&[HeaderFamily::Ietf], &views, Some(0), 0);
+    assert_eq!(
+        fields,
+        [
+            (
+                "ratelimit-policy",
+                r#""peruser";q=100;w=60;pk=:cHsddjRa:"#.to_owned()
+            ),
+            ("ratelimit", r#""peruser";r=99;t=60;pk=:cHsddjRa:"#.to_owned()),
+        ]
+    );
+    for (_, value) in &fields {
+        let parsed: sfv::List = sfv::Parser::new(value).parse().expect("a list");
+        let sfv::ListEntry::Item(item) = &parsed[0] else {
+            panic!("an item");
+        };
+        assert_eq!(
+            item.params.get("pk"),
+            Some(&sfv::BareItem::ByteSequence(vec![0x70, 0x7b, 0x1d, 0x76, 0x34, 0x5a]))
+        );
+    }
 }

@@ -15,6 +15,7 @@ use crate::policy::{
     Action, Applied, Charge, DecidedBy, Evaluation, FailureMode, Gate, Planned, Policies, Reason,
     Refusal, Request, Role, Scope,
 };
+use crate::policy::partition_of;
 use crate::refusal::seconds_to_wait;
 use crate::store::{Store, StoreError};
 
@@ -229,6 +230,9 @@ impl<S: Store> Limiter<S> {
                 limit: item.limit.clone(),
                 unit: item.unit,
                 decision: *decision,
+                partition: policies.policies[item.policy]
+                    .partition_key
+                    .then(|| partition_of(&item.key)),
             })
             .collect();
         let binding = Verdict::from_decisions(verdict.at(), applied.iter().map(|a| a.decision))

@@ -66,6 +66,8 @@ pub struct Applied {
     pub unit: QuotaUnit,
     /// Its decision.
     pub decision: Decision,
+    /// The partition key reported as `pk`, when its policy says `partition_key: true`.
+    pub partition: Option<Arc<[u8]>>,
 }
 
 /// Something a request took that may have to be given back.
@@ -148,6 +150,7 @@ impl Evaluation {
                 limit: &applied.limit,
                 unit: applied.unit,
                 decision: applied.decision,
+                partition: applied.partition.as_deref(),
             })
             .collect()
     }

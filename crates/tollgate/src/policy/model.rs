@@ -349,6 +349,8 @@ pub struct PolicyConfig {
     pub cost: CostConfig,
     /// Where the response reports the real cost, settled when it ends.
     pub usage: Option<UsageConfig>,
+    /// Report the partition key (`pk`, a digest of the key) in the IETF fields.
+    pub partition_key: bool,
     /// Decide and report, never block.
     pub shadow: bool,
     /// Near-limit marking and tarpit.
@@ -386,6 +388,7 @@ impl PolicyConfig {
             default_tier: None,
             cost: CostConfig::Fixed(1),
             usage: None,
+            partition_key: false,
             shadow: false,
             soft_limit: None,
             penalty: None,

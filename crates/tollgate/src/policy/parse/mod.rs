@@ -50,6 +50,7 @@ const POLICY_FIELDS: &[&str] = &[
     "default_tier",
     "cost",
     "usage",
+    "partition_key",
     "shadow",
     "soft_limit",
     "penalty",

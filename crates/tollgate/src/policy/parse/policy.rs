@@ -42,6 +42,11 @@ pub(super) fn read_policy(node: Node<'_, '_>) -> Option<PolicyConfig> {
     if let Some(n) = map.get("usage") {
         policy.usage = read_usage(n, &what);
     }
+    if let Some(n) = map.get("partition_key") {
+        policy.partition_key = n
+            .boolean(&format!("{what}: partition_key"))
+            .unwrap_or(false);
+    }
     if let Some(n) = map.get("shadow") {
         policy.shadow = n.boolean(&format!("{what}: shadow")).unwrap_or(false);
     }
