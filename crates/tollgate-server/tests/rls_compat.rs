@@ -727,3 +727,23 @@ descriptors:
     let answer = plain.should_rate_limit(&both).await.expect("an answer");
     assert!(answer.dynamic_metadata.is_none());
 }
+
+#[tokio::test]
+async fn descriptors_written_with_nothing_after_them_are_empty() {
+    let (quiet, _) = rls(
+        "domain: quiet\ndescriptors:\n  - key: path\n    descriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 2 }\n",
+    );
+    let path = request("quiet", vec![descriptor(&[("path", "/a")])]);
+    assert_eq!(
+        statuses(&quiet, &path).await,
+        (OK, vec![(OK, 0, None, None)])
+    );
+    let user = request("quiet", vec![descriptor(&[("user", "u1")])]);
+    assert_eq!(statuses(&quiet, &user).await.1[0].1, 1);
+    let (empty, _) = rls("domain: empty\ndescriptors:\n");
+    let any = request("empty", vec![descriptor(&[("k", "v")])]);
+    assert_eq!(
+        statuses(&empty, &any).await,
+        (OK, vec![(OK, 0, None, None)])
+    );
+}

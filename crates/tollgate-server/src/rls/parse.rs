@@ -57,8 +57,10 @@ pub(crate) fn document(source: &str, text: &str) -> Result<Document, ConfigError
                     Some(text) if !text.is_empty() => domain = text.into_owned(),
                     _ => map.error("the configuration needs a non-empty \"domain\""),
                 }
+                // `descriptors:` with nothing after it is an empty list, as upstream reads it.
                 if let Some(items) = map
                     .get("descriptors")
+                    .filter(|n| !n.is_null())
                     .and_then(|n| n.strict_list("descriptors"))
                 {
                     root = children(&items, &domain, "", 1);
@@ -177,6 +179,7 @@ fn children(items: &[Yaml<'_, '_>], domain: &str, path: &str, depth: usize) -> N
         let _ = (flag("detailed_metric"), flag("value_to_metric"));
         let mut child = map
             .get("descriptors")
+            .filter(|n| !n.is_null())
             .and_then(|n| n.strict_list(&format!("{what}: descriptors")))
             .map(|items| children(&items, domain, &here, depth + 1))
             .unwrap_or_default();

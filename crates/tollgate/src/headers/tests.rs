@@ -177,7 +177,10 @@ fn a_partition_key_is_a_byte_sequence_on_both_ietf_fields() {
                 "ratelimit-policy",
                 r#""peruser";q=100;w=60;pk=:cHsddjRa:"#.to_owned()
             ),
-            ("ratelimit", r#""peruser";r=99;t=60;pk=:cHsddjRa:"#.to_owned()),
+            (
+                "ratelimit",
+                r#""peruser";r=99;t=60;pk=:cHsddjRa:"#.to_owned()
+            ),
         ]
     );
     for (_, value) in &fields {
@@ -187,7 +190,9 @@ fn a_partition_key_is_a_byte_sequence_on_both_ietf_fields() {
         };
         assert_eq!(
             item.params.get("pk"),
-            Some(&sfv::BareItem::ByteSequence(vec![0x70, 0x7b, 0x1d, 0x76, 0x34, 0x5a]))
+            Some(&sfv::BareItem::ByteSequence(vec![
+                0x70, 0x7b, 0x1d, 0x76, 0x34, 0x5a
+            ]))
         );
     }
 }

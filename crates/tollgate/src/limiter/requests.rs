@@ -11,11 +11,11 @@ use crate::check::{Check, Verdict};
 use crate::clock::Stopwatch;
 use crate::error::Error;
 use crate::observer::{Observer, Refused};
+use crate::policy::partition_of;
 use crate::policy::{
     Action, Applied, Charge, DecidedBy, Evaluation, FailureMode, Gate, Planned, Policies, Reason,
     Refusal, Request, Role, Scope,
 };
-use crate::policy::partition_of;
 use crate::refusal::seconds_to_wait;
 use crate::store::{Store, StoreError};
 

@@ -32,5 +32,5 @@ pub use plan::{Gate, Plan, Planned, Role, Scope};
 pub use request::{HeaderSource, Identity, NoHeaders, Request};
 
 pub(crate) use compile::Penalty;
-pub(crate) use key::partition_of;
 pub(crate) use evaluation::Charge;
+pub(crate) use key::partition_of;
