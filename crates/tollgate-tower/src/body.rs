@@ -13,9 +13,12 @@ use pin_project_lite::pin_project;
 use tollgate::usage::{Usage, UsageMeter};
 use tollgate::{Evaluation, Limiter, Store};
 
+/// Gives back, settles and releases what a request took, by how it ended.
+type Finish = Box<dyn FnOnce(Outcome, Option<Usage>) + Send>;
+
 /// What happens when a request is done with; runs at most once, on a tokio task.
 pub(crate) struct Completion {
-    finish: Option<Box<dyn FnOnce(Outcome, Option<Usage>) + Send>>,
+    finish: Option<Finish>,
     outcome: Outcome,
     evaluation: Arc<Evaluation>,
     refund_on_grpc_error: bool,
