@@ -196,3 +196,94 @@ async fn complete(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Resp
     };
     response.body(body).expect("a valid response")
 }
+
+/// A caller of a gateway in front of the stub, as one API key: it sends completion requests
+/// and reads what is left of the gateway's output and input token limits.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    client: reqwest::Client,
+    base: String,
+    key: String,
+    /// The names of the output and input limits in the `RateLimit` field.
+    limits: (String, String),
+}
+
+impl Caller {
+    /// A caller of the gateway at `base` (`http://host:port`) with API key `key`, whose output
+    /// and input limits are named `limits`.
+    pub fn new(base: &str, key: &str, limits: (&str, &str)) -> Caller {
+        Caller {
+            client: reqwest::Client::new(),
+            base: base.to_owned(),
+            key: key.to_owned(),
+            limits: (limits.0.to_owned(), limits.1.to_owned()),
+        }
+    }
+
+    /// A completion request in `mode` (see the module's documentation): `max_tokens` as the
+    /// output estimate (`x-max-tokens`), a body of `body_bytes` as the input estimate, and the
+    /// prompt and completion tokens the stub is to report.
+    pub fn request(
+        &self,
+        mode: &str,
+        max_tokens: u64,
+        body_bytes: usize,
+        usage: (u64, u64),
+    ) -> reqwest::RequestBuilder {
+        self.client
+            .post(format!("{}/v1/chat/completions", self.base))
+            .header("x-api-key", &self.key)
+            .header("x-max-tokens", max_tokens.to_string())
+            .header("x-stub-mode", mode)
+            .header("x-stub-prompt-tokens", usage.0.to_string())
+            .header("x-stub-completion-tokens", usage.1.to_string())
+            .body(vec![b' '; body_bytes])
+    }
+
+    /// What is left of the output and input limits, read from a request that costs nothing.
+    pub async fn left(&self) -> (u64, u64) {
+        let response = self
+            .request("header", 0, 0, (0, 0))
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(
+            response.status(),
+            200,
+            "a request that costs nothing passes"
+        );
+        let field = response.headers()["ratelimit"]
+            .to_str()
+            .expect("text")
+            .to_owned();
+        (
+            remaining(&field, &self.limits.0),
+            remaining(&field, &self.limits.1),
+        )
+    }
+
+    /// Reads what is left until `settled` holds for it (settling runs after a response has
+    /// ended); panics with the last reading after two seconds of trying.
+    pub async fn left_until(&self, what: &str, settled: impl Fn((u64, u64)) -> bool) {
+        let mut left = (0, 0);
+        for _ in 0..200 {
+            left = self.left().await;
+            if settled(left) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("left (output, input) {left:?}: not {what}");
+    }
+}
+
+/// The `r` parameter of the limit named `name` in a `RateLimit` field.
+pub fn remaining(field: &str, name: &str) -> u64 {
+    field
+        .split(',')
+        .map(str::trim)
+        .find(|item| item.starts_with(&format!("\"{name}\"")))
+        .and_then(|item| item.split(';').find_map(|p| p.strip_prefix("r=")))
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in RateLimit: {field}"))
+}

@@ -9,7 +9,7 @@ use std::time::Duration;
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
 use tollgate::{Limiter, ManualClock, MemoryStore, Policies};
-use tollgate_testkit::llm::LlmStub;
+use tollgate_testkit::llm::{Caller, LlmStub, remaining};
 use tollgate_tower::RateLimitLayer;
 use tower::{Layer, ServiceExt};
 
@@ -33,7 +33,7 @@ policies:
 
 struct Gateway {
     stub: LlmStub,
-    client: reqwest::Client,
+    caller: Caller,
 }
 
 impl Gateway {
@@ -45,32 +45,12 @@ impl Gateway {
         let limiter = Limiter::with_policies(store, policies);
         let stub =
             LlmStub::start_wrapped(|router| router.layer(RateLimitLayer::new(limiter))).await;
-        Gateway {
-            stub,
-            client: reqwest::Client::new(),
-        }
-    }
-
-    /// A completion request: `max_tokens` as the output estimate, a body of `body_bytes` as the
-    /// input estimate, and the usage the stub is to report.
-    fn request(
-        &self,
-        mode: &str,
-        max_tokens: u64,
-        body_bytes: usize,
-        usage: (u64, u64),
-    ) -> reqwest::RequestBuilder {
-        self.client
-            .post(format!(
-                "http://{}/v1/chat/completions",
-                self.stub.address()
-            ))
-            .header("x-api-key", "key-1")
-            .header("x-max-tokens", max_tokens.to_string())
-            .header("x-stub-mode", mode)
-            .header("x-stub-prompt-tokens", usage.0.to_string())
-            .header("x-stub-completion-tokens", usage.1.to_string())
-            .body(vec![b' '; body_bytes])
+        let caller = Caller::new(
+            &format!("http://{}", stub.address()),
+            "key-1",
+            ("output", "input"),
+        );
+        Gateway { stub, caller }
     }
 
     /// Sends a request and reads its whole body: its status and text.
@@ -82,6 +62,7 @@ impl Gateway {
         usage: (u64, u64),
     ) -> (u16, String) {
         let response = self
+            .caller
             .request(mode, max_tokens, body_bytes, usage)
             .send()
             .await
@@ -90,43 +71,16 @@ impl Gateway {
         (status, response.text().await.expect("the whole body"))
     }
 
-    /// What is left of the output and input limits, read from a request that costs nothing.
     async fn left(&self) -> (u64, u64) {
-        let response = self
-            .request("header", 0, 0, (0, 0))
-            .send()
-            .await
-            .expect("an answer");
-        let field = response.headers()["ratelimit"]
-            .to_str()
-            .expect("text")
-            .to_owned();
-        (remaining(&field, "output"), remaining(&field, "input"))
+        self.caller.left().await
     }
 
     /// Waits until what is left is `expected` (settling runs after the response has ended).
     async fn left_becomes(&self, expected: (u64, u64)) {
-        let mut left = (0, 0);
-        for _ in 0..200 {
-            left = self.left().await;
-            if left == expected {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("left (output, input): {left:?}, expected {expected:?}");
+        self.caller
+            .left_until(&format!("{expected:?}"), |left| left == expected)
+            .await;
     }
-}
-
-/// The `r` parameter of the limit named `name` in a `RateLimit` field.
-fn remaining(field: &str, name: &str) -> u64 {
-    field
-        .split(',')
-        .map(str::trim)
-        .find(|item| item.starts_with(&format!("\"{name}\"")))
-        .and_then(|item| item.split(';').find_map(|p| p.strip_prefix("r=")))
-        .and_then(|r| r.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in RateLimit: {field}"))
 }
 
 #[tokio::test]
@@ -157,39 +111,31 @@ async fn a_json_body_settles_and_a_report_over_the_cap_counts_as_the_cap() {
 }
 
 #[tokio::test]
-async fn a_cut_stream_keeps_its_estimate() {
+async fn a_cut_stream_and_a_client_gone_midway_keep_their_estimates() {
     let gateway = Gateway::start(POLICIES).await;
-    let response = gateway
+    let cut = gateway
+        .caller
         .request("cut", 300, 400, (90, 42))
         .send()
         .await
         .expect("the head of the answer");
-    assert_eq!(response.status(), 200);
-    assert!(response.text().await.is_err(), "the stream is cut");
-    // A whole stream after it settles, so its settlement shows the cut one's estimate stands.
-    gateway.complete("stream", 100, 50, (10, 5)).await;
-    gateway
-        .left_becomes((1000 - 300 - 5, 5000 - 400 - 10))
-        .await;
-}
-
-#[tokio::test]
-async fn a_client_that_goes_away_midway_keeps_its_estimate() {
-    let gateway = Gateway::start(POLICIES).await;
-    let mut response = gateway
-        .request("hold", 300, 400, (90, 42))
+    assert_eq!(cut.status(), 200);
+    assert!(cut.text().await.is_err(), "the stream is cut");
+    let mut gone = gateway
+        .caller
+        .request("hold", 200, 100, (90, 42))
         .send()
         .await
         .expect("the head of the answer");
-    response
-        .chunk()
+    gone.chunk()
         .await
         .expect("readable")
         .expect("a first piece");
-    drop(response);
+    drop(gone);
+    // A whole stream after them settles, so its settlement shows their estimates stand.
     gateway.complete("stream", 100, 50, (10, 5)).await;
     gateway
-        .left_becomes((1000 - 300 - 5, 5000 - 400 - 10))
+        .left_becomes((1000 - 300 - 200 - 5, 5000 - 400 - 100 - 10))
         .await;
 }
 
@@ -197,7 +143,7 @@ async fn a_client_that_goes_away_midway_keeps_its_estimate() {
 async fn concurrent_streams_are_admitted_by_their_estimates_and_never_over() {
     let gateway = Gateway::start(POLICIES).await;
     // Ten at once, each estimated at 300 of 1000 output tokens: three fit, whatever the order.
-    let requests = (0..10).map(|_| gateway.request("hold", 300, 10, (5, 100)).send());
+    let requests = (0..10).map(|_| gateway.caller.request("hold", 300, 10, (5, 100)).send());
     let responses = futures_util::future::join_all(requests).await;
     let statuses: Vec<u16> = responses
         .iter()
