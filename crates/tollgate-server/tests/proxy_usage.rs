@@ -43,7 +43,8 @@ async fn an_llm_gateway_charges_what_each_stream_reports_and_a_cut_stream_its_es
         &proxy.http_url(),
         "sk-test-1",
         ("output-tokens", "input-tokens"),
-    );
+    )
+    .inspecting(&format!("http://{}", proxy.address("admin")));
     settles_at(&gateway, started, (0, 0)).await;
 
     // A stream arrives piece by piece while the upstream still holds its end back.
@@ -59,8 +60,9 @@ async fn an_llm_gateway_charges_what_each_stream_reports_and_a_cut_stream_its_es
         .expect("readable")
         .expect("a first piece");
     assert!(first.starts_with(b": keep"), "{first:?}");
-    // Meanwhile the estimates are charged: 2000 output tokens, 4000 bytes of input.
-    settles_at(&gateway, started, (2000, 4000)).await;
+    // Meanwhile the estimates are charged: the most output a request may produce, and 4000
+    // bytes of input.
+    settles_at(&gateway, started, (4096, 4000)).await;
     stub.release(1);
     let mut rest = Vec::new();
     while let Some(piece) = held.chunk().await.expect("readable") {
@@ -87,5 +89,5 @@ async fn an_llm_gateway_charges_what_each_stream_reports_and_a_cut_stream_its_es
         .expect("an answer");
     assert_eq!(after.status(), 200);
     after.text().await.expect("the whole stream");
-    settles_at(&gateway, started, (42 + 500 + 3, 90 + 300 + 7)).await;
+    settles_at(&gateway, started, (42 + 4096 + 3, 90 + 300 + 7)).await;
 }

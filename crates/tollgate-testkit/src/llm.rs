@@ -204,8 +204,11 @@ pub struct Caller {
     client: reqwest::Client,
     base: String,
     key: String,
-    /// The names of the output and input limits in the `RateLimit` field.
+    /// The names of the output and input limits in the `RateLimit` field, or of their
+    /// policies when read through the admin API.
     limits: (String, String),
+    /// The admin API that what is left is read from, where every request costs something.
+    admin: Option<String>,
 }
 
 impl Caller {
@@ -217,7 +220,16 @@ impl Caller {
             base: base.to_owned(),
             key: key.to_owned(),
             limits: (limits.0.to_owned(), limits.1.to_owned()),
+            admin: None,
         }
+    }
+
+    /// Reads what is left from the admin API at `admin` (`POST /admin/inspect`, which counts
+    /// nothing) instead of from a request, for gateways where every request costs something;
+    /// `limits` are then the names of the two policies.
+    pub fn inspecting(mut self, admin: &str) -> Caller {
+        self.admin = Some(admin.to_owned());
+        self
     }
 
     /// A completion request in `mode` (see the module's documentation): `max_tokens` as the
@@ -240,8 +252,15 @@ impl Caller {
             .body(vec![b' '; body_bytes])
     }
 
-    /// What is left of the output and input limits, read from a request that costs nothing.
+    /// What is left of the output and input limits, read from a request that costs nothing,
+    /// or from the admin API.
     pub async fn left(&self) -> (u64, u64) {
+        if let Some(admin) = &self.admin {
+            return (
+                self.inspect(admin, &self.limits.0).await,
+                self.inspect(admin, &self.limits.1).await,
+            );
+        }
         let response = self
             .request("header", 0, 0, (0, 0))
             .send()
@@ -260,6 +279,22 @@ impl Caller {
             remaining(&field, &self.limits.0),
             remaining(&field, &self.limits.1),
         )
+    }
+
+    async fn inspect(&self, admin: &str, policy: &str) -> u64 {
+        let answer: serde_json::Value = self
+            .client
+            .post(format!("{admin}/admin/inspect"))
+            .json(&serde_json::json!({"policy": policy, "attributes": {"api_key": self.key}}))
+            .send()
+            .await
+            .expect("an answer")
+            .json()
+            .await
+            .expect("JSON");
+        answer["decisions"][0]["remaining"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no remaining in {answer}"))
     }
 
     /// Reads what is left until `settled` holds for it (settling runs after a response has

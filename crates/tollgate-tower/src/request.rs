@@ -67,6 +67,7 @@ fn route(extensions: &http::Extensions) -> Option<&str> {
 pub(crate) fn attributes<'a>(
     parts: &'a http::request::Parts,
     headers: &'a Headers<'a>,
+    body: &impl http_body::Body,
 ) -> Request<'a> {
     let mut request = Request::new(parts.method.as_str(), parts.uri.path());
     request.host = parts.uri.host().or_else(|| headers.first("host"));
@@ -75,7 +76,10 @@ pub(crate) fn attributes<'a>(
     request.headers = headers;
     request.content_length = headers
         .first("content-length")
-        .and_then(|value| value.trim().parse().ok());
+        .and_then(|value| value.trim().parse().ok())
+        .or_else(|| body.size_hint().exact())
+        .or_else(|| body.is_end_stream().then_some(0));
+    request.length_unknown = request.content_length.is_none();
     if let Some(identity) = parts.extensions.get::<Identity>() {
         request = request.with_identity(identity);
     }

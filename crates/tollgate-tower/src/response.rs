@@ -35,10 +35,10 @@ pub(crate) fn refusal<B>(
     };
     let mut fields = evaluation.header_fields(families);
     if grpc {
-        let code = if refusal.reason == Reason::Unavailable {
-            "14"
-        } else {
-            "8"
+        let code = match refusal.reason {
+            Reason::Unavailable => "14",
+            Reason::LengthRequired => "9",
+            _ => "8",
         };
         let mut response = Response::new(RateLimitBody::full(Bytes::new()));
         fields.push(("content-type", "application/grpc".to_owned()));

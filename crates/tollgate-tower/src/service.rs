@@ -63,7 +63,7 @@ impl<Inner, S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<
 where
     Inner: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     Inner::Future: Send + 'static,
-    ReqBody: Send + 'static,
+    ReqBody: Body + Send + 'static,
     ResBody: Body<Data = Bytes> + Send + 'static,
     S: Store,
 {
@@ -84,7 +84,10 @@ where
             let (parts, body) = request.into_parts();
             let grpc = is_grpc(&parts);
             let headers = Headers(&parts.headers);
-            let outcome = layer.limiter.evaluate(&attributes(&parts, &headers)).await;
+            let outcome = layer
+                .limiter
+                .evaluate(&attributes(&parts, &headers, &body))
+                .await;
             let policies = layer.limiter.policies();
             let families = policies
                 .as_deref()

@@ -8,6 +8,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::{any, get, post};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate::{Limiter, ManualClock, MemoryStore, Policies};
 use tollgate_tower::RateLimitLayer;
 
@@ -446,6 +447,46 @@ policies:
         429,
         "600 + 600 bytes exceed 1000 per minute"
     );
+}
+
+#[tokio::test]
+async fn a_body_without_a_length_is_refused_where_bytes_are_counted() {
+    let app = App::start(
+        r#"
+policies:
+  - name: bytes
+    match: { path: /upload }
+    cost: body
+    limits: [{ name: bytes, algorithm: fixed_window, quota: 1000/m }]
+"#,
+    )
+    .await;
+    // A chunked body cannot be counted before it is read: it would otherwise cost nothing.
+    let address = app.base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connected");
+    let chunked = format!(
+        "POST /upload HTTP/1.1\r\nHost: {address}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+    );
+    stream.write_all(chunked.as_bytes()).await.expect("sent");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.expect("an answer");
+    assert!(answer.starts_with("HTTP/1.1 411 "), "{answer}");
+    assert!(
+        answer.contains("Content-Length"),
+        "the problem says what to send: {answer}"
+    );
+    // A body with a length, or none, is counted as before.
+    let sized = app
+        .client
+        .post(format!("{}/upload", app.base))
+        .body("hello")
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(sized.status(), 200);
+    assert_eq!(app.status("POST", "/upload", &[]).await, 200);
 }
 
 #[tokio::test]

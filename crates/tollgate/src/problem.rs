@@ -15,6 +15,8 @@ pub enum ProblemKind {
     TemporaryReducedCapacity,
     /// The client is on the deny list (403).
     Forbidden,
+    /// A policy counts body bytes and the request did not say how many (411).
+    LengthRequired,
 }
 
 impl ProblemKind {
@@ -26,6 +28,7 @@ impl ProblemKind {
             Reason::DenyListed { status: 403 } => ProblemKind::Forbidden,
             Reason::DenyListed { .. } => ProblemKind::AbnormalUsage,
             Reason::Unavailable => ProblemKind::TemporaryReducedCapacity,
+            Reason::LengthRequired => ProblemKind::LengthRequired,
         }
     }
 
@@ -41,7 +44,7 @@ impl ProblemKind {
             ProblemKind::TemporaryReducedCapacity => {
                 "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
             }
-            ProblemKind::Forbidden => "about:blank",
+            ProblemKind::Forbidden | ProblemKind::LengthRequired => "about:blank",
         }
     }
 
@@ -51,6 +54,7 @@ impl ProblemKind {
             ProblemKind::QuotaExceeded | ProblemKind::AbnormalUsage => 429,
             ProblemKind::TemporaryReducedCapacity => 503,
             ProblemKind::Forbidden => 403,
+            ProblemKind::LengthRequired => 411,
         }
     }
 
@@ -58,6 +62,7 @@ impl ProblemKind {
     pub fn title(self, status: u16) -> &'static str {
         match status {
             403 => "Forbidden",
+            411 => "Length Required",
             503 => "Service Unavailable",
             _ => "Too Many Requests",
         }

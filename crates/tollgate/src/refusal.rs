@@ -19,6 +19,9 @@ pub enum Reason {
     },
     /// The limiter cannot decide (its store is down) and fails closed.
     Unavailable,
+    /// A policy counts body bytes and the request's body has no length to count up front (it
+    /// is chunked): it must say its `Content-Length`, or it would pass uncounted.
+    LengthRequired,
 }
 
 /// A refusal, before any frontend renders it.

@@ -93,6 +93,16 @@ impl<S: Store> Limiter<S> {
                 };
                 return Ok(Evaluation::plain(Action::Refuse(refusal), plan.matched));
             }
+            Gate::LengthRequired => {
+                let refusal = Refusal {
+                    reason: Reason::LengthRequired,
+                    retry_after: None,
+                    detail:
+                        "a policy counts this request's body bytes: send it with a Content-Length"
+                            .to_owned(),
+                };
+                return Ok(Evaluation::plain(Action::Refuse(refusal), plan.matched));
+            }
             Gate::Proceed => {}
         }
         if plan.enforced.is_empty() && plan.shadow.is_empty() {

@@ -65,6 +65,8 @@ pub enum Gate {
     Bypass,
     /// On the deny list: refused with this status.
     Refuse(u16),
+    /// A policy counts body bytes and the body's length is unknown: refused as length required.
+    LengthRequired,
 }
 
 /// A request turned into checks.
@@ -173,6 +175,10 @@ impl Policies {
             plan.matched.push(Arc::clone(&policy.name));
             if policy.deny.contains(client, &identity) {
                 plan.gate = Gate::Refuse(self.config.deny_status);
+                return plan;
+            }
+            if policy.cost == CostConfig::Body && request.length_unknown && !policy.shadow {
+                plan.gate = Gate::LengthRequired;
                 return plan;
             }
             let key = key_of(policy, request, &who, &client_key, &params);

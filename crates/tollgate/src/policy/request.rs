@@ -87,6 +87,9 @@ pub struct Request<'a> {
     pub api_key: Option<&'a str>,
     /// The body size, when known in advance.
     pub content_length: Option<u64>,
+    /// Whether the request has a body whose size is not known in advance (chunked), which a
+    /// policy that counts body bytes refuses rather than let it pass uncounted.
+    pub length_unknown: bool,
 }
 
 impl std::fmt::Debug for Request<'_> {
@@ -116,6 +119,7 @@ impl<'a> Request<'a> {
             plan: None,
             api_key: None,
             content_length: None,
+            length_unknown: false,
         }
     }
 
