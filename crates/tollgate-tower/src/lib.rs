@@ -35,6 +35,8 @@
 //! - a policy with `usage` is charged its estimate up front and settled at the figure the
 //!   response reports (a header, a trailer, or a member of a JSON body or of server-sent events,
 //!   read as the body streams) when the body ends; a body cut short keeps its estimate.
+//! - a request whose body has no length up front (chunked) gets `411` where a policy counts
+//!   body bytes, rather than pass uncounted.
 //!
 //! The layer is `Clone` and every clone shares one limiter, so wrapping it in `Buffer` or
 //! cloning it per connection never splits a limit.
