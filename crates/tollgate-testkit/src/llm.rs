@@ -6,7 +6,9 @@
 //! A request says what it wants in headers: `x-stub-prompt-tokens` and
 //! `x-stub-completion-tokens` (the usage to report, default 0), and `x-stub-mode`:
 //! `stream` (the default), `json`, `header` (`x-usage-tokens`), `hold` (a stream that waits for
-//! [`LlmStub::release`] before its usage) or `cut` (a stream that fails before its usage).
+//! [`LlmStub::release`] before its usage), `cut` (a stream that fails before its usage) or
+//! `encoded` (the JSON answer marked `content-encoding: gzip`, as a compressed one would be).
+//! Every answer says in `x-stub-accept-encoding` what `Accept-Encoding` the request came with.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -148,10 +150,23 @@ async fn complete(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Resp
         .and_then(|value| value.to_str().ok())
         .unwrap_or("stream")
         .to_owned();
-    let response = Response::builder();
+    let response = Response::builder().header(
+        "x-stub-accept-encoding",
+        headers
+            .get("accept-encoding")
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or("none"),
+    );
     let (response, body) = match mode.as_str() {
-        "json" => (
-            response.header("content-type", "application/json"),
+        "json" | "encoded" => (
+            response.header("content-type", "application/json").header(
+                "content-encoding",
+                if mode == "encoded" {
+                    "gzip"
+                } else {
+                    "identity"
+                },
+            ),
             Body::from_stream(futures_util::stream::iter(pieces(format!(
                 r#"{{"id":"chatcmpl-1","object":"chat.completion","choices":[{{"index":0,"message":{{"role":"assistant","content":"usage: {{}}"}}}}],"usage":{usage}}}"#
             )))),

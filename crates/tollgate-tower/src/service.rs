@@ -81,7 +81,7 @@ where
         let mut inner = std::mem::replace(&mut self.inner, fresh);
         let layer = self.shared.clone();
         Box::pin(async move {
-            let (parts, body) = request.into_parts();
+            let (mut parts, body) = request.into_parts();
             let grpc = is_grpc(&parts);
             let headers = Headers(&parts.headers);
             let outcome = layer
@@ -115,6 +115,10 @@ where
                 },
             };
             completion.forwarded();
+            // A body read for its usage must come as it is: no compression asked for.
+            if evaluation.reads_response_body() {
+                parts.headers.remove(http::header::ACCEPT_ENCODING);
+            }
             let response = inner.call(Request::from_parts(parts, body)).await?;
             let status = effective_status(&response);
             // The refund lands before the client sees the failure, so a retry right after it

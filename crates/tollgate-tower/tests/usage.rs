@@ -283,3 +283,25 @@ policies:
     }
     panic!("left {left}, expected {} after the refund", 1000 - 17);
 }
+
+#[tokio::test]
+async fn a_body_read_for_usage_is_asked_for_uncompressed_and_a_compressed_one_keeps_its_estimate() {
+    let gateway = Gateway::start(POLICIES).await;
+    let response = gateway
+        .caller
+        .request("json", 100, 10, (3, 2))
+        .header("accept-encoding", "gzip, br")
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(response.headers()["x-stub-accept-encoding"], "none");
+    response.text().await.expect("the body");
+    gateway.left_becomes((1000 - 2, 5000 - 3)).await;
+    // An upstream that compresses anyway: the figures cannot be read, so the estimates stand.
+    let (status, _) = gateway.complete("encoded", 100, 10, (3, 2)).await;
+    assert_eq!(status, 200);
+    gateway.complete("stream", 100, 10, (1, 1)).await;
+    gateway
+        .left_becomes((1000 - 2 - 100 - 1, 5000 - 3 - 10 - 1))
+        .await;
+}

@@ -106,6 +106,20 @@ impl Evaluation {
     }
 }
 
+impl Evaluation {
+    /// Whether a policy of this admitted request reads its usage from the response body, which
+    /// must then come uncompressed (a gateway asks for it so by dropping `Accept-Encoding`).
+    pub fn reads_response_body(&self) -> bool {
+        self.charges.iter().any(|charge| {
+            charge.role == Role::Limit
+                && charge
+                    .usage
+                    .as_ref()
+                    .is_some_and(|usage| matches!(usage.source, UsageSource::Body(_)))
+        })
+    }
+}
+
 /// A field's value as a count: ASCII digits, spaces around them allowed.
 fn count(value: &[u8]) -> Option<u64> {
     std::str::from_utf8(value).ok()?.trim().parse().ok()
@@ -114,13 +128,15 @@ fn count(value: &[u8]) -> Option<u64> {
 impl UsageMeter {
     /// Reads the response head: the header sources, and the content type that says how the
     /// body is read (`application/json` or `+json` as one document, `text/event-stream` as
-    /// events; anything else is not read).
+    /// events; anything else, or a compressed body, is not read).
     pub fn head<'h>(&mut self, field: impl Fn(&str) -> Option<&'h [u8]>) {
         self.fields(&field, |source| match source {
             UsageSource::Header(name) => Some(name),
             _ => None,
         });
-        if self.members.is_empty() {
+        let compressed = field("content-encoding")
+            .is_some_and(|coding| !coding.eq_ignore_ascii_case(b"identity"));
+        if self.members.is_empty() || compressed {
             return;
         }
         let content_type = field("content-type")
