@@ -369,3 +369,25 @@ fn an_endpoint_the_exporter_cannot_reach_without_tls_is_refused_at_start_up() {
     assert!(!status.success(), "{stderr}");
     assert!(stderr.contains("--otlp-endpoint"), "{stderr}");
 }
+
+// Multi-threaded, so the collector answers while this thread waits for the server to exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_still_batched_are_sent_when_the_server_stops() {
+    let collector = Collector::default();
+    let endpoint = collector.start().await;
+    // Batches every ten minutes: only the flush at shutdown can send the span in time.
+    let mut server = Tollgate::start_with_env(
+        &serve_args(&["--otlp-endpoint", &endpoint]),
+        &[("OTEL_BSP_SCHEDULE_DELAY", "600000")],
+    );
+    let answer = reqwest::Client::new()
+        .post(format!("{}/v1/check", server.http_url()))
+        .json(&json!({"limits": [{"key": "k", "algorithm": "gcra", "quota": "5/m"}]}))
+        .send()
+        .await
+        .expect("the check is answered");
+    assert!(answer.status().is_success(), "{answer:?}");
+    assert!(server.terminate().success(), "{}", server.stderr());
+    let names: Vec<String> = collector.spans().into_iter().map(|s| s.name).collect();
+    assert_eq!(names, ["tollgate.check"], "{}", server.stderr());
+}
