@@ -20,7 +20,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use serde_json::json;
-use support::{Tollgate, serve_args};
+use support::{Tollgate, proxy_args, serve_args};
 use tollgate_server::rls::proto::common::RateLimitDescriptor;
 use tollgate_server::rls::proto::common::rate_limit_descriptor::Entry;
 use tollgate_server::rls::proto::service::RateLimitRequest;
@@ -108,20 +108,9 @@ impl Collector {
         format!("http://{}", support::serve_grpc(routes).await)
     }
 
-    /// Waits for a span named `name`, up to a deadline.
+    /// Waits for a span named `name`.
     async fn span(&self, name: &str) -> Received {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Some(span) = self.spans().into_iter().find(|s| s.name == name) {
-                return span;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no span {name:?} arrived; the collector has {:?}",
-                self.spans()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.spans_named(name, 1).await.remove(0)
     }
 
     /// Waits for `count` spans named `name`.
@@ -321,19 +310,14 @@ async fn the_proxy_passes_its_spans_context_to_the_upstream() {
     )
     .expect("the policies are written");
     let proxy = Tollgate::start_with_env(
-        &[
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
+        &proxy_args(&[
             "--config",
             policies.to_str().expect("UTF-8"),
             "--upstream",
             &format!("http://{upstream_address}"),
             "--otlp-endpoint",
             &endpoint,
-        ],
+        ]),
         &QUICK_BATCHES,
     );
     let answer = reqwest::Client::new()
