@@ -54,11 +54,30 @@ enum ConfigAction {
     },
 }
 
-fn init_logging(format: &str) {
+fn init_logging(format: &str, #[cfg(feature = "otel")] tracing: Option<&crate::otel::Tracing>) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOLLGATE_LOG")
         .unwrap_or_else(|_| "info".into());
     // Colours only for a person at a terminal, not for log files and collectors.
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    #[cfg(feature = "otel")]
+    if let Some(tracing) = tracing {
+        use tracing_subscriber::prelude::*;
+        // The log filter applies to the log lines alone, so it neither hides the check spans
+        // from the exporter nor shows them in the log.
+        let logs = tracing_subscriber::fmt::layer()
+            .with_ansi(colour)
+            .with_writer(std::io::stderr);
+        let logs = if format == "json" {
+            logs.json().boxed()
+        } else {
+            logs.boxed()
+        };
+        tracing_subscriber::registry()
+            .with(logs.with_filter(filter))
+            .with(tracing.layer())
+            .init();
+        return;
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(colour)
@@ -123,7 +142,6 @@ pub fn main() -> ExitCode {
     {
         return config_check(files, rls.as_ref());
     }
-    init_logging(&cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -134,6 +152,27 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    #[cfg(feature = "otel")]
+    let tracing = {
+        let flags = match &cli.command {
+            Command::Serve(args) => Some(&args.otel),
+            Command::Proxy(args) => Some(&args.otel),
+            _ => None,
+        };
+        let _runtime = runtime.enter();
+        match flags.map_or(Ok(None), crate::otel::Tracing::start) {
+            Ok(tracing) => tracing,
+            Err(error) => {
+                eprintln!("tollgate: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    };
+    init_logging(
+        &cli.log_format,
+        #[cfg(feature = "otel")]
+        tracing.as_ref(),
+    );
     let result = runtime.block_on(async {
         match cli.command {
             Command::Serve(args) => crate::serve::run(args).await,
@@ -144,6 +183,10 @@ pub fn main() -> ExitCode {
             Command::Config { .. } => Ok(()),
         }
     });
+    #[cfg(feature = "otel")]
+    if let Some(tracing) = tracing {
+        tracing.shutdown();
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

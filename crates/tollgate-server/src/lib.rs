@@ -9,6 +9,8 @@ mod flags;
 pub mod forward;
 pub mod health;
 pub mod http_server;
+#[cfg(feature = "otel")]
+pub mod otel;
 pub mod policies;
 pub mod proxy;
 pub mod regions;

@@ -54,6 +54,9 @@ pub struct ProxyArgs {
     pub(crate) tls: crate::tls::TlsFlags,
     #[command(flatten)]
     pub(crate) admin: AdminArgs,
+    #[cfg(feature = "otel")]
+    #[command(flatten)]
+    pub(crate) otel: crate::otel::OtelFlags,
 }
 
 /// Runs the proxy until SIGTERM or SIGINT.
@@ -93,6 +96,12 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
             .layer(RateLimitLayer::new(limiter.clone()))
             .service(forward),
     );
+    #[cfg(feature = "otel")]
+    let app = if crate::otel::enabled() {
+        app.layer(crate::otel::TraceLayer::propagating("tollgate.proxy"))
+    } else {
+        app
+    };
     let admin_app = crate::admin::router(
         AdminState {
             limiter: limiter.clone(),

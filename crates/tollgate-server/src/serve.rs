@@ -72,6 +72,9 @@ pub struct ServeArgs {
     /// Reload only on SIGHUP, not when the configuration files change.
     #[arg(long, env = "TOLLGATE_NO_WATCH")]
     pub no_watch: bool,
+    #[cfg(feature = "otel")]
+    #[command(flatten)]
+    pub(crate) otel: crate::otel::OtelFlags,
 }
 
 /// The start-up lines: where each listener is, what it serves, the store and the policies.

@@ -396,6 +396,10 @@ pub async fn open_limiter(
         ));
         builder = builder.global(store, global.leases);
     }
+    #[cfg(feature = "otel")]
+    if crate::otel::enabled() {
+        builder = builder.observer(std::sync::Arc::new(crate::otel::SpanObserver));
+    }
     let limiter = builder.build();
     limiter.set_policies(policies);
     limiter.set_key_logging(flags.log_keys);

@@ -11,7 +11,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use reqwest::StatusCode;
-use support::Tollgate;
+use support::{Tollgate, proxy_args};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc};
@@ -197,12 +197,7 @@ async fn a_client_waits_at_the_cap_only_while_every_connection_is_busy() {
     let config = config.to_str().expect("UTF-8");
     let upstream = format!("http://{upstream}");
     let proxy = Tollgate::start_with_env(
-        &[
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
+        &proxy_args(&[
             "--config",
             config,
             "--upstream",
@@ -213,7 +208,7 @@ async fn a_client_waits_at_the_cap_only_while_every_connection_is_busy() {
             "1",
             "--header-timeout",
             "1h",
-        ],
+        ]),
         &[DEBUG_LOG],
     );
     let url = format!("{}/held", proxy.http_url());

@@ -24,6 +24,18 @@ pub enum Reason {
     LengthRequired,
 }
 
+impl Reason {
+    /// A short name for logs and traces.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::OverLimit => "over_limit",
+            Reason::Blocked => "blocked",
+            Reason::DenyListed { .. } => "deny_listed",
+            Reason::Unavailable => "unavailable",
+        }
+    }
+}
+
 /// A refusal, before any frontend renders it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {

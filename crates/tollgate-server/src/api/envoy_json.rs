@@ -26,6 +26,10 @@ pub(crate) async fn should_rate_limit(
             RlsError::InvalidArgument(message) => ApiError::bad_request(message),
             RlsError::Unavailable(store) => ApiError::from(tollgate::Error::Store(store)),
         })?;
+    #[cfg(feature = "otel")]
+    if crate::otel::enabled() {
+        crate::otel::record_rls(&tracing::Span::current(), &request.domain, &response);
+    }
     let status = if response.overall_code == Code::OverLimit as i32 {
         StatusCode::TOO_MANY_REQUESTS
     } else {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::http::header;
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use tollgate::{AnyStore, Limiter};
 
 pub use charge::Charges;
@@ -71,13 +71,26 @@ async fn metrics(
     )
 }
 
+/// A decision route, in a check span named `name` when traces are exported.
+#[cfg_attr(not(feature = "otel"), allow(unused_variables))]
+fn traced(route: MethodRouter<AppState>, name: &'static str) -> MethodRouter<AppState> {
+    #[cfg(feature = "otel")]
+    if crate::otel::enabled() {
+        return route.layer(crate::otel::TraceLayer::new(name));
+    }
+    route
+}
+
 /// The API's routes.
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/v1/check", post(check::check))
-        .route("/v1/refund", post(check::refund))
-        .route("/v1/settle", post(check::settle))
-        .route("/json", post(envoy_json::should_rate_limit))
+        .route("/v1/check", traced(post(check::check), "tollgate.check"))
+        .route("/v1/refund", traced(post(check::refund), "tollgate.refund"))
+        .route("/v1/settle", traced(post(check::settle), "tollgate.settle"))
+        .route(
+            "/json",
+            traced(post(envoy_json::should_rate_limit), "tollgate.rls.json"),
+        )
         .route("/healthz", get(health::healthz))
         .route("/healthcheck", get(health::healthcheck))
         .route("/readyz", get(health::readyz))

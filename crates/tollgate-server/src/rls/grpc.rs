@@ -35,10 +35,35 @@ impl RateLimitService for RlsGrpc {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
+        #[cfg(feature = "otel")]
+        if crate::otel::enabled() {
+            return traced(&self.rls, request).await;
+        }
         self.rls
             .should_rate_limit(request.get_ref())
             .await
             .map(Response::new)
             .map_err(status)
     }
+}
+
+/// `ShouldRateLimit` in a check span, a child of the caller's trace context (gRPC metadata).
+#[cfg(feature = "otel")]
+async fn traced(
+    rls: &Rls,
+    request: Request<RateLimitRequest>,
+) -> Result<Response<RateLimitResponse>, Status> {
+    use tracing::Instrument;
+
+    let parent = crate::otel::parent_of(request.metadata().as_ref());
+    let span = crate::otel::check_span("tollgate.rls", parent);
+    let request = request.get_ref();
+    let answer = rls
+        .should_rate_limit(request)
+        .instrument(span.clone())
+        .await;
+    if let Ok(answer) = &answer {
+        crate::otel::record_rls(&span, &request.domain, answer);
+    }
+    answer.map(Response::new).map_err(status)
 }

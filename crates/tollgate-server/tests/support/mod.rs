@@ -53,6 +53,13 @@ pub fn serve_args<'a>(args: &[&'a str]) -> Vec<&'a str> {
     all
 }
 
+/// `tollgate proxy` on free loopback ports, then `args`.
+pub fn proxy_args<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    let mut all = vec!["proxy", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"];
+    all.extend_from_slice(args);
+    all
+}
+
 impl Tollgate {
     /// Starts `tollgate serve` on free ports with `args`.
     pub fn serve(args: &[&str]) -> Self {
@@ -61,9 +68,7 @@ impl Tollgate {
 
     /// Starts `tollgate proxy` on a free port with `args`.
     pub fn proxy(args: &[&str]) -> Self {
-        let mut all = vec!["proxy", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"];
-        all.extend_from_slice(args);
-        Self::start(&all)
+        Self::start(&proxy_args(args))
     }
 
     /// Starts the binary and waits for its start-up lines (up to the `policies:` line).

@@ -1,0 +1,85 @@
+//! The exporter: spans batched and sent over OTLP/gRPC (on the workspace's tonic) to the
+//! collector `--otlp-endpoint` names, under the service name `tollgate`.
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{SpanExporter, WithExportConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::Layer;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::registry::LookupSpan;
+
+/// Flags of the exporter, for `serve` and `proxy`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct OtelFlags {
+    /// Export a span per check over OTLP/gRPC to this collector, e.g. http://127.0.0.1:4317.
+    /// Off unless set.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// The service name of the exported spans.
+    #[arg(
+        long,
+        env = "OTEL_SERVICE_NAME",
+        default_value = "tollgate",
+        value_name = "NAME"
+    )]
+    pub otel_service_name: String,
+}
+
+/// The running exporter; [`shutdown`](Self::shutdown) sends what is still batched.
+#[derive(Debug)]
+pub struct Tracing {
+    provider: SdkTracerProvider,
+}
+
+impl Tracing {
+    /// Starts exporting when `flags` name an endpoint. Call within the Tokio runtime: the
+    /// gRPC channel lives on it.
+    pub fn start(flags: &OtelFlags) -> Result<Option<Self>, String> {
+        let Some(endpoint) = flags.otlp_endpoint.as_deref().filter(|e| !e.is_empty()) else {
+            return Ok(None);
+        };
+        if !endpoint.starts_with("http://") {
+            return Err(format!(
+                "--otlp-endpoint {endpoint:?}: expected http://HOST:PORT (a collector reached \
+                 without TLS, such as an agent on this host)"
+            ));
+        }
+        let exporter = SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(endpoint)
+            .build()
+            .map_err(|error| format!("--otlp-endpoint {endpoint:?}: {error}"))?;
+        let resource = Resource::builder()
+            .with_service_name(flags.otel_service_name.clone())
+            .build();
+        // The batch processor reads OTEL_BSP_SCHEDULE_DELAY and its other standard variables.
+        let provider = SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(resource)
+            .build();
+        super::ENABLED.store(true, std::sync::atomic::Ordering::Relaxed);
+        Ok(Some(Self { provider }))
+    }
+
+    /// The subscriber layer that turns check spans, and only those, into exported spans.
+    pub fn layer<S>(&self) -> impl Layer<S> + use<S>
+    where
+        S: tracing::Subscriber + for<'span> LookupSpan<'span>,
+    {
+        tracing_opentelemetry::layer()
+            .with_tracer(self.provider.tracer("tollgate"))
+            .with_location(false)
+            .with_threads(false)
+            .with_target(false)
+            .with_tracked_inactivity(false)
+            .with_filter(Targets::new().with_target(super::TARGET, tracing::Level::INFO))
+    }
+
+    /// Sends the spans still batched and stops the exporter.
+    pub fn shutdown(self) {
+        if let Err(error) = self.provider.shutdown() {
+            tracing::warn!("the OpenTelemetry exporter did not shut down cleanly: {error}");
+        }
+    }
+}
