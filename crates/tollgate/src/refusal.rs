@@ -32,6 +32,7 @@ impl Reason {
             Reason::Blocked => "blocked",
             Reason::DenyListed { .. } => "deny_listed",
             Reason::Unavailable => "unavailable",
+            Reason::LengthRequired => "length_required",
         }
     }
 }
