@@ -60,6 +60,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub(crate) rls_header_names: crate::rls::RlsHeaderNames,
     #[command(flatten)]
+    pub(crate) rls_stats: crate::rls::RlsStatsFlags,
+    #[command(flatten)]
     pub(crate) quotas: crate::rlqs::QuotaFlags,
     #[command(flatten)]
     pub(crate) connections: ConnectionLimits,
@@ -133,7 +135,8 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
             .with_failure_mode(args.rls_on_store_error)
             .with_limits(args.rls_limits)
             .with_modes(args.rls_modes)
-            .with_header_names(args.rls_header_names.clone()),
+            .with_header_names(args.rls_header_names.clone())
+            .with_stats(args.rls_stats),
     );
     let quotas = Arc::new(Rlqs::new(
         limiter.clone(),

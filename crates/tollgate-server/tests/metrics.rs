@@ -122,3 +122,50 @@ async fn decisions_latencies_and_reloads_are_counted() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn rate_limit_service_statistics_carry_upstream_names_with_a_prefix() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    std::fs::write(
+        directory.path().join("edge.yaml"),
+        "domain: edge\ndescriptors:\n  - key: remote_address\n    detailed_metric: true\n    rate_limit: { unit: hour, requests_per_unit: 2 }\n",
+    )
+    .expect("written");
+    let server = Tollgate::serve(&["--rls-config", directory.path().to_str().expect("UTF-8")]);
+    let base = server.http_url();
+    let body = json!({"domain": "edge", "descriptors": [{"entries": [{"key": "remote_address", "value": "10.0.0.1"}]}]});
+    for _ in 0..3 {
+        reqwest::Client::new()
+            .post(format!("{base}/json"))
+            .json(&body)
+            .send()
+            .await
+            .expect("an answer");
+    }
+    let scrape = scrape_metrics(&base).await;
+    // The address's dots become underscores, as upstream's statsd names have them.
+    let labels = [("domain", "edge"), ("key1", "remote_address_10_0_0_1")];
+    let stat = |name: &str| {
+        let sample = scrape
+            .samples
+            .iter()
+            .find(|s| {
+                s.metric == format!("tollgate_ratelimit_service_rate_limit_{name}")
+                    && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
+            })
+            .unwrap_or_else(|| panic!("no {name} sample"));
+        match sample.value {
+            Value::Untyped(value) => value,
+            ref other => panic!("{name} is {other:?}, not untyped (no _total suffix)"),
+        }
+    };
+    assert_eq!(
+        [
+            stat("total_hits"),
+            stat("within_limit"),
+            stat("near_limit"),
+            stat("over_limit")
+        ],
+        [3.0, 2.0, 1.0, 1.0]
+    );
+}

@@ -9,7 +9,7 @@ use tollgate_server::rls::proto::common::rate_limit_descriptor::{Entry, RateLimi
 use tollgate_server::rls::proto::service::RateLimitRequest;
 use tollgate_server::rls::proto::service::rate_limit_response::Code;
 use tollgate_server::rls::proto::types::RateLimitUnit;
-use tollgate_server::rls::{Rls, RlsConfig, RlsError, RlsHeaderNames, RlsModes};
+use tollgate_server::rls::{Rls, RlsConfig, RlsError, RlsHeaderNames, RlsModes, RlsStatsFlags};
 
 /// 2023-11-14 22:13:20 UTC: 20 s into a minute, 800 s into an hour, 20 s into a 30 s window.
 const NOW_SECONDS: u64 = 1_700_000_000;
@@ -745,5 +745,182 @@ async fn descriptors_written_with_nothing_after_them_are_empty() {
     assert_eq!(
         statuses(&empty, &any).await,
         (OK, vec![(OK, 0, None, None)])
+    );
+}
+
+/// Every per-descriptor statistic the service exposes, as `name{labels} value` lines.
+fn statistics(rls: &Rls) -> Vec<String> {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &rls.stats().registry()).expect("encoded");
+    text.lines()
+        .filter(|line| line.starts_with("tollgate_ratelimit_service_rate_limit_"))
+        .map(|line| {
+            line.trim_start_matches("tollgate_ratelimit_service_rate_limit_")
+                .to_owned()
+        })
+        .collect()
+}
+
+async fn hit(rls: &Rls, domain: &str, entries: &[(&str, &str)], times: usize) {
+    let once = request(domain, vec![descriptor(entries)]);
+    for _ in 0..times {
+        rls.should_rate_limit(&once).await.expect("an answer");
+    }
+}
+
+const STATS_CONFIG: &str = "domain: stats
+descriptors:
+  - key: database
+    value: users
+    rate_limit: { unit: hour, requests_per_unit: 10 }
+  - key: unspec
+    detailed_metric: true
+    rate_limit: { unit: hour, requests_per_unit: 2 }
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: method
+        rate_limit: { unit: hour, requests_per_unit: 5 }
+  - key: files
+    value: 'read*'
+    rate_limit: { unit: hour, requests_per_unit: 5 }
+  - key: shadowed
+    shadow_mode: true
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+  - key: free
+    rate_limit: { unlimited: true }
+  - key: blocked
+    rate_limit: { unit: hour, requests_per_unit: 0 }
+  - key: a
+    descriptors:
+      - key: b
+        descriptors:
+          - key: c
+            rate_limit: { unit: hour, requests_per_unit: 5 }
+";
+
+#[tokio::test]
+async fn per_descriptor_statistics_count_as_upstream_counts_them() {
+    let (rls, _) = rls(STATS_CONFIG);
+    // 10 per hour, near past 8: hits 9 and 10 are near, 11 and 12 over (the over-limit hits
+    // are counted, as upstream's counter counts them).
+    hit(&rls, "stats", &[("database", "users")], 12).await;
+    // A look-only check (hits_addend 0) counts nothing.
+    let mut look = descriptor(&[("database", "users")]);
+    look.hits_addend = Some(0);
+    rls.should_rate_limit(&request("stats", vec![look]))
+        .await
+        .expect("an answer");
+    // detailed_metric: under the request's value, never under the configured key alone.
+    hit(&rls, "stats", &[("unspec", "a")], 3).await;
+    hit(&rls, "stats", &[("unspec", "b")], 1).await;
+    // value_to_metric: the route's value, the method's key alone (it has no flag).
+    hit(&rls, "stats", &[("route", "/a"), ("method", "GET")], 2).await;
+    hit(&rls, "stats", &[("route", "/b"), ("method", "PUT")], 1).await;
+    // A wildcard is named by its pattern.
+    hit(&rls, "stats", &[("files", "readme")], 1).await;
+    hit(&rls, "stats", &[("files", "readall")], 1).await;
+    // Shadow mode: over the limit but answered OK, counted in shadow_mode too.
+    hit(&rls, "stats", &[("shadowed", "x")], 2).await;
+    // Unlimited: no statistics; zero requests: every hit over.
+    hit(&rls, "stats", &[("free", "x")], 3).await;
+    hit(&rls, "stats", &[("blocked", "x")], 2).await;
+    // Deeper than two levels: named by the first two, as upstream's mapping reads them.
+    hit(&rls, "stats", &[("a", "1"), ("b", "2"), ("c", "3")], 1).await;
+    // A per-request limit: under the request's entries.
+    let mut overridden = descriptor(&[("tenant", "t1")]);
+    overridden.limit = Some(RateLimitOverride {
+        requests_per_unit: 1,
+        unit: RateLimitUnit::Hour as i32,
+    });
+    let overridden = request("stats", vec![overridden]);
+    for _ in 0..2 {
+        rls.should_rate_limit(&overridden).await.expect("an answer");
+    }
+
+    let mut found = statistics(&rls);
+    found.sort();
+    let mut expected = vec![
+        r#"total_hits{domain="stats",key1="database_users"} 12"#,
+        r#"within_limit{domain="stats",key1="database_users"} 10"#,
+        r#"near_limit{domain="stats",key1="database_users"} 2"#,
+        r#"over_limit{domain="stats",key1="database_users"} 2"#,
+        // 2 per hour, near past 1: the second hit is near, the third over.
+        r#"total_hits{domain="stats",key1="unspec_a"} 3"#,
+        r#"within_limit{domain="stats",key1="unspec_a"} 2"#,
+        r#"near_limit{domain="stats",key1="unspec_a"} 1"#,
+        r#"over_limit{domain="stats",key1="unspec_a"} 1"#,
+        r#"total_hits{domain="stats",key1="unspec_b"} 1"#,
+        r#"within_limit{domain="stats",key1="unspec_b"} 1"#,
+        r#"total_hits{domain="stats",key1="route_/a",key2="method"} 2"#,
+        r#"within_limit{domain="stats",key1="route_/a",key2="method"} 2"#,
+        r#"total_hits{domain="stats",key1="route_/b",key2="method"} 1"#,
+        r#"within_limit{domain="stats",key1="route_/b",key2="method"} 1"#,
+        r#"total_hits{domain="stats",key1="files_read*"} 2"#,
+        r#"within_limit{domain="stats",key1="files_read*"} 2"#,
+        // 1 per hour, near past 0: the first hit is near; the second over, in shadow mode.
+        r#"total_hits{domain="stats",key1="shadowed"} 2"#,
+        r#"within_limit{domain="stats",key1="shadowed"} 1"#,
+        r#"near_limit{domain="stats",key1="shadowed"} 1"#,
+        r#"over_limit{domain="stats",key1="shadowed"} 1"#,
+        r#"shadow_mode{domain="stats",key1="shadowed"} 1"#,
+        r#"total_hits{domain="stats",key1="blocked"} 2"#,
+        r#"over_limit{domain="stats",key1="blocked"} 2"#,
+        r#"total_hits{domain="stats",key1="a",key2="b"} 1"#,
+        r#"within_limit{domain="stats",key1="a",key2="b"} 1"#,
+        r#"total_hits{domain="stats",key1="tenant_t1"} 2"#,
+        r#"within_limit{domain="stats",key1="tenant_t1"} 1"#,
+        r#"near_limit{domain="stats",key1="tenant_t1"} 1"#,
+        r#"over_limit{domain="stats",key1="tenant_t1"} 1"#,
+    ];
+    expected.sort();
+    assert_eq!(found, expected);
+}
+
+#[tokio::test]
+async fn statistics_outlive_a_reload_and_keys_from_requests_are_capped() {
+    let clock = ManualClock::new(NOW_SECONDS * 1_000_000);
+    let store = AnyStore::Memory(
+        MemoryStore::builder()
+            .clock(Arc::new(clock.clone()))
+            .build(),
+    );
+    let config = || RlsConfig::from_documents(&[("stats.yaml", STATS_CONFIG)]).expect("valid");
+    let rls = Rls::new(Limiter::new(store), config(), false).with_stats(RlsStatsFlags {
+        max_stat_keys: 2,
+        ..RlsStatsFlags::default()
+    });
+    hit(&rls, "stats", &[("database", "users")], 3).await;
+    rls.set_config(config());
+    hit(&rls, "stats", &[("database", "users")], 1).await;
+    assert!(
+        statistics(&rls)
+            .contains(&r#"total_hits{domain="stats",key1="database_users"} 4"#.to_owned()),
+        "the counts carry over a reload: {:?}",
+        statistics(&rls)
+    );
+    // Two keys from request values fit; the third's hits are counted as refused.
+    hit(&rls, "stats", &[("unspec", "a")], 1).await;
+    hit(&rls, "stats", &[("unspec", "b")], 1).await;
+    hit(&rls, "stats", &[("unspec", "c")], 2).await;
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &rls.stats().registry()).expect("encoded");
+    assert!(text.contains("tollgate_rls_stat_keys 2\n"), "{text}");
+    assert!(
+        text.contains("tollgate_rls_stat_keys_refused_total 2\n"),
+        "{text}"
+    );
+    assert!(!text.contains("unspec_c"), "{text}");
+    // A rule gone from the configuration takes its statistics with it.
+    rls.set_config(
+        RlsConfig::from_documents(&[("stats.yaml", "domain: stats\ndescriptors: []\n")])
+            .expect("valid"),
+    );
+    assert!(
+        !statistics(&rls)
+            .iter()
+            .any(|line| line.contains("database_users")),
+        "{:?}",
+        statistics(&rls)
     );
 }

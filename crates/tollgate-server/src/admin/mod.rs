@@ -224,11 +224,12 @@ async fn stats(State(state): State<AdminState>) -> Response {
 /// `GET /metrics` on the admin listener too (the proxy has no other).
 async fn metrics(State(state): State<AdminState>) -> Response {
     (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        crate::rlqs::metrics_text(&state.limiter, state.quotas.as_deref()),
+        [(header::CONTENT_TYPE, crate::exposition::CONTENT_TYPE)],
+        crate::exposition::metrics_text(
+            &state.limiter,
+            state.rls.as_deref(),
+            state.quotas.as_deref(),
+        ),
     )
         .into_response()
 }

@@ -63,11 +63,8 @@ async fn metrics(
     axum::extract::State(state): axum::extract::State<AppState>,
 ) -> impl axum::response::IntoResponse {
     (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        crate::rlqs::metrics_text(&state.limiter, state.quotas.as_deref()),
+        [(header::CONTENT_TYPE, crate::exposition::CONTENT_TYPE)],
+        crate::exposition::metrics_text(&state.limiter, Some(&state.rls), state.quotas.as_deref()),
     )
 }
 

@@ -26,15 +26,3 @@ pub fn bucket_id(pairs: &[(&str, &str)]) -> crate::rls::proto::quota::BucketId {
             .collect(),
     }
 }
-
-/// The limiter's metrics and, where this process serves one, the quota service's.
-pub fn metrics_text(
-    limiter: &tollgate::Limiter<tollgate::AnyStore>,
-    quotas: Option<&Rlqs>,
-) -> String {
-    let text = limiter.metrics_text();
-    match quotas {
-        Some(quotas) => quotas.stats().append_to(text),
-        None => text,
-    }
-}

@@ -67,18 +67,6 @@ impl StatCounters {
 }
 
 impl QuotaStats {
-    /// `text`, the limiter's metrics in the OpenMetrics format, with these added before its end.
-    pub fn append_to(&self, mut text: String) -> String {
-        const EOF: &str = "# EOF\n";
-        if text.ends_with(EOF) {
-            text.truncate(text.len() - EOF.len());
-        }
-        // Writing to a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode_registry(&mut text, &self.registry());
-        let _ = prometheus_client::encoding::text::encode_eof(&mut text);
-        text
-    }
-
     /// The metrics, as a registry of constants read at scrape time (`tollgate_rlqs_...`).
     pub fn registry(&self) -> Registry {
         let mut registry = Registry::with_prefix("tollgate_rlqs");

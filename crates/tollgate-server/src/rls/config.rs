@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tollgate::yaml::ConfigErrors;
@@ -218,23 +218,31 @@ impl RuleLimit {
         Ok(Enforcement::Limit(limit))
     }
 
-    pub(crate) fn into_rule(
-        self,
-        enforcement: Enforcement,
-        shadow: bool,
-        quota_mode: bool,
-        metadata: Option<prost_types::Struct>,
-    ) -> Arc<Rule> {
+    pub(crate) fn into_rule(self, enforcement: Enforcement, options: RuleOptions) -> Arc<Rule> {
         Arc::new(Rule {
             requests_per_unit: self.requests_per_unit,
             unit: self.unit,
             name: self.name,
             replaces: self.replaces,
-            shadow,
-            quota_mode,
-            metadata,
+            shadow: options.shadow,
+            quota_mode: options.quota_mode,
+            metadata: options.metadata,
             classic: self.algorithm == Algorithm::FixedWindow,
             enforcement,
+            stat_path: options.stat_path,
+            detailed_metric: options.detailed_metric,
+            stats: OnceLock::new(),
         })
     }
+}
+
+/// What a descriptor says beside its limit.
+#[derive(Debug, Default)]
+pub(crate) struct RuleOptions {
+    pub(crate) shadow: bool,
+    pub(crate) quota_mode: bool,
+    pub(crate) metadata: Option<prost_types::Struct>,
+    pub(crate) detailed_metric: bool,
+    /// `key_value` or `key` per level from the domain down to the descriptor.
+    pub(crate) stat_path: Vec<String>,
 }

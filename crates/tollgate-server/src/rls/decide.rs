@@ -21,7 +21,8 @@ use super::proto::common::RateLimitDescriptor;
 use super::proto::core::HeaderValue;
 use super::proto::service::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use super::proto::service::{RateLimitRequest, RateLimitResponse};
-use super::tree::{self, Enforcement, Rule};
+use super::stats::{Counted, DescriptorStats, RlsStats, StatKey};
+use super::tree::{self, Enforcement, MetricValue, Rule};
 use super::unit;
 
 /// What one request may hold. The defaults are above what Envoy builds from real traffic
@@ -162,16 +163,31 @@ pub struct Rls {
     limits: RlsLimits,
     modes: RlsModes,
     header_names: RlsHeaderNames,
+    stats: RlsStats,
 }
 
-/// A descriptor's rule and, per entry, the value its counter key takes from a wildcard match.
-type RuleMatch = (Arc<Rule>, Vec<Option<String>>);
+/// A descriptor's rule, per entry the value its counter key takes from a wildcard match, and
+/// where its statistics go.
+struct RuleMatch {
+    rule: Arc<Rule>,
+    shared: Vec<Option<String>>,
+    stat: StatSource,
+}
+
+/// Where a descriptor's statistics go.
+enum StatSource {
+    /// The rule's own, under its configured path.
+    Rule,
+    /// A key made from the request's values.
+    Request(StatKey),
+}
 
 /// A descriptor's rule for this request, with the key its counter uses.
 struct Pending {
     rule: Arc<Rule>,
     key: String,
     addend: u64,
+    stats: Option<Arc<DescriptorStats>>,
 }
 
 pub(crate) fn escape(key: &mut String, text: &str) {
@@ -190,6 +206,8 @@ impl Rls {
     /// `RateLimit-Limit`, `-Remaining` and `-Reset` in `response_headers_to_add`, as
     /// envoyproxy/ratelimit's `LIMIT_RESPONSE_HEADERS_ENABLED` does.
     pub fn new(limiter: Limiter<AnyStore>, config: RlsConfig, response_headers: bool) -> Self {
+        let stats = RlsStats::default();
+        stats.adopt(&config);
         Self {
             limiter,
             config: ArcSwap::from_pointee(config),
@@ -198,7 +216,20 @@ impl Rls {
             limits: RlsLimits::default(),
             modes: RlsModes::default(),
             header_names: RlsHeaderNames::default(),
+            stats,
         }
+    }
+
+    /// The same service, counting per-descriptor statistics by `flags`.
+    pub fn with_stats(mut self, flags: super::stats::RlsStatsFlags) -> Self {
+        self.stats = RlsStats::new(flags);
+        self.stats.adopt(&self.config.load());
+        self
+    }
+
+    /// Its per-descriptor statistics.
+    pub fn stats(&self) -> &RlsStats {
+        &self.stats
     }
 
     /// The same service, naming the rate-limit fields of its answers `names`.
@@ -227,6 +258,7 @@ impl Rls {
 
     /// Replaces the configuration; requests under way finish with the old one.
     pub fn set_config(&self, config: RlsConfig) {
+        self.stats.adopt(&config);
         self.config.store(Arc::new(config));
     }
 
@@ -344,8 +376,23 @@ impl Rls {
                 metadata: None,
                 classic: true,
                 enforcement,
+                stat_path: Vec::new(),
+                detailed_metric: false,
+                stats: std::sync::OnceLock::new(),
             };
-            return Ok(Some((Arc::new(rule), vec![None; descriptor.entries.len()])));
+            let path = descriptor
+                .entries
+                .iter()
+                .map(|entry| stat_part(&entry.key, MetricValue::Value, &entry.value))
+                .collect();
+            return Ok(Some(RuleMatch {
+                rule: Arc::new(rule),
+                shared: vec![None; descriptor.entries.len()],
+                stat: StatSource::Request(StatKey {
+                    domain: domain.to_owned(),
+                    path,
+                }),
+            }));
         }
         Ok(tree::find(root, &descriptor.entries).map(|matched| {
             let shared = matched
@@ -353,7 +400,27 @@ impl Rls {
                 .iter()
                 .map(|v| v.map(str::to_owned))
                 .collect();
-            (Arc::clone(matched.rule), shared)
+            let stat = if matched.rule.detailed_metric {
+                StatSource::Request(detailed_key(domain, descriptor, &matched.shared_values))
+            } else if matched.valued_metric {
+                let path = descriptor
+                    .entries
+                    .iter()
+                    .zip(&matched.metric_values)
+                    .map(|(entry, metric)| stat_part(&entry.key, *metric, &entry.value))
+                    .collect();
+                StatSource::Request(StatKey {
+                    domain: domain.to_owned(),
+                    path,
+                })
+            } else {
+                StatSource::Rule
+            };
+            RuleMatch {
+                rule: Arc::clone(matched.rule),
+                shared,
+                stat,
+            }
         }))
     }
 
@@ -403,13 +470,13 @@ impl Rls {
         let replaced: HashSet<&str> = rules
             .iter()
             .flatten()
-            .flat_map(|(rule, _)| rule.replaces.iter().map(String::as_str))
+            .flat_map(|matched| matched.rule.replaces.iter().map(String::as_str))
             .collect();
         let pending: Vec<Option<Pending>> = rules
             .iter()
             .zip(&request.descriptors)
             .map(|(rule, descriptor)| {
-                let (rule, shared) = rule.as_ref()?;
+                let RuleMatch { rule, shared, stat } = rule.as_ref()?;
                 if rule
                     .name
                     .as_deref()
@@ -428,10 +495,16 @@ impl Rls {
                     Some(addend) => *addend,
                     None => u64::from(request.hits_addend.max(1)),
                 };
+                let stats = match (&rule.enforcement, stat) {
+                    (Enforcement::Unlimited, _) => None,
+                    (_, StatSource::Rule) => rule.stats.get().cloned(),
+                    (_, StatSource::Request(key)) => self.stats.observed(key.clone(), addend),
+                };
                 Some(Pending {
                     rule: Arc::clone(rule),
                     key: bounded_key(key),
                     addend,
+                    stats,
                 })
             })
             .collect();
@@ -534,7 +607,10 @@ impl Rls {
                     ..ok
                 });
             }
-            Enforcement::Blocked => return Ok(blocked(rule)),
+            Enforcement::Blocked => {
+                self.count(pending, 0, 0, false);
+                return Ok(blocked(rule));
+            }
         };
         let check = Check::new(pending.addend).limit(pending.key.as_str(), limit);
         let verdict = match self.limiter.check(&check).await {
@@ -558,11 +634,21 @@ impl Rls {
                 .adjust(&check, &[Adjustment::Charge], Some(verdict.at()))
                 .await;
         }
-        let remaining = if allowed {
-            verdict.decisions().first().map_or(0, |d| d.remaining())
+        let decision = verdict.decisions().first();
+        let left = decision.map_or(0, |d| d.remaining());
+        let counted_limit = if rule.classic {
+            u64::from(rule.requests_per_unit)
         } else {
-            0
+            decision.map_or(0, |d| d.limit())
         };
+        let used = counted_limit.saturating_sub(left);
+        let before = if allowed {
+            used.saturating_sub(pending.addend)
+        } else {
+            used
+        };
+        self.count(pending, counted_limit, before, allowed);
+        let remaining = if allowed { left } else { 0 };
         let code = if allowed || rule.shadow {
             Code::Ok
         } else {
@@ -582,6 +668,56 @@ impl Rls {
             }),
             quota: None,
         })
+    }
+}
+
+impl Rls {
+    /// Counts a descriptor's hits in its statistics, if it has any.
+    fn count(&self, pending: &Pending, limit: u64, before: u64, admitted: bool) {
+        if let Some(stats) = &pending.stats {
+            let counted = Counted {
+                hits: pending.addend,
+                limit,
+                before,
+                admitted,
+                shadow: pending.rule.shadow,
+            };
+            self.stats.record(stats, counted);
+        }
+    }
+}
+
+/// A part of a statistics key: `key`, or `key_` and the value or pattern.
+fn stat_part(key: &str, metric: MetricValue<'_>, value: &str) -> String {
+    match metric {
+        MetricValue::Value if !value.is_empty() => format!("{key}_{value}"),
+        MetricValue::Pattern(pattern) => format!("{key}_{pattern}"),
+        _ => key.to_owned(),
+    }
+}
+
+/// The statistics key of a `detailed_metric` rule, as upstream makes it: `key_value` for
+/// every entry (the pattern for entries a `share_threshold` wildcard matched); without such
+/// entries, `key_` even for an empty value.
+fn detailed_key(
+    domain: &str,
+    descriptor: &RateLimitDescriptor,
+    shared: &[Option<&str>],
+) -> StatKey {
+    let any_shared = shared.iter().any(Option::is_some);
+    let path = descriptor
+        .entries
+        .iter()
+        .zip(shared)
+        .map(|(entry, shared)| match shared {
+            Some(pattern) => stat_part(&entry.key, MetricValue::Pattern(pattern), ""),
+            None if any_shared => stat_part(&entry.key, MetricValue::Value, &entry.value),
+            None => format!("{}_{}", entry.key, entry.value),
+        })
+        .collect();
+    StatKey {
+        domain: domain.to_owned(),
+        path,
     }
 }
 

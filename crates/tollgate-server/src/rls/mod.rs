@@ -9,6 +9,7 @@ pub mod json;
 mod metadata;
 mod parse;
 pub mod proto;
+mod stats;
 mod tree;
 mod unit;
 
@@ -16,4 +17,5 @@ pub use config::{MAX_DEPTH, MAX_FILES, RlsConfig};
 pub(crate) use decide::escape;
 pub use decide::{Rls, RlsError, RlsFailureMode, RlsHeaderNames, RlsLimits, RlsModes};
 pub use grpc::{RlsGrpc, status};
+pub use stats::{RlsStats, RlsStatsFlags};
 pub(crate) use tree::{Enforcement, Rule, find};

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tollgate::yaml::{ConfigErrors, Node as Yaml, Reader};
 use tollgate::{Algorithm, parse_duration};
 
-use super::config::{MAX_DEPTH, RuleLimit};
+use super::config::{MAX_DEPTH, RuleLimit, RuleOptions};
 use super::proto::service::rate_limit_response::rate_limit::Unit;
 use super::tree::{Enforcement, Node, Rule, Wildcard};
 use super::unit;
@@ -63,7 +63,7 @@ pub(crate) fn document(source: &str, text: &str) -> Result<Document, ConfigError
                     .filter(|n| !n.is_null())
                     .and_then(|n| n.strict_list("descriptors"))
                 {
-                    root = children(&items, &domain, "", 1);
+                    root = children(&items, &domain, "", &[], 1);
                 }
                 if let Some(node) = map.get("unmatched_buckets") {
                     unmatched_buckets = unmatched(node, &domain);
@@ -104,12 +104,15 @@ fn unmatched(node: Yaml<'_, '_>, domain: &str) -> Option<Arc<Rule>> {
             metadata: None,
             classic: false,
             enforcement,
+            stat_path: Vec::new(),
+            detailed_metric: false,
+            stats: std::sync::OnceLock::new(),
         }))
     };
     if node.is_mapping() {
         let limit = rule_limit(node, WHAT)?;
         return match limit.build(format!("rls:{domain}:{WHAT}")) {
-            Ok(built) => Some(limit.into_rule(built, false, false, None)),
+            Ok(built) => Some(limit.into_rule(built, RuleOptions::default())),
             Err(message) => {
                 node.error(format!("{WHAT}: {message}"));
                 None
@@ -130,8 +133,15 @@ fn unmatched(node: Yaml<'_, '_>, domain: &str) -> Option<Arc<Rule>> {
 }
 
 /// Reads a list of descriptors into the children of a node. `path` names the parent for state
-/// names and messages (`key_value.key`...).
-fn children(items: &[Yaml<'_, '_>], domain: &str, path: &str, depth: usize) -> Node {
+/// names and messages (`key_value.key`...); `levels` is the same path a level at a time, for
+/// statistics.
+fn children(
+    items: &[Yaml<'_, '_>],
+    domain: &str,
+    path: &str,
+    levels: &[String],
+    depth: usize,
+) -> Node {
     let mut node = Node::default();
     if depth > MAX_DEPTH {
         if let Some(first) = items.first() {
@@ -176,19 +186,29 @@ fn children(items: &[Yaml<'_, '_>], domain: &str, path: &str, depth: usize) -> N
             .get("metadata")
             .and_then(|node| super::metadata::from_yaml(node, &format!("{what}: metadata")));
         let share_threshold = flag("share_threshold");
-        let _ = (flag("detailed_metric"), flag("value_to_metric"));
+        let detailed_metric = flag("detailed_metric");
+        let mut stat_path = levels.to_vec();
+        stat_path.push(this.clone());
         let mut child = map
             .get("descriptors")
             .filter(|n| !n.is_null())
             .and_then(|n| n.strict_list(&format!("{what}: descriptors")))
-            .map(|items| children(&items, domain, &here, depth + 1))
+            .map(|items| children(&items, domain, &here, &stat_path, depth + 1))
             .unwrap_or_default();
+        child.value_to_metric = flag("value_to_metric");
         if let Some(limit_node) = map.get("rate_limit")
             && let Some(limit) = rule_limit(limit_node, &what)
         {
             match limit.build(format!("rls:{domain}:{here}")) {
                 Ok(built) => {
-                    child.rule = Some(limit.into_rule(built, shadow, quota_mode, metadata));
+                    let options = RuleOptions {
+                        shadow,
+                        quota_mode,
+                        metadata,
+                        detailed_metric,
+                        stat_path,
+                    };
+                    child.rule = Some(limit.into_rule(built, options));
                 }
                 Err(message) => limit_node.error(format!("{what}: rate_limit: {message}")),
             }

@@ -1,12 +1,13 @@
 //! The descriptor tree of a domain and envoyproxy/ratelimit's walk through it.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tollgate::Limit;
 
 use super::proto::common::rate_limit_descriptor::Entry;
 use super::proto::service::rate_limit_response::rate_limit::Unit;
+use super::stats::DescriptorStats;
 
 /// What a matched rule says.
 #[derive(Debug)]
@@ -26,6 +27,13 @@ pub(crate) struct Rule {
     pub(crate) classic: bool,
     /// What the rule does with a hit.
     pub(crate) enforcement: Enforcement,
+    /// Where its statistics are kept under its domain: `key_value` or `key` per level, as
+    /// configured (envoyproxy/ratelimit's stats key).
+    pub(crate) stat_path: Vec<String>,
+    /// `detailed_metric`: statistics under the request's values instead of `stat_path`.
+    pub(crate) detailed_metric: bool,
+    /// Its statistics under `stat_path`, attached when the configuration is put in force.
+    pub(crate) stats: OnceLock<Arc<DescriptorStats>>,
 }
 
 /// What a rule does with a hit.
@@ -93,6 +101,9 @@ pub(crate) struct Node {
     pub(crate) wildcards: Vec<Wildcard>,
     /// Children with a key and no value: the default for any other value of that key.
     pub(crate) defaults: HashMap<String, Node>,
+    /// `value_to_metric`: statistics name the request's value at this level where the node
+    /// has none of its own (a key-only default or a wildcard).
+    pub(crate) value_to_metric: bool,
 }
 
 impl Node {
@@ -141,11 +152,24 @@ impl Node {
     }
 }
 
+/// What names an entry in statistics: the key alone, the key and the request's value, or the
+/// key and the wildcard pattern that matched it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MetricValue<'t> {
+    Key,
+    Value,
+    Pattern(&'t str),
+}
+
 /// A match: the rule, and for each entry the value its counter is keyed by (the wildcard
-/// pattern where the node shares one counter).
+/// pattern where the node shares one counter) and what names it in statistics.
 pub(crate) struct Matched<'t> {
     pub(crate) rule: &'t Arc<Rule>,
     pub(crate) shared_values: Vec<Option<&'t str>>,
+    pub(crate) metric_values: Vec<MetricValue<'t>>,
+    /// Whether a `value_to_metric` node named an entry by its value where the configured path
+    /// does not (so the statistics are not the rule's own).
+    pub(crate) valued_metric: bool,
 }
 
 /// Walks `root` entry by entry: an exact key and value first, then the first wildcard (in file
@@ -154,27 +178,50 @@ pub(crate) struct Matched<'t> {
 pub(crate) fn find<'t>(root: &'t Node, entries: &[Entry]) -> Option<Matched<'t>> {
     let mut node = root;
     let mut shared_values = Vec::with_capacity(entries.len());
+    let mut metric_values = Vec::with_capacity(entries.len());
+    let mut valued_metric = false;
     for (index, entry) in entries.iter().enumerate() {
         let exact = (!entry.value.is_empty())
             .then(|| node.exact.get(&(entry.key.clone(), entry.value.clone())))
             .flatten();
-        let (next, shared) = match exact {
-            Some(next) => (Some(next), None),
+        let (next, shared, metric) = match exact {
+            Some(next) => (Some(next), None, MetricValue::Value),
             None => match node
                 .wildcards
                 .iter()
                 .find(|wildcard| wildcard.key == entry.key && wildcard.matches(&entry.value))
             {
-                Some(wildcard) => (Some(&wildcard.node), wildcard.shared.as_deref()),
-                None => (node.defaults.get(&entry.key), None),
+                Some(wildcard) => {
+                    let metric = if wildcard.shared.is_none() && wildcard.node.value_to_metric {
+                        valued_metric = true;
+                        MetricValue::Value
+                    } else {
+                        MetricValue::Pattern(&wildcard.pattern)
+                    };
+                    (Some(&wildcard.node), wildcard.shared.as_deref(), metric)
+                }
+                None => {
+                    let next = node.defaults.get(&entry.key);
+                    let valued = next.is_some_and(|n| n.value_to_metric) && !entry.value.is_empty();
+                    valued_metric |= valued;
+                    let metric = if valued {
+                        MetricValue::Value
+                    } else {
+                        MetricValue::Key
+                    };
+                    (next, None, metric)
+                }
             },
         };
         let next = next?;
         shared_values.push(shared);
+        metric_values.push(metric);
         if index + 1 == entries.len() {
             return next.rule.as_ref().map(|rule| Matched {
                 rule,
                 shared_values,
+                metric_values,
+                valued_metric,
             });
         }
         if !next.has_children() {

@@ -1,0 +1,34 @@
+//! `GET /metrics`: the limiter's metrics, then those of the services this process runs, in one
+//! OpenMetrics text.
+
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use tollgate::{AnyStore, Limiter};
+
+use crate::rlqs::Rlqs;
+use crate::rls::Rls;
+
+/// The content type of [`metrics_text`].
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The limiter's metrics and, where this process serves them, the rate limit service's
+/// per-descriptor statistics and the quota service's.
+pub fn metrics_text(
+    limiter: &Limiter<AnyStore>,
+    rls: Option<&Rls>,
+    quotas: Option<&Rlqs>,
+) -> String {
+    const EOF: &str = "# EOF\n";
+    let mut text = limiter.metrics_text();
+    if text.ends_with(EOF) {
+        text.truncate(text.len() - EOF.len());
+    }
+    // Writing to a String cannot fail.
+    if let Some(rls) = rls {
+        let _ = encode_registry(&mut text, &rls.stats().registry());
+    }
+    if let Some(quotas) = quotas {
+        let _ = encode_registry(&mut text, &quotas.stats().registry());
+    }
+    let _ = encode_eof(&mut text);
+    text
+}
