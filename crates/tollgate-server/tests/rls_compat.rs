@@ -879,14 +879,8 @@ async fn per_descriptor_statistics_count_as_upstream_counts_them() {
 
 #[tokio::test]
 async fn statistics_outlive_a_reload_and_keys_from_requests_are_capped() {
-    let clock = ManualClock::new(NOW_SECONDS * 1_000_000);
-    let store = AnyStore::Memory(
-        MemoryStore::builder()
-            .clock(Arc::new(clock.clone()))
-            .build(),
-    );
     let config = || RlsConfig::from_documents(&[("stats.yaml", STATS_CONFIG)]).expect("valid");
-    let rls = Rls::new(Limiter::new(store), config(), false).with_stats(RlsStatsFlags {
+    let rls = rls(STATS_CONFIG).0.with_stats(RlsStatsFlags {
         max_stat_keys: 2,
         ..RlsStatsFlags::default()
     });
