@@ -364,6 +364,54 @@ descriptors:
     );
 }
 
+/// A descriptor of `hits`, as Envoy sends a usage report at the end of a stream.
+fn report(entries: &[(&str, &str)], hits: u64) -> RateLimitRequest {
+    let mut reported = descriptor(entries);
+    reported.hits_addend = Some(hits);
+    request("d", vec![reported])
+}
+
+#[tokio::test]
+async fn count_refused_charges_a_usage_report_that_does_not_fit() {
+    let (rls, clock) = rls(r#"
+domain: d
+descriptors:
+  - key: tokens
+    rate_limit: { unit: hour, requests_per_unit: 100, algorithm: token_bucket, count_refused: true }
+  - key: plain
+    rate_limit: { unit: hour, requests_per_unit: 100, algorithm: token_bucket }
+"#);
+    for key in ["tokens", "plain"] {
+        assert_eq!(statuses(&rls, &report(&[(key, "k")], 60)).await.1[0].1, 40);
+        assert_eq!(statuses(&rls, &report(&[(key, "k")], 60)).await.0, OVER);
+    }
+    // Without the flag the refused report is free: 40 are still there.
+    assert_eq!(
+        statuses(&rls, &report(&[("plain", "k")], 40)).await,
+        (OK, vec![(OK, 0, Some((100, "HOUR", "")), Some(3600))])
+    );
+    // With it the 60 were charged: 20 in debt, so the limit is full again only after 120
+    // tokens refill (36 s each), and a look is over until the debt is paid (12 minutes).
+    let tokens = |hits| report(&[("tokens", "k")], hits);
+    let limit = Some((100, "HOUR", ""));
+    assert_eq!(
+        statuses(&rls, &tokens(0)).await.1,
+        [(OVER, 0, limit, Some(4320))]
+    );
+    clock.advance(std::time::Duration::from_secs(12 * 60 - 1));
+    assert_eq!(statuses(&rls, &tokens(0)).await.0, OVER);
+    clock.advance(std::time::Duration::from_secs(1));
+    assert_eq!(
+        statuses(&rls, &tokens(0)).await.1,
+        [(OK, 0, limit, Some(3600))]
+    );
+    clock.advance(std::time::Duration::from_secs(36));
+    assert_eq!(
+        statuses(&rls, &tokens(1)).await.1,
+        [(OK, 0, limit, Some(3600))]
+    );
+}
+
 #[tokio::test]
 async fn response_headers_when_enabled() {
     let clock = ManualClock::new(NOW_SECONDS * 1_000_000);
@@ -461,6 +509,10 @@ async fn malformed_requests_are_invalid_arguments() {
 
 /// Configurations that must be refused, with the error each must produce.
 const REFUSED: &[(&str, &str)] = &[
+    (
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: hour, requests_per_unit: 5, count_refused: always }\n",
+        "bad.yaml:4:68: descriptor \"k\": rate_limit.count_refused: expected true or false, found a string",
+    ),
     (
         "descriptors: []\n",
         "bad.yaml:1:1: the configuration needs a non-empty \"domain\"",

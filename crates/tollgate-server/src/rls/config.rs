@@ -11,8 +11,9 @@
 //! ```
 //!
 //! Beyond envoyproxy/ratelimit, a `rate_limit` may name an `algorithm` (any of the six, with a
-//! `burst` for the rate algorithms) and a `period` of any length (`30s`, `5m`) instead of a
-//! unit; without them a limit is the classic fixed window of `requests_per_unit` per unit.
+//! `burst` for the rate algorithms), a `period` of any length (`30s`, `5m`) instead of a
+//! unit, and `count_refused` (charge refused hits too, as the classic window does); without
+//! them a limit is the classic fixed window of `requests_per_unit` per unit.
 //! Unknown fields are errors at every level.
 
 use std::collections::HashMap;
@@ -196,6 +197,8 @@ pub(crate) struct RuleLimit {
     pub(crate) burst: Option<u64>,
     pub(crate) name: Option<String>,
     pub(crate) replaces: Vec<String>,
+    /// `count_refused`: whether refused hits are charged (the default for the fixed window).
+    pub(crate) count_refused: Option<bool>,
 }
 
 impl RuleLimit {
@@ -228,6 +231,9 @@ impl RuleLimit {
             quota_mode: options.quota_mode,
             metadata: options.metadata,
             classic: self.algorithm == Algorithm::FixedWindow,
+            counts_refused: self
+                .count_refused
+                .unwrap_or(self.algorithm == Algorithm::FixedWindow),
             enforcement,
             stat_path: options.stat_path,
             detailed_metric: options.detailed_metric,

@@ -375,6 +375,7 @@ impl Rls {
                 quota_mode: false,
                 metadata: None,
                 classic: true,
+                counts_refused: true,
                 enforcement,
                 stat_path: Vec::new(),
                 detailed_metric: false,
@@ -624,8 +625,9 @@ impl Rls {
             Err(other) => return Err(RlsError::InvalidArgument(other.to_string())),
         };
         let allowed = verdict.is_admitted();
-        if !allowed && rule.classic && pending.addend > 0 {
-            // envoyproxy/ratelimit counts every hit, over the limit too. Straight to the store:
+        if !allowed && rule.counts_refused && pending.addend > 0 {
+            // envoyproxy/ratelimit counts every hit, over the limit too (and a usage report
+            // refused is usage all the same). Straight to the store:
             // the count changes no answer within the window, so the over-limit cache keeps its
             // denial, and a failed count is no reason to fail the request.
             let _ = self

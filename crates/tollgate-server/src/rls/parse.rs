@@ -32,6 +32,7 @@ const LIMIT_FIELDS: &[&str] = &[
     "algorithm",
     "burst",
     "period",
+    "count_refused",
 ];
 
 /// One domain's document: its name, descriptor tree, and what the quota service assigns a
@@ -103,6 +104,7 @@ fn unmatched(node: Yaml<'_, '_>, domain: &str) -> Option<Arc<Rule>> {
             quota_mode: false,
             metadata: None,
             classic: false,
+            counts_refused: false,
             enforcement,
             stat_path: Vec::new(),
             detailed_metric: false,
@@ -356,6 +358,9 @@ fn rule_limit(node: Yaml<'_, '_>, what: &str) -> Option<RuleLimit> {
     let replaces = map
         .get("replaces")
         .map_or_else(Vec::new, |node| replaced_names(node, &what));
+    let count_refused = map
+        .get("count_refused")
+        .and_then(|n| n.boolean(&format!("{what}.count_refused")));
     map.deny_unknown(&what, LIMIT_FIELDS);
     if name.is_some() && replaces.iter().any(|r| Some(r) == name.as_ref()) {
         map.error(format!("{what}: replaces may not name the limit itself"));
@@ -389,5 +394,6 @@ fn rule_limit(node: Yaml<'_, '_>, what: &str) -> Option<RuleLimit> {
         burst,
         name,
         replaces,
+        count_refused,
     })
 }

@@ -22,9 +22,11 @@ pub(crate) struct Rule {
     pub(crate) quota_mode: bool,
     /// `metadata`: given back in the answer's dynamic metadata when the descriptor passes.
     pub(crate) metadata: Option<prost_types::Struct>,
-    /// The classic fixed window, which also counts requests over the limit (as
-    /// envoyproxy/ratelimit does); other algorithms count only what they admit.
+    /// The classic fixed window, whose reset is the end of the window.
     pub(crate) classic: bool,
+    /// Hits refused are charged too: always for the classic fixed window (as
+    /// envoyproxy/ratelimit counts them), with `count_refused: true` for other algorithms.
+    pub(crate) counts_refused: bool,
     /// What the rule does with a hit.
     pub(crate) enforcement: Enforcement,
     /// Where its statistics are kept under its domain: `key_value` or `key` per level, as
