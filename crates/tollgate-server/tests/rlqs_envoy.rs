@@ -19,19 +19,9 @@ descriptors:\n\
 /// `x-tenant` header, allowed until the first assignment and denied once one lapses, its quota
 /// from the service at `rlqs`.
 fn envoy_config(listen: u16, admin: u16, rlqs: std::net::SocketAddr) -> String {
+    let head = support::envoy::listener_head(admin, listen);
     format!(
-        r#"admin:
-  address: {{socket_address: {{address: 127.0.0.1, port_value: {admin}}}}}
-static_resources:
-  listeners:
-  - name: ingress
-    address: {{socket_address: {{address: 127.0.0.1, port_value: {listen}}}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
+        r#"{head}
           route_config:
             virtual_hosts:
             - name: all
@@ -75,21 +65,8 @@ static_resources:
           - name: envoy.filters.http.router
             typed_config: {{"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}
   clusters:
-  - name: tollgate
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{http2_protocol_options: {{}}}}
-    load_assignment:
-      cluster_name: tollgate
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{address: {{socket_address: {{address: {ip}, port_value: {port}}}}}}}
-"#,
-        ip = rlqs.ip(),
-        port = rlqs.port(),
+{tollgate}"#,
+        tollgate = support::envoy::tollgate_cluster(rlqs),
     )
 }
 

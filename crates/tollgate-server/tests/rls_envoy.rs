@@ -96,19 +96,9 @@ fn envoy_config(
         }
         Placement::Route => (indent(RATE_LIMITS, 18), String::new(), String::new()),
     };
+    let head = support::envoy::listener_head(admin, listen);
     format!(
-        r#"admin:
-  address: {{socket_address: {{address: 127.0.0.1, port_value: {admin}}}}}
-static_resources:
-  listeners:
-  - name: ingress
-    address: {{socket_address: {{address: 127.0.0.1, port_value: {listen}}}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
+        r#"{head}
           route_config:
             virtual_hosts:
             - name: llm
@@ -138,23 +128,10 @@ static_resources:
       endpoints:
       - lb_endpoints:
         - endpoint: {{address: {{socket_address: {{address: {upstream_ip}, port_value: {upstream_port}}}}}}}
-  - name: tollgate
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{http2_protocol_options: {{}}}}
-    load_assignment:
-      cluster_name: tollgate
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{address: {{socket_address: {{address: {rls_ip}, port_value: {rls_port}}}}}}}
-"#,
+{tollgate}"#,
         upstream_ip = upstream.ip(),
         upstream_port = upstream.port(),
-        rls_ip = rls.ip(),
-        rls_port = rls.port(),
+        tollgate = support::envoy::tollgate_cluster(rls),
     )
 }
 

@@ -25,6 +25,47 @@ pub fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// The start of an Envoy bootstrap: the admin interface on `admin` and a listener on `listen`
+/// whose HTTP connection manager's `route_config` and `http_filters` follow, indented for it.
+pub fn listener_head(admin: u16, listen: u16) -> String {
+    format!(
+        r#"admin:
+  address: {{socket_address: {{address: 127.0.0.1, port_value: {admin}}}}}
+static_resources:
+  listeners:
+  - name: ingress
+    address: {{socket_address: {{address: 127.0.0.1, port_value: {listen}}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress"#
+    )
+}
+
+/// The cluster `tollgate`: Tollgate's gRPC listener at `grpc`, over HTTP/2, as an entry of a
+/// bootstrap's `clusters`.
+pub fn tollgate_cluster(grpc: std::net::SocketAddr) -> String {
+    format!(
+        r#"  - name: tollgate
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{http2_protocol_options: {{}}}}
+    load_assignment:
+      cluster_name: tollgate
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{address: {{socket_address: {{address: {ip}, port_value: {port}}}}}}}
+"#,
+        ip = grpc.ip(),
+        port = grpc.port(),
+    )
+}
+
 /// A running Envoy, killed when dropped.
 pub struct Envoy {
     child: Child,
