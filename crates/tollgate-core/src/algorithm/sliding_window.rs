@@ -15,6 +15,7 @@
 
 use super::{Transition, window_start};
 use crate::clock::Micros;
+use crate::decision::Decision;
 use crate::limit::Limit;
 
 /// Sliding window counter.
@@ -102,23 +103,26 @@ fn least(lo: u64, hi: u64, guess: u64, holds: impl Fn(u64) -> bool) -> u64 {
 }
 
 /// The first elapsed time in `from..period` at which [`fits`] holds for `previous` weighted at
-/// that time, if any. The guess from solving the inequality is corrected by walking the
-/// (monotone) predicate itself, so the answer is exactly the predicate's.
+/// that time, if any; `weighted_from` is `previous` weighted at `from`. The guess from solving
+/// the inequality is corrected by walking the (monotone) predicate itself, so the answer is
+/// exactly the predicate's.
 #[inline]
 fn first_admitting(
     limit: &Limit,
     previous: u64,
     current: u64,
     from: Micros,
+    weighted_from: f64,
     cost: u64,
 ) -> Option<Micros> {
+    // The common answer, and the one every search below would reach: it fits already.
+    if fits(limit, weighted_from, current, cost) {
+        return Some(from);
+    }
     let period = limit.period();
     let room = float(limit.count()) - float(current + cost);
-    if room < 0.0 {
+    if room < 0.0 || previous == 0 {
         return None;
-    }
-    if previous == 0 {
-        return Some(from);
     }
     let (previous_f, period_f, used_f, count_f) = (
         float(previous),
@@ -140,7 +144,8 @@ fn first_admitting(
 #[cold]
 fn after_this_window(state: &State, limit: &Limit, cost: u64) -> Micros {
     let period = limit.period();
-    match first_admitting(limit, state.current, 0, 0, cost) {
+    let weighted = weighted(limit, state.current, 0);
+    match first_admitting(limit, state.current, 0, 0, weighted, cost) {
         Some(found) => state.start + period + found,
         None => state.start + 2 * period,
     }
@@ -197,16 +202,9 @@ impl Transition for SlidingWindow {
         }
     }
 
-    #[inline]
     fn remaining(state: &State, limit: &Limit, now: Micros) -> u64 {
         let weighted = weighted(limit, state.previous, now.saturating_sub(state.start));
-        let count = limit.count();
-        let estimate = whole(float(count) - (weighted + float(state.current)));
-        let guess = estimate.min(count.saturating_sub(state.current));
-        // The most that fits, up to the count; 0 when nothing does.
-        least(0, count, guess, |units| {
-            !fits(limit, weighted, state.current, units + 1)
-        })
+        left(state, limit, weighted)
     }
 
     fn reset_after(state: &State, limit: &Limit, now: Micros) -> Micros {
@@ -221,16 +219,62 @@ impl Transition for SlidingWindow {
     }
 
     fn wait_for(state: &State, limit: &Limit, now: Micros, cost: u64) -> Option<Micros> {
-        if cost > limit.count() {
-            return None;
-        }
         let elapsed = now.saturating_sub(state.start);
-        let at = match first_admitting(limit, state.previous, state.current, elapsed, cost) {
-            Some(found) => state.start + found,
-            None => after_this_window(state, limit, cost),
-        };
-        Some(at.saturating_sub(now))
+        let weighted = weighted(limit, state.previous, elapsed);
+        wait(state, limit, now, weighted, cost)
     }
+
+    /// The default composition, with the previous window's weight computed once: the
+    /// admission, `remaining` and `retry_after` all read it at the same instant.
+    fn step(state: &mut State, limit: &Limit, now: Micros, cost: u64) -> Decision {
+        Self::advance(state, limit, now);
+        let weighted = weighted(limit, state.previous, now.saturating_sub(state.start));
+        let allowed = cost <= limit.count() && fits(limit, weighted, state.current, cost);
+        if allowed {
+            Self::consume(state, limit, now, cost);
+        }
+        Decision::new(
+            allowed,
+            limit.capacity(),
+            left(state, limit, weighted),
+            Self::reset_after(state, limit, now),
+            wait(state, limit, now, weighted, cost),
+            0,
+        )
+    }
+}
+
+/// [`Transition::remaining`] with the previous window already `weighted` at now.
+#[inline]
+fn left(state: &State, limit: &Limit, weighted: f64) -> u64 {
+    let count = limit.count();
+    let estimate = whole(float(count) - (weighted + float(state.current)));
+    let guess = estimate.min(count.saturating_sub(state.current));
+    // The most that fits, up to the count; 0 when nothing does.
+    least(0, count, guess, |units| {
+        !fits(limit, weighted, state.current, units + 1)
+    })
+}
+
+/// [`Transition::wait_for`] with the previous window already `weighted` at `now`.
+#[inline]
+fn wait(state: &State, limit: &Limit, now: Micros, weighted: f64, cost: u64) -> Option<Micros> {
+    if cost > limit.count() {
+        return None;
+    }
+    let elapsed = now.saturating_sub(state.start);
+    let at = match first_admitting(
+        limit,
+        state.previous,
+        state.current,
+        elapsed,
+        weighted,
+        cost,
+    ) {
+        Some(found) => state.start + found,
+        None => after_this_window(state, limit, cost),
+    };
+    Some(at.saturating_sub(now))
 }
 
 #[cfg(test)]
@@ -327,7 +371,14 @@ mod tests {
                 "{state:?} {limit} at {now}"
             );
             assert_eq!(
-                first_admitting(&limit, state.previous, state.current, from, cost),
+                first_admitting(
+                    &limit,
+                    state.previous,
+                    state.current,
+                    from,
+                    weighted(&limit, state.previous, from),
+                    cost
+                ),
                 walked_first_admitting(&limit, state.previous, state.current, from, cost),
                 "{state:?} {limit} from {from} cost {cost}"
             );
