@@ -272,10 +272,11 @@ async fn track_requests(request: Request, next: Next) -> Response {
         .map(ConnectionHandle::begin);
     let response = next.run(request).await;
     match in_flight {
+        // `inspect_frame` keeps the body's size hint (`map_frame` drops it), so a body of
+        // known length is still sent with `content-length` rather than chunked.
         Some(in_flight) => response.map(|body| {
-            Body::new(body.map_frame(move |frame| {
+            Body::new(body.inspect_frame(move |_| {
                 let _held = &in_flight;
-                frame
             }))
         }),
         None => response,

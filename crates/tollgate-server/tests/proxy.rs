@@ -147,6 +147,12 @@ async fn admitted_requests_are_forwarded_with_the_rate_limit_fields_and_the_rest
         assert_eq!(response.headers()["x-ratelimit-limit"], "3");
         assert_eq!(response.headers()["x-ratelimit-remaining"], remaining);
         assert!(response.headers().contains_key("ratelimit"));
+        // The upstream's framing is kept: a body of known length is not re-sent chunked.
+        assert!(
+            response.headers().contains_key("content-length"),
+            "{:?}",
+            response.headers()
+        );
         let seen: Value = response.json().await.expect("JSON");
         assert_eq!(seen["uri"], "/base/echo?x=1");
         let headers = &seen["headers"];

@@ -49,6 +49,9 @@ async fn inline_limits_are_decided_with_every_decision_and_the_rate_limit_fields
         assert_eq!(answer["decisions"][0]["remaining"], remaining);
         assert_eq!(answer["decisions"][0]["key"], "user:42");
         assert!(headers.contains_key("ratelimit-policy"), "{headers:?}");
+        // The answer's length is known, so it is not sent chunked.
+        assert!(headers.contains_key("content-length"), "{headers:?}");
+        assert!(!headers.contains_key("transfer-encoding"), "{headers:?}");
     }
     let (status, headers, answer) = post(&url, &body).await;
     assert_eq!(
