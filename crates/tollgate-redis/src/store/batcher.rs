@@ -28,11 +28,13 @@ use tollgate_core::store::StoreError;
 pub(crate) const QUEUE_CAPACITY: usize = 65_536;
 
 /// Rounds of calls out at once. Redis runs one call at a time, and a call's cost is mostly
-/// fixed (measured with `scripts/bench-server`: 1 round out gathered 11.8 checks a call at 32
-/// connections, 2 rounds 6.6, 4 rounds 4.0, and 1 round spent the least Redis CPU per
-/// decision); a second round would keep Redis busy while a reply travels back, but on a
-/// machine where Redis shares the cores, bigger calls win.
-pub(crate) const ROUNDS_IN_FLIGHT: usize = 1;
+/// fixed, so fewer rounds make bigger calls; but with one round, every check waits for a
+/// reply to travel back before the next round can leave. Measured with `scripts/bench-redis 4`
+/// (32 connections, builds alternating, a quiet machine): one round 27 167-33 191 checks/s at
+/// 13.9-14.7 checks a call and 5.1-6.0 us of Redis CPU a decision; two rounds 35 884-39 085
+/// at 7.5-7.7 checks a call and 5.8-6.0 us; three rounds no faster than two, with smaller
+/// calls still. (On a busy machine the difference drowned in noise.)
+pub(crate) const ROUNDS_IN_FLIGHT: usize = 2;
 
 /// Rounds out at once on a Redis Cluster, where a call carries only checks of one hash slot:
 /// with many identities calls rarely gather more than one check, so waiting for a round only
