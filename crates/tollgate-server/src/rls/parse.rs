@@ -251,7 +251,12 @@ impl Node {
                     .push(Wildcard::new(key, &pattern, child, share_threshold));
                 seen
             }
-            Some(value) => self.exact.insert((key, value), child).is_some(),
+            Some(value) => self
+                .exact
+                .entry(key)
+                .or_default()
+                .insert(value, child)
+                .is_some(),
             None => self.defaults.insert(key, child).is_some(),
         }
     }

@@ -278,6 +278,7 @@ impl RlsStats {
 fn children(node: &Node) -> impl Iterator<Item = &Node> {
     node.exact
         .values()
+        .flat_map(HashMap::values)
         .chain(node.wildcards.iter().map(|w| &w.node))
         .chain(node.defaults.values())
 }

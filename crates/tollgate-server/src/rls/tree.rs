@@ -97,8 +97,9 @@ impl Wildcard {
 #[derive(Debug, Default)]
 pub(crate) struct Node {
     pub(crate) rule: Option<Arc<Rule>>,
-    /// Children with a value, by (key, value).
-    pub(crate) exact: HashMap<(String, String), Node>,
+    /// Children with a value, by key and then value (two maps rather than one keyed by the
+    /// pair, so that a request's entry is looked up by reference, without copying it).
+    pub(crate) exact: HashMap<String, HashMap<String, Node>>,
     /// Children with a wildcard value, in file order.
     pub(crate) wildcards: Vec<Wildcard>,
     /// Children with a key and no value: the default for any other value of that key.
@@ -114,14 +115,16 @@ impl Node {
     /// both had, which are errors there too.
     pub(crate) fn merge(&mut self, other: Node) -> Vec<String> {
         let mut duplicates = Vec::new();
-        for (pair, child) in other.exact {
-            match self.exact.entry(pair) {
-                std::collections::hash_map::Entry::Occupied(taken) => {
-                    let (key, value) = taken.key();
-                    duplicates.push(format!("{key}_{value}"));
-                }
-                std::collections::hash_map::Entry::Vacant(free) => {
-                    free.insert(child);
+        for (key, values) in other.exact {
+            let ours = self.exact.entry(key.clone()).or_default();
+            for (value, child) in values {
+                match ours.entry(value) {
+                    std::collections::hash_map::Entry::Occupied(taken) => {
+                        duplicates.push(format!("{key}_{}", taken.key()));
+                    }
+                    std::collections::hash_map::Entry::Vacant(free) => {
+                        free.insert(child);
+                    }
                 }
             }
         }
@@ -184,8 +187,9 @@ pub(crate) fn find<'t>(root: &'t Node, entries: &[Entry]) -> Option<Matched<'t>>
     let mut valued_metric = false;
     for (index, entry) in entries.iter().enumerate() {
         let exact = (!entry.value.is_empty())
-            .then(|| node.exact.get(&(entry.key.clone(), entry.value.clone())))
-            .flatten();
+            .then(|| node.exact.get(entry.key.as_str()))
+            .flatten()
+            .and_then(|values| values.get(entry.value.as_str()));
         let (next, shared, metric) = match exact {
             Some(next) => (Some(next), None, MetricValue::Value),
             None => match node
