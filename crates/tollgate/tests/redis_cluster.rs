@@ -6,7 +6,8 @@ mod common;
 use std::sync::Arc;
 
 use common::{
-    Item, cluster, cluster_store, fresh_config, never_over_admits, replay_both, workload,
+    Item, cluster, cluster_store, fresh_config, never_over_admits, queued_together, replay_both,
+    slot_map_read, workload,
 };
 use proptest::test_runner::{TestCaseError, TestRunner};
 use redis::cluster_routing::Slot;
@@ -183,4 +184,43 @@ async fn a_cluster_gets_resp3_where_it_speaks_it_else_resp2() {
         let store_connection = common::store_connection(&clients);
         assert!(store_connection.contains(protocol), "{store_connection}");
     }
+}
+
+// One thread, on purpose: see `queued_together`.
+#[tokio::test(flavor = "current_thread")]
+async fn checks_of_several_slots_of_one_master_share_a_call_and_stay_exact() {
+    let store = cluster_store().await;
+    slot_map_read(cluster(), &store).await;
+    let window = Limit::new("w", Algorithm::FixedWindow, "100/h".parse().unwrap()).unwrap();
+    let now = 1_700_000_000_000_000;
+    // 64 identities (about as many slots), three checks each, all queued at once.
+    let identities: Vec<String> = (0..64).map(|n| format!("user:{n}")).collect();
+    let checks: Vec<Check<'_>> = identities
+        .iter()
+        .flat_map(|identity| std::iter::repeat_n(Check::one(identity, &window), 3))
+        .collect();
+    let before = store.stats();
+    let verdicts = queued_together(&store, &checks, now).await;
+    for (identity, verdicts) in identities.iter().zip(verdicts.chunks(3)) {
+        let mut remaining: Vec<u64> = verdicts
+            .iter()
+            .map(|verdict| {
+                let verdict = verdict.as_ref().expect("an answer");
+                assert!(verdict.is_admitted(), "{identity}: {verdict:?}");
+                verdict.decisions()[0].remaining()
+            })
+            .collect();
+        remaining.sort_unstable();
+        assert_eq!(remaining, [97, 98, 99], "{identity}");
+    }
+    let after = store.stats();
+    let calls = after.calls - before.calls;
+    let rounds = checks.len().div_ceil(RedisConfig::default().max_batch) as u64;
+    // Slot by slot it took about one call a check; by master, at most one per master a round.
+    assert!(
+        calls <= rounds * 3,
+        "{calls} calls for {} checks in {rounds} rounds: {after:?}",
+        checks.len()
+    );
+    assert_eq!(after.regrouped, before.regrouped, "no slot moved");
 }

@@ -9,7 +9,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{fresh_config, never_over_admits, replay_both, server, single_store, workload};
+use common::{
+    fresh_config, never_over_admits, queued_together, replay_both, server, single_store, workload,
+};
 use proptest::test_runner::TestRunner;
 use tollgate::{
     Adjustment, Algorithm, Check, Limit, Micros, RedisConfig, RedisStore, Store, StoreError,
@@ -533,7 +535,7 @@ async fn nodes_with_their_own_connections_never_over_admit_one_key() {
     }
 }
 
-// One thread, on purpose: see below.
+// One thread, on purpose: see `queued_together`.
 #[tokio::test(flavor = "current_thread")]
 async fn concurrent_checks_are_coalesced_and_still_exact() {
     let store = single_store().await;
@@ -543,24 +545,8 @@ async fn concurrent_checks_are_coalesced_and_still_exact() {
     let checks: Vec<Check<'_>> = (0..400)
         .map(|n| Check::one(if n % 2 == 0 { "even" } else { "odd" }, &window))
         .collect();
-    let mut pending: Vec<_> = checks
-        .iter()
-        .map(|check| Box::pin(store.check(check, Some(now))))
-        .collect();
-    // A check enters the store's queue when first polled. This test runs on one thread, so the
-    // store's batcher cannot take anything before all 400 are queued: it finds them waiting
-    // and must send them together, however busy the machine is.
-    std::future::poll_fn(|context| {
-        for check in &mut pending {
-            assert!(
-                check.as_mut().poll(context).is_pending(),
-                "answered at once"
-            );
-        }
-        std::task::Poll::Ready(())
-    })
-    .await;
-    let verdicts = futures_util::future::join_all(pending).await;
+    // Queued before the batcher can take any, they must go out together.
+    let verdicts = queued_together(&store, &checks, now).await;
     let admitted = verdicts
         .into_iter()
         .filter(|verdict| verdict.as_ref().unwrap().is_admitted())

@@ -3,8 +3,11 @@
 
 #![allow(clippy::disallowed_methods)] // Deadlines and timings of the run itself, not decisions.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::{queued_together, slot_map_read, slot_of, two_slots_of_one_master};
 use tollgate::{Algorithm, Check, Limit, RedisConfig, RedisStore, Store, StoreError};
 use tollgate_testkit::{RedisCluster, RedisServer};
 
@@ -33,18 +36,6 @@ async fn admit(store: &RedisStore, check: &Check<'_>, times: usize) {
         let verdict = store.check(check, None).await.expect("an answer");
         assert!(verdict.is_admitted(), "{verdict:?}");
     }
-}
-
-/// The slot a key hashes to, as the cluster computes it.
-fn slot_of(cluster: &RedisCluster, key: &str) -> u16 {
-    cluster
-        .nodes()
-        .iter()
-        .find_map(|node| {
-            node.query(redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))
-                .ok()
-        })
-        .expect("CLUSTER KEYSLOT")
 }
 
 fn is_master(node: &RedisServer) -> bool {
@@ -140,15 +131,8 @@ async fn a_killed_master_is_replaced_by_its_replica_and_checks_resume() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn checks_follow_a_slot_moved_to_another_master() {
-    let cluster = RedisCluster::start();
-    let store = store(&cluster).await;
-    let limit = hourly(Algorithm::SlidingLog);
-    let check = Check::one("user:7", &limit);
-    admit(&store, &check, 5).await;
-    let key = store.key_of("user:7", &limit);
-    let slot = slot_of(&cluster, &key);
+/// Moves `slot`, keys and all, from its master to another, as a resharding does.
+fn move_slot(cluster: &RedisCluster, slot: u16) {
     let source = cluster.master_of(slot);
     let target = cluster
         .nodes()
@@ -176,7 +160,7 @@ async fn checks_follow_a_slot_moved_to_another_master() {
                 .arg(100),
         )
         .expect("CLUSTER GETKEYSINSLOT");
-    assert!(keys.contains(&key), "{keys:?}");
+    assert!(!keys.is_empty(), "the slot holds keys to move");
     source
         .query::<()>(
             redis::cmd("MIGRATE")
@@ -203,6 +187,16 @@ async fn checks_follow_a_slot_moved_to_another_master() {
         target.port(),
         "the slot moved"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_follow_a_slot_moved_to_another_master() {
+    let cluster = RedisCluster::start();
+    let store = store(&cluster).await;
+    let limit = hourly(Algorithm::SlidingLog);
+    let check = Check::one("user:7", &limit);
+    admit(&store, &check, 5).await;
+    move_slot(&cluster, slot_of(&cluster, &store.key_of("user:7", &limit)));
 
     let (verdict, _errors) = until_answered(&store, &check).await;
     assert!(verdict.is_admitted());
@@ -211,4 +205,37 @@ async fn checks_follow_a_slot_moved_to_another_master() {
         94,
         "the state moved with the slot: 5 before, 1 after"
     );
+}
+
+// One thread, on purpose: see `queued_together`.
+#[tokio::test(flavor = "current_thread")]
+async fn a_call_across_slots_that_meets_a_moved_slot_goes_again_slot_by_slot() {
+    let cluster = RedisCluster::start();
+    let store = store(&cluster).await;
+    slot_map_read(&cluster, &store).await;
+    let limit = hourly(Algorithm::FixedWindow);
+    let (first, second) = two_slots_of_one_master(&cluster, &store, &limit);
+    let checks = [Check::one(&first, &limit), Check::one(&second, &limit)];
+    let now = 1_700_000_000_000_000;
+    for _ in 0..5 {
+        for verdict in queued_together(&store, &checks, now).await {
+            assert!(verdict.expect("an answer").is_admitted());
+        }
+    }
+    let before = store.stats();
+    assert_eq!(before.regrouped, 0);
+    // The store's map still puts both slots on one master; Redis refuses the call before it
+    // writes anything, and each slot is decided on its own.
+    move_slot(&cluster, slot_of(&cluster, &store.key_of(&first, &limit)));
+    let verdicts = queued_together(&store, &checks, now).await;
+    for (identity, verdict) in [&first, &second].into_iter().zip(verdicts) {
+        let verdict = verdict.expect("an answer");
+        assert!(verdict.is_admitted(), "{identity}: {verdict:?}");
+        assert_eq!(
+            verdict.decisions()[0].remaining(),
+            94,
+            "{identity}: five before, one now, none twice"
+        );
+    }
+    assert_eq!(store.stats().regrouped, 1, "{:?}", store.stats());
 }

@@ -3,8 +3,10 @@
 //! A Lua decision costs Redis several times a plain command, and every call costs Redis about
 //! as much again before its first decision, so Redis CPU is the ceiling; one call carrying many
 //! checks spends it better. Checks enter a queue; a background task takes whatever is waiting
-//! (up to `max_batch`, grouped by cluster slot and time) and sends each group as one call, a
-//! round. At most [`ROUNDS_IN_FLIGHT`] rounds are out at once: while they are, checks gather
+//! (up to `max_batch`, grouped by time and, on a cluster, by the master that holds their slots)
+//! and sends each group as one call, a round. A call across slots reads every key before it
+//! writes any, so one that Redis refuses (a slot moved since the map was read) changed nothing
+//! and goes again slot by slot. At most [`ROUNDS_IN_FLIGHT`] rounds are out at once: while they are, checks gather
 //! in the queue and leave together with the next round, so batches grow with the load by
 //! themselves. Nothing waits for a batch to fill or for a timer: a lone check goes out alone
 //! and at once.
@@ -18,7 +20,8 @@ use redis::cluster_routing::Slot;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use super::connection::{Connection, store_error};
-use super::program::{Entry, Program};
+use super::program::{Entry, Program, crossed_slots};
+use super::slot_map::{Owners, SlotMap};
 use super::wire::{Part, decode_checks, encode_checks};
 use tollgate_core::clock::Micros;
 use tollgate_core::decision::Decision;
@@ -33,13 +36,11 @@ pub(crate) const QUEUE_CAPACITY: usize = 65_536;
 /// (32 connections, builds alternating, a quiet machine): one round 27 167-33 191 checks/s at
 /// 13.9-14.7 checks a call and 5.1-6.0 us of Redis CPU a decision; two rounds 35 884-39 085
 /// at 7.5-7.7 checks a call and 5.8-6.0 us; three rounds no faster than two, with smaller
-/// calls still. (On a busy machine the difference drowned in noise.)
+/// calls still. (On a busy machine the difference drowned in noise.) On a Redis Cluster a round
+/// is a call per master; one, two and four rounds measured alike there (`scripts/bench-server`'s
+/// cluster row alone, alternating), two with calls of 3.5 checks and 20% less Redis CPU a
+/// decision than four.
 pub(crate) const ROUNDS_IN_FLIGHT: usize = 2;
-
-/// Rounds out at once on a Redis Cluster, where a call carries only checks of one hash slot:
-/// with many identities calls rarely gather more than one check, so waiting for a round only
-/// delays the next, and the masters work in parallel.
-pub(crate) const CLUSTER_ROUNDS_IN_FLIGHT: usize = 4;
 
 /// What a part's call answers: the call's time and the part's decisions.
 pub(crate) type PartReply = Result<(Micros, Vec<Decision>), StoreError>;
@@ -57,6 +58,20 @@ pub(crate) struct Job {
 pub(crate) struct Counters {
     pub(crate) calls: AtomicU64,
     pub(crate) checks: AtomicU64,
+    /// Calls across slots that Redis refused (a slot had moved) and that went again slot by
+    /// slot.
+    pub(crate) regrouped: AtomicU64,
+}
+
+/// What every call needs.
+struct Sending {
+    connection: Connection,
+    program: Arc<Program>,
+    timeout: Duration,
+    counters: Arc<Counters>,
+    /// On a cluster: which master holds which slot, to put checks of several slots into one
+    /// call.
+    owners: Option<Arc<Owners>>,
 }
 
 /// Starts the batcher; it stops when every sender is dropped.
@@ -68,30 +83,20 @@ pub(crate) fn spawn(
     counters: Arc<Counters>,
 ) -> mpsc::Sender<Job> {
     let (sender, receiver) = mpsc::channel(QUEUE_CAPACITY);
-    tokio::spawn(run(
-        receiver,
+    let owners = connection.is_cluster().then(|| Arc::new(Owners::default()));
+    let sending = Arc::new(Sending {
         connection,
         program,
-        max_batch.max(1),
         timeout,
         counters,
-    ));
+        owners,
+    });
+    tokio::spawn(run(receiver, sending, max_batch.max(1)));
     sender
 }
 
-async fn run(
-    mut queue: mpsc::Receiver<Job>,
-    connection: Connection,
-    program: Arc<Program>,
-    max_batch: usize,
-    timeout: Duration,
-    counters: Arc<Counters>,
-) {
-    let rounds = Arc::new(Semaphore::new(if connection.is_cluster() {
-        CLUSTER_ROUNDS_IN_FLIGHT
-    } else {
-        ROUNDS_IN_FLIGHT
-    }));
+async fn run(mut queue: mpsc::Receiver<Job>, sending: Arc<Sending>, max_batch: usize) {
+    let rounds = Arc::new(Semaphore::new(ROUNDS_IN_FLIGHT));
     while let Some(first) = queue.recv().await {
         // Wait for room first: what arrives meanwhile joins this round.
         let Ok(permit) = Arc::clone(&rounds).acquire_owned().await else {
@@ -106,16 +111,17 @@ async fn run(
         }
         // A caller that gave up (timed out) no longer needs an answer: do not spend Redis on it.
         jobs.retain(|job| !job.reply.is_closed());
-        let groups = group_by_destination(jobs);
+        let groups = group_by_destination(jobs, sending.slot_map().as_deref());
         for group in &groups {
-            counters.calls.fetch_add(1, Ordering::Relaxed);
-            counters
+            sending.counters.calls.fetch_add(1, Ordering::Relaxed);
+            sending
+                .counters
                 .checks
                 .fetch_add(group.len() as u64, Ordering::Relaxed);
         }
         let calls: Vec<_> = groups
             .into_iter()
-            .map(|group| call(connection.clone(), Arc::clone(&program), group, timeout))
+            .map(|group| call(Arc::clone(&sending), group))
             .collect();
         tokio::spawn(async move {
             join_all(calls).await;
@@ -124,38 +130,122 @@ async fn run(
     }
 }
 
-/// Splits jobs into groups that can share one call: same cluster slot, same explicit time.
-fn group_by_destination(jobs: Vec<Job>) -> Vec<Vec<Job>> {
-    let mut groups: Vec<Vec<Job>> = Vec::new();
+impl Sending {
+    /// The cluster's slot map where calls may cross slots: on a cluster, with the function
+    /// library (a script cannot reach across slots). Asks for one when there is none yet.
+    fn slot_map(&self) -> Option<Arc<SlotMap>> {
+        let owners = self.owners.as_ref()?;
+        if !self.program.uses_functions() {
+            return None;
+        }
+        let map = owners.get();
+        if map.is_none() {
+            owners.refresh(&self.connection);
+        }
+        map
+    }
+}
+
+/// Where a group of jobs goes: a master of the slot map (several slots), else one slot (or
+/// the single Redis).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Destination {
+    Master(u16),
+    Slot(Option<Slot>),
+}
+
+/// Splits jobs into groups that can share one call: the same explicit time, and the same
+/// cluster slot or, where `map` says which master holds each slot, the same master. Within a
+/// group, jobs are ordered by slot, so that each slot's keys come together.
+fn group_by_destination(jobs: Vec<Job>, map: Option<&SlotMap>) -> Vec<Vec<Job>> {
+    let destination = |job: &Job| match (map, job.slot) {
+        (Some(map), Some(slot)) => map
+            .owner(slot)
+            .map_or(Destination::Slot(Some(slot)), Destination::Master),
+        (_, slot) => Destination::Slot(slot),
+    };
+    let mut groups: Vec<(Destination, Vec<Job>)> = Vec::new();
     for job in jobs {
+        let to = destination(&job);
         match groups
             .iter_mut()
-            .find(|group| group[0].slot == job.slot && group[0].at == job.at)
+            .find(|(known, group)| *known == to && group[0].at == job.at)
         {
-            Some(group) => group.push(job),
-            None => groups.push(vec![job]),
+            Some((_, group)) => group.push(job),
+            None => groups.push((to, vec![job])),
         }
     }
     groups
+        .into_iter()
+        .map(|(to, mut group)| {
+            if matches!(to, Destination::Master(_)) {
+                sort_by_slot(&mut group);
+            }
+            group
+        })
+        .collect()
 }
 
-/// Sends one group as one call and hands each job its decisions.
-async fn call(
-    mut connection: Connection,
-    program: Arc<Program>,
-    jobs: Vec<Job>,
-    timeout: Duration,
-) {
+/// Orders jobs so that jobs of one slot are adjacent, keeping their order within a slot.
+fn sort_by_slot(jobs: &mut [Job]) {
+    let mut slots: Vec<Option<Slot>> = Vec::new();
+    for job in jobs.iter() {
+        if !slots.contains(&job.slot) {
+            slots.push(job.slot);
+        }
+    }
+    if slots.len() > 1 {
+        jobs.sort_by_key(|job| slots.iter().position(|slot| *slot == job.slot));
+    }
+}
+
+/// How many of `keys`, in order, each cluster slot has; empty when they are all of one slot.
+fn slot_sizes(keys: &[String]) -> Vec<usize> {
+    let mut sizes: Vec<usize> = Vec::new();
+    let mut last = None;
+    for key in keys {
+        let slot = Slot::for_key(key.as_bytes());
+        match sizes.last_mut() {
+            Some(size) if last == Some(slot) => *size += 1,
+            _ => sizes.push(1),
+        }
+        last = Some(slot);
+    }
+    if sizes.len() > 1 { sizes } else { Vec::new() }
+}
+
+/// Sends one group as one call and hands each job its decisions. A call across slots that
+/// Redis refuses because a slot has moved wrote nothing: its jobs go again slot by slot, and
+/// the slot map is read anew.
+async fn call(sending: Arc<Sending>, jobs: Vec<Job>) {
     let (keys, spec) = encode_checks(jobs.iter().map(|job| &job.part));
+    // Only a cluster has slots; on a single Redis every key is the call's own.
+    let slots = if sending.owners.is_some() {
+        slot_sizes(&keys)
+    } else {
+        Vec::new()
+    };
     let counts: Vec<usize> = jobs.iter().map(|job| job.part.items.len()).collect();
-    let outcome = match program
-        .call::<Vec<u8>>(&mut connection, Entry::Check, &keys, jobs[0].at, &spec)
+    let mut connection = sending.connection.clone();
+    let outcome = match sending
+        .program
+        .call::<Vec<u8>>(
+            &mut connection,
+            Entry::Check,
+            &keys,
+            &slots,
+            jobs[0].at,
+            &spec,
+        )
         .await
     {
         Ok(reply) => {
             decode_checks(&reply, &counts).map_err(|error| StoreError::Failed(error.to_string()))
         }
-        Err(error) => Err(store_error(&error, timeout)),
+        Err(error) if !slots.is_empty() && crossed_slots(&error) => {
+            return regroup(sending, jobs).await;
+        }
+        Err(error) => Err(store_error(&error, sending.timeout)),
     };
     match outcome {
         Ok((now, decisions)) => {
@@ -169,4 +259,22 @@ async fn call(
             }
         }
     }
+}
+
+/// Sends the jobs of a refused call across slots again, one call per slot.
+async fn regroup(sending: Arc<Sending>, jobs: Vec<Job>) {
+    sending.counters.regrouped.fetch_add(1, Ordering::Relaxed);
+    if let Some(owners) = &sending.owners {
+        owners.refresh(&sending.connection);
+    }
+    let groups = group_by_destination(jobs, None);
+    sending
+        .counters
+        .calls
+        .fetch_add(groups.len() as u64, Ordering::Relaxed);
+    let calls: Vec<_> = groups
+        .into_iter()
+        .map(|group| Box::pin(call(Arc::clone(&sending), group)))
+        .collect();
+    join_all(calls).await;
 }

@@ -20,6 +20,7 @@ mod keys;
 mod program;
 mod security;
 mod sentinel;
+mod slot_map;
 mod wire;
 
 use std::sync::Arc;
@@ -60,6 +61,9 @@ pub struct RedisStats {
     pub calls: u64,
     /// Checks (or slot parts of cross-slot checks) those calls carried.
     pub checks: u64,
+    /// Calls carrying several hash slots of one cluster master that Redis refused because a
+    /// slot had moved; their checks went again slot by slot.
+    pub regrouped: u64,
 }
 
 /// A store in a single Redis or a Redis Cluster. Cheap to clone: clones share connections.
@@ -322,6 +326,7 @@ impl RedisStore {
         RedisStats {
             calls: self.shared.counters.calls.load(Ordering::Relaxed),
             checks: self.shared.counters.checks.load(Ordering::Relaxed),
+            regrouped: self.shared.counters.regrouped.load(Ordering::Relaxed),
         }
     }
 
@@ -420,7 +425,7 @@ impl RedisStore {
         let call =
             self.shared
                 .program
-                .call::<i64>(&mut connection, Entry::Adjust, &keys, at, &spec);
+                .call::<i64>(&mut connection, Entry::Adjust, &keys, &[], at, &spec);
         match tokio::time::timeout(timeout, call).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(error)) => Err(store_error(&error, timeout)),

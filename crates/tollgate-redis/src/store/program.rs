@@ -71,7 +71,8 @@ impl Program {
         let adjust_function = format!("tollgate_adjust_{version}");
         let library = format!(
             "#!lua name=tollgate_{version}\n{code}\
-             redis.register_function('{check_function}', check)\n\
+             redis.register_function{{function_name='{check_function}', callback=check, \
+             flags={{'allow-cross-slot-keys'}}}}\n\
              redis.register_function('{adjust_function}', adjust)\n"
         );
         Self {
@@ -90,18 +91,23 @@ impl Program {
     }
 
     /// Calls `entry` with `keys`, the time (`None`: the server's clock) and the numbers.
+    /// `slots` is empty when every key is of one hash slot (or not on a cluster); otherwise it
+    /// gives how many keys of `keys`, in order, each slot has: the first slot's are declared,
+    /// the others passed as arguments for the check function to reach across slots.
     pub(crate) async fn call<T: FromRedisValue>(
         &self,
         connection: &mut Connection,
         entry: Entry,
         keys: &[String],
+        slots: &[usize],
         at: Option<Micros>,
         numbers: &str,
     ) -> RedisResult<T> {
         let at = at.map_or_else(String::new, |at| at.to_string());
+        let call = CallKeys::new(keys, slots);
         if self.uses_functions() {
             match self
-                .call_function(connection, entry, keys, &at, numbers)
+                .call_function(connection, entry, &call, &at, numbers)
                 .await
             {
                 Err(error) if lacks_functions(&error) => self.give_up_functions(&error),
@@ -113,10 +119,15 @@ impl Program {
             Entry::Adjust => &self.adjust_script,
         };
         let mut invocation = script.prepare_invoke();
-        for key in keys {
+        for key in call.declared {
             invocation.key(key);
         }
         invocation.arg(&at).arg(numbers);
+        if let Some(sizes) = &call.further_sizes {
+            // A script has no `allow-cross-slot-keys`: Redis refuses the call, and the caller
+            // sends its checks slot by slot.
+            invocation.arg(sizes).arg(call.further);
+        }
         invocation.invoke_async(connection).await
     }
 
@@ -125,7 +136,7 @@ impl Program {
         &self,
         connection: &mut Connection,
         entry: Entry,
-        keys: &[String],
+        call: &CallKeys<'_>,
         at: &str,
         numbers: &str,
     ) -> RedisResult<T> {
@@ -136,10 +147,13 @@ impl Program {
         let mut fcall = redis::cmd("FCALL");
         fcall
             .arg(name)
-            .arg(keys.len())
-            .arg(keys)
+            .arg(call.declared.len())
+            .arg(call.declared)
             .arg(at)
             .arg(numbers);
+        if let Some(sizes) = &call.further_sizes {
+            fcall.arg(sizes).arg(call.further);
+        }
         match fcall.query_async(connection).await {
             Err(error) if function_missing(&error) => {
                 // REPLACE: loading is idempotent, and nodes racing to load it do not fail.
@@ -165,6 +179,43 @@ impl Program {
             );
         }
     }
+}
+
+/// A call's keys as Redis is given them: the declared ones (one hash slot), and the keys of
+/// further slots with their sizes as a JSON array, if any.
+struct CallKeys<'k> {
+    declared: &'k [String],
+    further: &'k [String],
+    further_sizes: Option<String>,
+}
+
+impl<'k> CallKeys<'k> {
+    fn new(keys: &'k [String], slots: &[usize]) -> Self {
+        match slots {
+            [first, rest @ ..] if !rest.is_empty() => {
+                let sizes: Vec<String> = rest.iter().map(ToString::to_string).collect();
+                Self {
+                    declared: &keys[..*first],
+                    further: &keys[*first..],
+                    further_sizes: Some(format!("[{}]", sizes.join(","))),
+                }
+            }
+            _ => Self {
+                declared: keys,
+                further: &[],
+                further_sizes: None,
+            },
+        }
+    }
+}
+
+/// Redis refused a call for reaching keys of a slot the node does not hold, or of several slots
+/// where that is not allowed: nothing was written, and the checks can go again slot by slot.
+pub(crate) fn crossed_slots(error: &RedisError) -> bool {
+    let text = error.to_string();
+    text.contains("non local key")
+        || text.contains("do not hash to the same slot")
+        || text.contains("CROSSSLOT")
 }
 
 /// The node does not have the library (yet, or any more).

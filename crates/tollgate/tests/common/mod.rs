@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use proptest::prelude::*;
 use tollgate::{
     Adjustment, Algorithm, Check, LeakyMode, Limit, MemoryStore, Micros, RedisConfig, RedisStore,
-    Store, Verdict,
+    Store, StoreError, Verdict,
 };
 use tollgate_testkit::{RedisCluster, RedisServer};
 
@@ -55,6 +55,86 @@ pub async fn single_store() -> RedisStore {
     RedisStore::connect(&server().url(), fresh_config())
         .await
         .expect("connect to the test redis")
+}
+
+/// Decides `checks` at `at`, every one queued before the store's batcher takes any: a check
+/// enters the queue when first polled, and on a test's one thread the batcher cannot run
+/// until all of them have been, however busy the machine is.
+pub async fn queued_together(
+    store: &RedisStore,
+    checks: &[Check<'_>],
+    at: Micros,
+) -> Vec<Result<Verdict, StoreError>> {
+    let mut pending: Vec<_> = checks
+        .iter()
+        .map(|check| Box::pin(store.check(check, Some(at))))
+        .collect();
+    std::future::poll_fn(|context| {
+        for check in &mut pending {
+            assert!(
+                check.as_mut().poll(context).is_pending(),
+                "answered at once"
+            );
+        }
+        std::task::Poll::Ready(())
+    })
+    .await;
+    futures_util::future::join_all(pending).await
+}
+
+/// The slot `key` hashes to, as the cluster computes it.
+pub fn slot_of(cluster: &RedisCluster, key: &str) -> u16 {
+    cluster
+        .nodes()
+        .iter()
+        .find_map(|node| {
+            node.query(redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))
+                .ok()
+        })
+        .expect("CLUSTER KEYSLOT")
+}
+
+/// Two identities whose states under `limit` lie in different slots of one master.
+pub fn two_slots_of_one_master(
+    cluster: &RedisCluster,
+    store: &RedisStore,
+    limit: &Limit,
+) -> (String, String) {
+    let first = "user:0".to_owned();
+    let slot = slot_of(cluster, &store.key_of(&first, limit));
+    let master = cluster.master_of(slot).port();
+    let second = (1..)
+        .map(|n| format!("user:{n}"))
+        .find(|identity| {
+            let other = slot_of(cluster, &store.key_of(identity, limit));
+            other != slot && cluster.master_of(other).port() == master
+        })
+        .expect("another slot of the same master");
+    (first, second)
+}
+
+/// Waits until the store has read the cluster's slot map (it does on its first call, in the
+/// background): until checks of two slots of one master go out as one call.
+pub async fn slot_map_read(cluster: &RedisCluster, store: &RedisStore) {
+    let probe = Limit::new(
+        "probe",
+        Algorithm::FixedWindow,
+        "1000000/h".parse().expect("a quota"),
+    )
+    .expect("a limit");
+    let (first, second) = two_slots_of_one_master(cluster, store, &probe);
+    let checks = [Check::one(&first, &probe), Check::one(&second, &probe)];
+    for _ in 0..500 {
+        let before = store.stats().calls;
+        for verdict in queued_together(store, &checks, 1_700_000_000_000_000).await {
+            verdict.expect("a probe's answer");
+        }
+        if store.stats().calls - before == 1 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("the store never put checks of two slots of one master into one call");
 }
 
 pub async fn cluster_store() -> RedisStore {
