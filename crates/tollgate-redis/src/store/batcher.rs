@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use futures_util::future::join_all;
+use futures_util::FutureExt;
+use futures_util::future::{BoxFuture, JoinAll, join_all};
 use redis::cluster_routing::Slot;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
@@ -111,20 +112,16 @@ async fn run(mut queue: mpsc::Receiver<Job>, sending: Arc<Sending>, max_batch: u
         }
         // A caller that gave up (timed out) no longer needs an answer: do not spend Redis on it.
         jobs.retain(|job| !job.reply.is_closed());
-        let groups = group_by_destination(jobs, sending.slot_map().as_deref());
-        for group in &groups {
-            sending.counters.calls.fetch_add(1, Ordering::Relaxed);
-            sending
-                .counters
-                .checks
-                .fetch_add(group.len() as u64, Ordering::Relaxed);
-        }
-        let calls: Vec<_> = groups
-            .into_iter()
-            .map(|group| call(Arc::clone(&sending), group))
-            .collect();
+        sending
+            .counters
+            .checks
+            .fetch_add(jobs.len() as u64, Ordering::Relaxed);
+        let round = calls(
+            &sending,
+            group_by_destination(jobs, sending.slot_map().as_deref()),
+        );
         tokio::spawn(async move {
-            join_all(calls).await;
+            round.await;
             drop(permit);
         });
     }
@@ -267,14 +264,18 @@ async fn regroup(sending: Arc<Sending>, jobs: Vec<Job>) {
     if let Some(owners) = &sending.owners {
         owners.refresh(&sending.connection);
     }
-    let groups = group_by_destination(jobs, None);
+    calls(&sending, group_by_destination(jobs, None)).await;
+}
+
+/// One call for each of `groups`, counted, all under way together.
+fn calls(sending: &Arc<Sending>, groups: Vec<Vec<Job>>) -> JoinAll<BoxFuture<'static, ()>> {
     sending
         .counters
         .calls
         .fetch_add(groups.len() as u64, Ordering::Relaxed);
-    let calls: Vec<_> = groups
-        .into_iter()
-        .map(|group| Box::pin(call(Arc::clone(&sending), group)))
-        .collect();
-    join_all(calls).await;
+    join_all(
+        groups
+            .into_iter()
+            .map(|group| call(Arc::clone(sending), group).boxed()),
+    )
 }
