@@ -34,11 +34,17 @@ fn escaped_len(part: &str) -> usize {
 }
 
 fn push_part(name: &mut String, part: &str) {
-    if escaped_len(part) > MAX_PART_BYTES {
+    let escaped = escaped_len(part);
+    if escaped > MAX_PART_BYTES {
         name.push('#');
         for byte in Sha256::digest(part.as_bytes()) {
             name.push_str(&format!("{byte:02x}"));
         }
+        return;
+    }
+    if escaped == part.len() {
+        // Nothing to escape, as for nearly every key: copied whole rather than char by char.
+        name.push_str(part);
         return;
     }
     for c in part.chars() {
