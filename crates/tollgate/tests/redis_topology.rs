@@ -238,4 +238,27 @@ async fn a_call_across_slots_that_meets_a_moved_slot_goes_again_slot_by_slot() {
         );
     }
     assert_eq!(store.stats().regrouped, 1, "{:?}", store.stats());
+
+    // The refusal has the store read the map anew (at most once a second): once it has, the
+    // two slots go to their own masters and no call is refused again.
+    let probe = Limit::new(
+        "probe",
+        Algorithm::FixedWindow,
+        "1000000/h".parse().expect("a quota"),
+    )
+    .expect("a limit");
+    let probes = [Check::one(&first, &probe), Check::one(&second, &probe)];
+    let mut refused_since = 0;
+    for _ in 0..500 {
+        let before = store.stats().regrouped;
+        for verdict in queued_together(&store, &probes, now).await {
+            assert!(verdict.expect("an answer").is_admitted());
+        }
+        if store.stats().regrouped == before {
+            return;
+        }
+        refused_since += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the store never read the moved slot's master: {refused_since} calls refused since");
 }

@@ -6,10 +6,10 @@
 //! (up to `max_batch`, grouped by time and, on a cluster, by the master that holds their slots)
 //! and sends each group as one call, a round. A call across slots reads every key before it
 //! writes any, so one that Redis refuses (a slot moved since the map was read) changed nothing
-//! and goes again slot by slot. At most [`ROUNDS_IN_FLIGHT`] rounds are out at once: while they are, checks gather
-//! in the queue and leave together with the next round, so batches grow with the load by
-//! themselves. Nothing waits for a batch to fill or for a timer: a lone check goes out alone
-//! and at once.
+//! and goes again slot by slot. At most [`ROUNDS_IN_FLIGHT`] rounds are out at once: while they
+//! are, checks gather in the queue and leave together with the next round, so batches grow
+//! with the load by themselves. Nothing waits for a batch to fill or for a timer: a lone check
+//! goes out alone and at once.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -216,8 +216,9 @@ fn slot_sizes(keys: &[String]) -> Vec<usize> {
 /// the slot map is read anew.
 async fn call(sending: Arc<Sending>, jobs: Vec<Job>) {
     let (keys, spec) = encode_checks(jobs.iter().map(|job| &job.part));
-    // Only a cluster has slots; on a single Redis every key is the call's own.
-    let slots = if sending.owners.is_some() {
+    // The jobs know their slots (none on a single Redis): keys are hashed again only for a
+    // call that spans several.
+    let slots = if jobs.windows(2).any(|pair| pair[0].slot != pair[1].slot) {
         slot_sizes(&keys)
     } else {
         Vec::new()
