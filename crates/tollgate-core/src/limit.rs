@@ -16,6 +16,11 @@ pub const MAX_SLIDING_LOG_COUNT: u64 = 10_000;
 /// current time stays below 2^53 microseconds, where Lua's numbers are exact.
 const MAX_TOLERANCE_MICROS: Micros = 1 << 50;
 
+/// The longest a limit's state may take to pay off its debt and its capacity together, so
+/// that the instant it is fresh again, added to the current time, stays below 2^53
+/// microseconds (where Lua's numbers are exact).
+const MAX_DEBT_SPAN_MICROS: Micros = 1 << 51;
+
 /// A named quota and the algorithm that enforces it.
 ///
 /// Build one with [`Limit::new`] or [`Limit::builder`]; both validate the combination so that
@@ -141,6 +146,7 @@ impl Limit {
             mode: None,
             lease: 0,
             scope: Scope::Region,
+            max_debt: None,
         }
     }
 
@@ -216,6 +222,14 @@ impl Limit {
         self.shape.scope
     }
 
+    /// The most units a forced charge (a settlement above the estimate, a usage report) may
+    /// leave owing beyond the capacity. Debt is paid off at the quota's rate: a window
+    /// algorithm carries it into the windows that follow, a rate algorithm's state reaches that
+    /// far into the future. See [`LimitBuilder::max_debt`].
+    pub fn max_debt(&self) -> u64 {
+        self.shape.debt
+    }
+
     fn with_valid_lease(self) -> Result<Limit, LimitError> {
         let queueing = matches!(self.shape.mode, LeakyMode::Queue { .. });
         if self.shape.scope == Scope::Global && (self.shape.lease > 0 || queueing) {
@@ -254,6 +268,7 @@ impl Limit {
                 builder
                     .lease(share(self.shape.lease))
                     .scope(self.shape.scope)
+                    .max_debt(share(self.shape.debt))
                     .build()
                     .ok()
             });
@@ -306,9 +321,28 @@ struct Shape {
     interval: Micros,
     lease: u64,
     scope: Scope,
+    /// Units a forced charge may owe beyond the capacity (see [`Limit::max_debt`]); not part
+    /// of the state's name, since it changes how far a state may go, not what it means.
+    debt: u64,
 }
 
 impl Shape {
+    /// The debt bound: as asked (by default the largest cost a check may carry, so that any
+    /// usage a policy can report is charged in full), within what keeps the state's span below
+    /// [`MAX_DEBT_SPAN_MICROS`].
+    fn with_debt(mut self, asked: Option<u64>) -> Self {
+        let asked = asked.unwrap_or(crate::check::MAX_COST);
+        let fits = if self.algorithm.is_rate() {
+            (MAX_DEBT_SPAN_MICROS / self.interval.max(1)).saturating_sub(self.burst)
+        } else {
+            (MAX_DEBT_SPAN_MICROS / self.quota.period_micros().max(1))
+                .saturating_mul(self.quota.count())
+                .saturating_sub(self.quota.count())
+        };
+        self.debt = asked.min(fits);
+        self
+    }
+
     /// The limit, named for its state by its name and shape.
     fn into_limit(self) -> Result<Limit, LimitError> {
         use std::fmt::Write as _;
@@ -348,9 +382,20 @@ pub struct LimitBuilder {
     mode: Option<LeakyMode>,
     lease: u64,
     scope: Scope,
+    max_debt: Option<u64>,
 }
 
 impl LimitBuilder {
+    /// The most units a forced charge may leave owing beyond the capacity, paid off at the
+    /// quota's rate before anything more is admitted. Default: the largest cost a check may
+    /// carry (2^40), so a usage report is charged in full; within what keeps the state's span
+    /// below 2^51 us (a `1/d` window owes at most about 26 000 units). 0 forgives any usage
+    /// above the capacity.
+    pub fn max_debt(mut self, units: u64) -> Self {
+        self.max_debt = Some(units);
+        self
+    }
+
     /// Where the limit counts: [`Scope::Region`] (the default) or [`Scope::Global`].
     pub fn scope(mut self, scope: Scope) -> Self {
         self.scope = scope;
@@ -394,12 +439,13 @@ impl LimitBuilder {
                 algorithm: self.algorithm,
             });
         }
+        let debt = self.max_debt;
         let shape = if self.algorithm.is_rate() {
             self.rate_shape()?
         } else {
             self.window_shape()?
         };
-        shape.into_limit()
+        shape.with_debt(debt).into_limit()
     }
 
     /// A window algorithm's shape: no burst (its capacity is the quota count), no mode.
@@ -433,6 +479,7 @@ impl LimitBuilder {
             interval: 0,
             lease,
             scope,
+            debt: 0,
         })
     }
 
@@ -447,6 +494,7 @@ impl LimitBuilder {
             mode,
             lease,
             scope,
+            ..
         } = self;
         let burst = burst.unwrap_or(quota.count());
         if burst == 0 {
@@ -484,6 +532,7 @@ impl LimitBuilder {
             interval,
             lease,
             scope,
+            debt: 0,
         })
     }
 }

@@ -24,6 +24,9 @@ pub struct LimitSpec {
     pub lease: u64,
     /// Where the limit counts.
     pub scope: Scope,
+    /// The most units a forced charge may owe beyond the capacity; `None` for the default
+    /// (see [`crate::LimitBuilder::max_debt`]).
+    pub max_debt: Option<u64>,
 }
 
 impl LimitSpec {
@@ -36,6 +39,7 @@ impl LimitSpec {
             mode: None,
             lease: 0,
             scope: Scope::Region,
+            max_debt: None,
         }
     }
 
@@ -47,6 +51,9 @@ impl LimitSpec {
         }
         if let Some(mode) = self.mode {
             builder = builder.mode(mode);
+        }
+        if let Some(units) = self.max_debt {
+            builder = builder.max_debt(units);
         }
         builder.lease(self.lease).scope(self.scope).build()
     }

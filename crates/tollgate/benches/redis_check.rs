@@ -142,7 +142,7 @@ fn redis_benchmark_run(
         ])
         .args(["EVALSHA", sha, "1", "tg:{user:__rand_int__}:rate"])
         // The limit (GCRA 1000/s), then one check of one item: key 1, limit 1, cost 1.
-        .args(["", "[1,6,1000,1000000,1000,1000,0,1,1,1,1,1]"])
+        .args(["", "[1,6,1000,1000000,1000,1000,0,1099511627776,1,1,1,1,1]"])
         .output()
         .expect("redis-benchmark (installed with redis-server)");
     let csv = String::from_utf8_lossy(&output.stdout);

@@ -3,6 +3,9 @@
 //! Cheapest of all (one counter), exact within each window, but a client can spend a whole
 //! quota at the end of one window and another at the start of the next: up to twice the quota
 //! in any span of one period. This is envoyproxy/ratelimit's algorithm.
+//!
+//! A forced charge beyond the quota (debt, up to the limit's `max_debt`) is carried into the
+//! windows that follow, a quota's worth paid off per window.
 
 use super::{Transition, window_start};
 use crate::clock::Micros;
@@ -34,7 +37,13 @@ impl Transition for FixedWindow {
     fn advance(state: &mut State, limit: &Limit, now: Micros) {
         let start = window_start(now, limit.period());
         if start > state.start {
-            *state = State { start, count: 0 };
+            // Each window that passed pays off a quota's worth: only debt outlives its window.
+            let windows = (start - state.start) / limit.period();
+            let paid = windows.saturating_mul(limit.count());
+            *state = State {
+                start,
+                count: state.count.saturating_sub(paid),
+            };
         }
     }
 
@@ -43,7 +52,10 @@ impl Transition for FixedWindow {
     }
 
     fn consume(state: &mut State, limit: &Limit, _now: Micros, cost: u64) {
-        state.count = state.count.saturating_add(cost).min(2 * limit.count());
+        state.count = state
+            .count
+            .saturating_add(cost)
+            .min(limit.count() + limit.max_debt());
     }
 
     fn refund(state: &mut State, limit: &Limit, _now: Micros, amount: u64, charged_at: Micros) {
@@ -57,11 +69,8 @@ impl Transition for FixedWindow {
     }
 
     fn reset_after(state: &State, limit: &Limit, now: Micros) -> Micros {
-        if state.count == 0 {
-            0
-        } else {
-            (state.start + limit.period()).saturating_sub(now)
-        }
+        let windows = state.count.div_ceil(limit.count());
+        (state.start + windows * limit.period()).saturating_sub(now)
     }
 
     fn wait_for(state: &State, limit: &Limit, now: Micros, cost: u64) -> Option<Micros> {
@@ -70,7 +79,9 @@ impl Transition for FixedWindow {
         } else if state.count + cost <= limit.count() {
             Some(0)
         } else {
-            Some((state.start + limit.period()).saturating_sub(now))
+            // The first window whose carried count leaves room for the cost.
+            let windows = (state.count + cost - limit.count()).div_ceil(limit.count());
+            Some((state.start + windows * limit.period()).saturating_sub(now))
         }
     }
 }
@@ -97,5 +108,22 @@ mod tests {
         assert_eq!(denied.retry_after().unwrap().as_secs(), 50);
         assert_eq!(denied.reset_after().as_secs(), 50);
         run.at(60_000_000).admits(3);
+    }
+
+    #[test]
+    fn debt_is_carried_into_the_windows_that_follow() {
+        let limit = crate::testing::limit(Algorithm::FixedWindow, "10/s");
+        let mut state = super::State { start: 0, count: 0 };
+        use super::{FixedWindow, Transition};
+        FixedWindow::consume(&mut state, &limit, 0, 35);
+        assert_eq!(FixedWindow::reset_after(&state, &limit, 0), 4_000_000);
+        assert_eq!(FixedWindow::wait_for(&state, &limit, 0, 1), Some(3_000_000));
+        FixedWindow::advance(&mut state, &limit, 2_500_000);
+        assert_eq!(state.count, 15, "two windows paid twenty");
+        assert!(!FixedWindow::admits(&state, &limit, 2_500_000, 1));
+        FixedWindow::advance(&mut state, &limit, 3_000_000);
+        assert_eq!(state.count, 5);
+        assert!(FixedWindow::admits(&state, &limit, 3_000_000, 5));
+        assert!(!FixedWindow::admits(&state, &limit, 3_000_000, 6));
     }
 }

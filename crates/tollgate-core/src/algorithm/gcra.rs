@@ -4,7 +4,7 @@
 //! A request of cost `c` moves the arrival time `c` intervals ahead; it is admitted while the
 //! arrival time stays within `burst` intervals of now. This is what governor and redis-cell use.
 
-use super::{Transition, outstanding};
+use super::{Transition, outstanding, owed_span};
 use crate::clock::Micros;
 use crate::limit::Limit;
 
@@ -39,7 +39,7 @@ impl Transition for Gcra {
     }
 
     fn consume(state: &mut State, limit: &Limit, now: Micros, cost: u64) {
-        let ceiling = now + 2 * tolerance(limit);
+        let ceiling = now + owed_span(limit);
         state.tat = state
             .tat
             .saturating_add(cost.saturating_mul(limit.interval()))
@@ -47,7 +47,7 @@ impl Transition for Gcra {
     }
 
     fn refund(state: &mut State, limit: &Limit, now: Micros, amount: u64, charged_at: Micros) {
-        let poured = amount.min(2 * limit.capacity()) * limit.interval();
+        let poured = amount.min(limit.capacity() + limit.max_debt()) * limit.interval();
         let back = outstanding(poured, charged_at, now);
         state.tat = state.tat.saturating_sub(back).max(now);
     }

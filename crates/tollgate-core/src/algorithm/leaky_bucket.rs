@@ -8,7 +8,7 @@
 //!
 //! The water is kept as time: how long the bucket needs to drain.
 
-use super::{Transition, outstanding};
+use super::{Transition, outstanding, owed_span};
 use crate::algorithm::LeakyMode;
 use crate::clock::Micros;
 use crate::limit::Limit;
@@ -53,11 +53,11 @@ impl Transition for LeakyBucket {
 
     fn consume(state: &mut State, limit: &Limit, _now: Micros, cost: u64) {
         let poured = cost.saturating_mul(limit.interval());
-        state.water = state.water.saturating_add(poured).min(2 * size(limit));
+        state.water = state.water.saturating_add(poured).min(owed_span(limit));
     }
 
     fn refund(state: &mut State, limit: &Limit, now: Micros, amount: u64, charged_at: Micros) {
-        let poured = amount.min(2 * limit.capacity()) * limit.interval();
+        let poured = amount.min(limit.capacity() + limit.max_debt()) * limit.interval();
         state.water = state
             .water
             .saturating_sub(outstanding(poured, charged_at, now));

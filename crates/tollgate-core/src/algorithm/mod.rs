@@ -143,8 +143,8 @@ pub trait Transition {
     /// Whether a request of `cost` fits now. Never true for a cost above the capacity.
     fn admits(state: &Self::State, limit: &Limit, now: Micros, cost: u64) -> bool;
 
-    /// Takes `cost` unconditionally. The debt a forced charge can build is capped at one
-    /// capacity beyond empty.
+    /// Takes `cost` unconditionally. The debt a forced charge can build is capped at the
+    /// limit's [`max_debt`](Limit::max_debt) beyond empty.
     fn consume(state: &mut Self::State, limit: &Limit, now: Micros, cost: u64);
 
     /// Gives back `amount` of a charge taken at `charged_at`, but only what of it still counts:
@@ -358,6 +358,12 @@ pub fn peek(stored: Option<&State>, limit: &Limit, now: Micros, cost: u64) -> De
 /// than what remains of it, and it is all of it when the refund comes at once.
 pub(crate) fn outstanding(poured: Micros, charged_at: Micros, now: Micros) -> Micros {
     poured.saturating_sub(now.saturating_sub(charged_at))
+}
+
+/// The farthest a rate algorithm's state may reach past now: its capacity and its debt bound,
+/// in time at the steady rate (below 2^51 us by [`Limit::max_debt`]'s bound).
+pub(crate) fn owed_span(limit: &Limit) -> Micros {
+    (limit.capacity() + limit.max_debt()) * limit.interval()
 }
 
 /// How one stored state changes outside a check.

@@ -3,6 +3,10 @@
 //! Exact: in every span of one period, never more than the quota. Memory and time grow with
 //! the number of distinct instants in the log (at most the quota count), so it suits small
 //! quotas such as logins per minute.
+//!
+//! A forced charge beyond what the log holds (twice the quota) is owed (up to the limit's
+//! `max_debt`) and paid off a quota's worth per period from when it was first owed; while
+//! anything is owed it counts against the quota like the log's entries.
 
 use std::collections::VecDeque;
 
@@ -21,6 +25,28 @@ pub struct State {
     pub entries: VecDeque<(Micros, u64)>,
     /// The sum of the entries' units.
     pub total: u64,
+    /// Units owed beyond what the log holds.
+    pub owed: u64,
+    /// When the periods that pay off what is owed started (0 when nothing is owed).
+    pub owed_at: Micros,
+}
+
+/// What is still owed at `at`: a quota's worth is paid off at the end of each period since
+/// `owed_at`.
+fn owed_left(state: &State, limit: &Limit, at: Micros) -> u64 {
+    if state.owed == 0 {
+        return 0;
+    }
+    let periods = at.saturating_sub(state.owed_at) / limit.period();
+    state
+        .owed
+        .saturating_sub(periods.saturating_mul(limit.count()))
+}
+
+/// When what is owed leaves room for `cost` (with nothing else counted).
+fn owed_room_at(state: &State, limit: &Limit, cost: u64) -> Micros {
+    let excess = state.owed.saturating_sub(limit.count() - cost);
+    state.owed_at + excess.div_ceil(limit.count()) * limit.period()
 }
 
 impl Transition for SlidingLog {
@@ -38,21 +64,39 @@ impl Transition for SlidingLog {
             state.entries.pop_front();
             state.total -= units;
         }
+        if state.owed > 0 {
+            let periods = now.saturating_sub(state.owed_at) / limit.period();
+            let owed = owed_left(state, limit, now);
+            (state.owed, state.owed_at) = if owed == 0 {
+                (0, 0)
+            } else {
+                (owed, state.owed_at + periods * limit.period())
+            };
+        }
     }
 
     fn admits(state: &State, limit: &Limit, _now: Micros, cost: u64) -> bool {
-        cost <= limit.count() && state.total + cost <= limit.count()
+        cost <= limit.count() && state.total + state.owed + cost <= limit.count()
     }
 
     fn consume(state: &mut State, limit: &Limit, now: Micros, cost: u64) {
-        let cost = cost.min((2 * limit.count()).saturating_sub(state.total));
-        if cost == 0 {
-            return;
+        let count = limit.count();
+        let held = (count + count.min(limit.max_debt())).saturating_sub(state.total);
+        let logged = cost.min(held);
+        if logged > 0 {
+            state.total += logged;
+            match state.entries.back_mut() {
+                Some((at, units)) if *at >= now => *units += logged,
+                _ => state.entries.push_back((now, logged)),
+            }
         }
-        state.total += cost;
-        match state.entries.back_mut() {
-            Some((at, units)) if *at >= now => *units += cost,
-            _ => state.entries.push_back((now, cost)),
+        let room = (count + limit.max_debt()).saturating_sub(state.total + state.owed);
+        let owed = (cost - logged).min(room);
+        if owed > 0 {
+            if state.owed == 0 {
+                state.owed_at = now;
+            }
+            state.owed += owed;
         }
     }
 
@@ -72,14 +116,20 @@ impl Transition for SlidingLog {
     }
 
     fn remaining(state: &State, limit: &Limit, _now: Micros) -> u64 {
-        limit.count().saturating_sub(state.total)
+        limit.count().saturating_sub(state.total + state.owed)
     }
 
     fn reset_after(state: &State, limit: &Limit, now: Micros) -> Micros {
-        state
+        let logged = state
             .entries
             .back()
-            .map_or(0, |&(at, _)| (at + limit.period()).saturating_sub(now))
+            .map_or(0, |&(at, _)| at + limit.period());
+        let paid = if state.owed == 0 {
+            0
+        } else {
+            state.owed_at + state.owed.div_ceil(limit.count()) * limit.period()
+        };
+        logged.max(paid).saturating_sub(now)
     }
 
     fn wait_for(state: &State, limit: &Limit, now: Micros, cost: u64) -> Option<Micros> {
@@ -87,16 +137,45 @@ impl Transition for SlidingLog {
             return None;
         }
         let mut total = state.total;
-        if total + cost <= limit.count() {
+        if total + owed_left(state, limit, now) + cost <= limit.count() {
             return Some(0);
         }
+        // Room comes as entries age out and as periods pay off what is owed: the first of
+        // those instants at which the cost fits (what counts only falls with time).
+        let fits =
+            |total: u64, at: Micros| total + owed_left(state, limit, at) + cost <= limit.count();
+        let mut owed_steps = if state.owed == 0 {
+            Vec::new()
+        } else {
+            let mut steps = vec![
+                (state.owed_at + limit.period()).max(now),
+                owed_room_at(state, limit, cost).max(now),
+            ];
+            steps.sort_unstable();
+            steps
+        };
+        owed_steps.reverse();
         for &(at, units) in &state.entries {
+            let expiry = at + limit.period();
+            while let Some(&step) = owed_steps.last()
+                && step < expiry
+            {
+                if fits(total, step) {
+                    return Some(step - now);
+                }
+                owed_steps.pop();
+            }
             total -= units;
-            if total + cost <= limit.count() {
-                return Some((at + limit.period()).saturating_sub(now));
+            if fits(total, expiry) {
+                return Some(expiry.saturating_sub(now));
             }
         }
-        Some(0)
+        while let Some(step) = owed_steps.pop() {
+            if fits(total, step) {
+                return Some(step - now);
+            }
+        }
+        Some(owed_room_at(state, limit, cost).saturating_sub(now))
     }
 }
 
@@ -148,5 +227,27 @@ mod tests {
             state.total, 3,
             "nothing is counted from an instant with no entry"
         );
+    }
+
+    #[test]
+    fn usage_beyond_the_log_is_owed_and_paid_a_quota_a_period() {
+        let limit = crate::testing::limit(Algorithm::SlidingLog, "5/s");
+        let mut state = State::default();
+        // 42 used at once: 10 in the log (twice the quota), 32 owed.
+        SlidingLog::consume(&mut state, &limit, 0, 42);
+        assert_eq!((state.total, state.owed, state.owed_at), (10, 32, 0));
+        assert_eq!(SlidingLog::reset_after(&state, &limit, 0), 7_000_000);
+        // The log empties after a second; 32 owed need 6 periods to fall to 2, leaving room
+        // for 3 more.
+        assert_eq!(SlidingLog::wait_for(&state, &limit, 0, 3), Some(6_000_000));
+        SlidingLog::advance(&mut state, &limit, 5_999_999);
+        assert_eq!((state.total, state.owed, state.owed_at), (0, 7, 5_000_000));
+        assert!(!SlidingLog::admits(&state, &limit, 5_999_999, 1));
+        SlidingLog::advance(&mut state, &limit, 6_000_000);
+        assert_eq!(state.owed, 2);
+        assert!(SlidingLog::admits(&state, &limit, 6_000_000, 3));
+        assert!(!SlidingLog::admits(&state, &limit, 6_000_000, 4));
+        SlidingLog::advance(&mut state, &limit, 7_000_000);
+        assert_eq!((state.owed, state.owed_at), (0, 0), "paid off");
     }
 }

@@ -12,6 +12,10 @@
 //! solved inequality, which is right or one off, and bracket then bisect when it is not, so a
 //! check costs a handful of evaluations; the Lua script walks from the same start one step at a
 //! time and finds the same answer, the predicate being monotone.
+//!
+//! A forced charge beyond the quota (debt, up to the limit's `max_debt`) is carried: each
+//! window that passes pays off a quota's worth of the current count, and what it paid becomes
+//! the previous window's count.
 
 use super::{Transition, window_start};
 use crate::clock::Micros;
@@ -139,16 +143,38 @@ fn first_admitting(
     (found < period).then_some(found)
 }
 
-/// When a request of `cost` that does not fit in the current window is admitted: in the next
-/// window, where the current count becomes the weighted one, or in the one after.
+/// The (previous, current) counts `windows` (at least 1) windows after the state's: each
+/// window pays off a quota's worth of the current count, and the last window's payment is its
+/// previous count. Without debt, that is the current count as the previous one, then nothing.
+fn carried(state: &State, limit: &Limit, windows: u64) -> (u64, u64) {
+    let count = limit.count();
+    let paid_before = (windows - 1).saturating_mul(count);
+    let previous = state.current.saturating_sub(paid_before).min(count);
+    let current = state
+        .current
+        .saturating_sub(paid_before.saturating_add(count));
+    (previous, current)
+}
+
+/// When a request of `cost` that does not fit in the current window is admitted: in the first
+/// later window whose carried count leaves room for it, or the one after, or the one after
+/// that (where nothing is left of the state's counts).
 #[cold]
 fn after_this_window(state: &State, limit: &Limit, cost: u64) -> Micros {
     let period = limit.period();
-    let weighted = weighted(limit, state.current, 0);
-    match first_admitting(limit, state.current, 0, 0, weighted, cost) {
-        Some(found) => state.start + period + found,
-        None => state.start + 2 * period,
+    let count = limit.count();
+    let first = (state.current + cost)
+        .saturating_sub(count)
+        .div_ceil(count)
+        .max(1);
+    for windows in first..first + 2 {
+        let (previous, current) = carried(state, limit, windows);
+        let weighted = weighted(limit, previous, 0);
+        if let Some(found) = first_admitting(limit, previous, current, 0, weighted, cost) {
+            return state.start + windows * period + found;
+        }
     }
+    state.start + (first + 2) * period
 }
 
 impl Transition for SlidingWindow {
@@ -165,15 +191,11 @@ impl Transition for SlidingWindow {
     fn advance(state: &mut State, limit: &Limit, now: Micros) {
         let start = window_start(now, limit.period());
         if start > state.start {
-            let previous = if start == state.start + limit.period() {
-                state.current
-            } else {
-                0
-            };
+            let (previous, current) = carried(state, limit, (start - state.start) / limit.period());
             *state = State {
                 start,
                 previous,
-                current: 0,
+                current,
             };
         }
     }
@@ -190,7 +212,10 @@ impl Transition for SlidingWindow {
     }
 
     fn consume(state: &mut State, limit: &Limit, _now: Micros, cost: u64) {
-        state.current = state.current.saturating_add(cost).min(2 * limit.count());
+        state.current = state
+            .current
+            .saturating_add(cost)
+            .min(limit.count() + limit.max_debt());
     }
 
     fn refund(state: &mut State, limit: &Limit, _now: Micros, amount: u64, charged_at: Micros) {
@@ -209,7 +234,8 @@ impl Transition for SlidingWindow {
 
     fn reset_after(state: &State, limit: &Limit, now: Micros) -> Micros {
         let end = if state.current > 0 {
-            state.start + 2 * limit.period()
+            let windows = state.current.div_ceil(limit.count()) + 1;
+            state.start + windows * limit.period()
         } else if state.previous > 0 {
             state.start + limit.period()
         } else {
@@ -383,6 +409,33 @@ mod tests {
                 "{state:?} {limit} from {from} cost {cost}"
             );
         }
+    }
+
+    #[test]
+    fn debt_is_carried_a_quota_a_window() {
+        let limit = crate::testing::limit(Algorithm::SlidingWindow, "10/s");
+        let mut state = SlidingWindow::fresh(&limit, 0);
+        SlidingWindow::consume(&mut state, &limit, 0, 35);
+        assert_eq!(SlidingWindow::reset_after(&state, &limit, 0), 5_000_000);
+        SlidingWindow::advance(&mut state, &limit, 3_000_000);
+        assert_eq!(
+            (state.previous, state.current),
+            (10, 5),
+            "three windows paid 30"
+        );
+        // 5 carried and the previous 10 weighted by their overlap: one more fits once the
+        // weighted 10 fall to 4, 600 ms into the window.
+        assert_eq!(
+            SlidingWindow::wait_for(&state, &limit, 3_000_000, 1),
+            Some(600_000)
+        );
+        // Six more need the next window, once the 5 carried weigh 4 (200 ms into it).
+        assert_eq!(
+            SlidingWindow::wait_for(&state, &limit, 3_000_000, 6),
+            Some(1_200_000)
+        );
+        SlidingWindow::advance(&mut state, &limit, 5_000_000);
+        assert_eq!((state.previous, state.current), (0, 0));
     }
 
     #[test]

@@ -64,14 +64,14 @@ impl Transition for TokenBucket {
         state.tokens = state
             .tokens
             .saturating_sub_unsigned(cost)
-            .max(-capacity(limit));
+            .max(-(limit.max_debt() as i64));
     }
 
     fn refund(state: &mut State, limit: &Limit, now: Micros, amount: u64, charged_at: Micros) {
         // Seen as credit (whole tokens plus the refill progress since `last`), the bucket is a
         // capped continuous level like GCRA's, so the refund is given back on that scale.
         let interval = limit.interval() as i64;
-        let poured = amount.min(2 * limit.capacity()) * limit.interval();
+        let poured = amount.min(limit.capacity() + limit.max_debt()) * limit.interval();
         let back = outstanding(poured, charged_at, now) as i64;
         let progress = now.saturating_sub(state.last) as i64;
         let credit = (state.tokens * interval + progress + back).min(capacity(limit) * interval);
@@ -150,6 +150,17 @@ mod tests {
         assert_eq!(state.tokens, -5);
         assert_eq!(TokenBucket::wait_for(&state, &limit, 0, 1), Some(600_000));
         TokenBucket::consume(&mut state, &limit, 0, 1_000);
-        assert_eq!(state.tokens, -10, "debt is capped at one capacity");
+        assert_eq!(state.tokens, -1_005, "what was used is owed in full");
+        assert_eq!(
+            TokenBucket::wait_for(&state, &limit, 0, 1),
+            Some(100_600_000)
+        );
+        let bounded = Limit::builder("b", Algorithm::TokenBucket, "10/s".parse().unwrap())
+            .max_debt(10)
+            .build()
+            .unwrap();
+        let mut state = TokenBucket::fresh(&bounded, 0);
+        TokenBucket::consume(&mut state, &bounded, 0, 1_000);
+        assert_eq!(state.tokens, -10, "debt is capped at the limit's bound");
     }
 }

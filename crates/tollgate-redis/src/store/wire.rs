@@ -29,8 +29,9 @@ pub(crate) struct Part {
     pub(crate) items: Vec<PartItem>,
 }
 
-/// A limit's six script parameters: alg, count, period, capacity, interval, delay_after.
-fn limit_parameters(limit: &Limit) -> [u64; 6] {
+/// A limit's seven script parameters: alg, count, period, capacity, interval, delay_after,
+/// debt.
+fn limit_parameters(limit: &Limit) -> [u64; 7] {
     let code = match limit.algorithm() {
         Algorithm::FixedWindow => 1,
         Algorithm::SlidingLog => 2,
@@ -50,6 +51,7 @@ fn limit_parameters(limit: &Limit) -> [u64; 6] {
         limit.capacity(),
         limit.interval(),
         delay_after,
+        limit.max_debt(),
     ]
 }
 
@@ -85,7 +87,7 @@ impl Numbers {
 struct Tables {
     keys: Vec<String>,
     key_index: HashMap<String, usize>,
-    limits: Vec<[u64; 6]>,
+    limits: Vec<[u64; 7]>,
 }
 
 impl Tables {
@@ -241,10 +243,14 @@ mod tests {
         let parts = [part(&["a", "b"]), part(&["b"])];
         let (keys, spec) = encode_checks(parts.iter());
         assert_eq!(keys, ["a", "b"]);
-        // One distinct limit (GCRA 10/s: alg, count, period, capacity, interval, delay_after);
+        // One distinct limit (GCRA 10/s: alg, count, period, capacity, interval, delay_after,
+        // debt);
         // 2 checks; the first: 2 items (key 1, key 2); the second: 1 item on key 2; every
         // item under limit 1 at cost 1.
-        assert_eq!(spec, "[1,6,10,1000000,10,100000,0,2,2,1,1,1,2,1,1,1,2,1,1]");
+        assert_eq!(
+            spec,
+            "[1,6,10,1000000,10,100000,0,1099511627776,2,2,1,1,1,2,1,1,1,2,1,1]"
+        );
     }
 
     fn packed(numbers: &[i64]) -> Vec<u8> {

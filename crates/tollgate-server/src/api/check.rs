@@ -54,6 +54,8 @@ pub(crate) struct InlineLimit {
     delay_after: Option<u64>,
     /// Where the limit counts: `region` (the default) or `global`.
     scope: Option<tollgate::Scope>,
+    /// The most units a settlement may leave owing beyond the capacity.
+    max_debt: Option<u64>,
     name: Option<String>,
     cost: Option<u64>,
 }
@@ -168,6 +170,7 @@ impl InlineLimit {
             burst: self.burst,
             mode,
             scope: self.scope.unwrap_or_default(),
+            max_debt: self.max_debt.map(|units| units.min(MAX_COST)),
             ..LimitSpec::new(self.algorithm, self.quota)
         })
     }

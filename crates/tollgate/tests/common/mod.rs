@@ -151,11 +151,30 @@ pub fn any_limit(name: &'static str) -> impl Strategy<Value = Limit> {
         Just(60_000_000),
         1_000u64..5_000_000
     ];
-    (0usize..6, 1u64..12, period, 1u64..15, 0u64..15).prop_map(
-        move |(which, count, period, burst, delay)| {
-            limit_of(name, which, count, period, burst, delay)
+    // Debt bounds: the default (usage charged in full), none, or a few units.
+    let debt = prop_oneof![2 => Just(None), 1 => Just(Some(0)), 1 => (1u64..30).prop_map(Some)];
+    (0usize..6, 1u64..12, period, 1u64..15, 0u64..15, debt).prop_map(
+        move |(which, count, period, burst, delay, debt)| {
+            let limit = limit_of(name, which, count, period, burst, delay);
+            match debt {
+                Some(units) => with_debt(&limit, units),
+                None => limit,
+            }
         },
     )
+}
+
+/// `limit` with a debt bound of `units`.
+pub fn with_debt(limit: &Limit, units: u64) -> Limit {
+    let mut builder =
+        Limit::builder(limit.name().to_owned(), limit.algorithm(), limit.quota()).max_debt(units);
+    if let Some(burst) = limit.burst() {
+        builder = builder.burst(burst);
+    }
+    if limit.algorithm() == Algorithm::LeakyBucket {
+        builder = builder.mode(limit.mode());
+    }
+    builder.build().expect("valid limit")
 }
 
 /// The limit of algorithm number `which` with `count` per `period` microseconds, `burst` for
@@ -204,7 +223,8 @@ pub fn workload() -> impl Strategy<Value = (Vec<Limit>, Vec<(Micros, Step)>)> {
     let step = prop_oneof![
         8 => prop::collection::vec(item, 1..4).prop_map(Step::Check),
         1 => (0usize..4).prop_map(Step::Refund),
-        1 => (0usize..3, 0usize..3, 1u64..8).prop_map(|(k, l, c)| Step::Charge(k, l, c)),
+        1 => (0usize..3, 0usize..3, prop_oneof![3 => 1u64..8, 1 => 8u64..120])
+            .prop_map(|(k, l, c)| Step::Charge(k, l, c)),
     ];
     let gap = prop_oneof![3 => Just(0u64), 4 => 0u64..300_000, 1 => 0u64..20_000_000];
     (limits, prop::collection::vec((gap, step), 1..60))

@@ -3,7 +3,7 @@
 -- are exact), a Rust `saturating_sub` is a `math.max(0, ...)` here, and the sliding window
 -- counter's floating point runs the same operations in the same order.
 --
--- A limit L is {alg, count, period, capacity, interval, delay_after}; alg is 1 fixed_window,
+-- A limit L is {alg, count, period, capacity, interval, delay_after, debt}; alg is 1 fixed_window,
 -- 2 sliding_log, 3 sliding_window, 4 token_bucket, 5 leaky_bucket, 6 gcra. A state is a table.
 
 -- A function library's top level may not read globals (Redis runs it in a bare environment
@@ -47,22 +47,24 @@ BUILD[1] = function() return {
   fresh = function(L, now) return { start = window_start(now, L.period), count = 0 } end,
   advance = function(s, L, now)
     local start = window_start(now, L.period)
-    if start > s.start then s.start = start; s.count = 0 end
+    if start > s.start then
+      s.count = max(0, s.count - (start - s.start) / L.period * L.count)
+      s.start = start
+    end
   end,
   admits = function(s, L, now, cost) return cost <= L.count and s.count + cost <= L.count end,
-  consume = function(s, L, now, cost) s.count = min(s.count + cost, 2 * L.count) end,
+  consume = function(s, L, now, cost) s.count = min(s.count + cost, L.count + L.debt) end,
   refund = function(s, L, now, amount, charged_at)
     if window_start(charged_at, L.period) == s.start then s.count = max(0, s.count - amount) end
   end,
   remaining = function(s, L, now) return max(0, L.count - s.count) end,
   reset_after = function(s, L, now)
-    if s.count == 0 then return 0 end
-    return max(0, s.start + L.period - now)
+    return max(0, s.start + ceil(s.count / L.count) * L.period - now)
   end,
   wait_for = function(s, L, now, cost)
     if cost > L.count then return nil end
     if s.count + cost <= L.count then return 0 end
-    return max(0, s.start + L.period - now)
+    return max(0, s.start + ceil((s.count + cost - L.count) / L.count) * L.period - now)
   end,
   -- The window is stored as its index; an index more than a period ahead of now can only come
   -- from a limit whose period was changed, and starts fresh.
@@ -75,9 +77,19 @@ BUILD[1] = function() return {
 } end
 
 -- 2: sliding log: entries {at, units}, oldest first ---------------------------------------
-BUILD[2] = function() return {
+BUILD[2] = function()
+  -- What is owed at `at`: a quota's worth is paid off at the end of each period since owed_at.
+  local function owed_left(s, L, at)
+    if s.owed == 0 then return 0 end
+    return max(0, s.owed - floor(max(0, at - s.owed_at) / L.period) * L.count)
+  end
+  -- When what is owed leaves room for `cost` (with nothing else counted).
+  local function owed_room_at(s, L, cost)
+    return s.owed_at + ceil(max(0, s.owed - (L.count - cost)) / L.count) * L.period
+  end
+  return {
   tag = 108, -- 'l'
-  fresh = function(L, now) return { entries = {}, total = 0 } end,
+  fresh = function(L, now) return { entries = {}, total = 0, owed = 0, owed_at = 0 } end,
   advance = function(s, L, now)
     local first = 1
     while s.entries[first] and s.entries[first][1] + L.period <= now do
@@ -89,17 +101,34 @@ BUILD[2] = function() return {
       for i = first, #s.entries do kept[#kept + 1] = s.entries[i] end
       s.entries = kept
     end
+    if s.owed > 0 then
+      local periods = floor(max(0, now - s.owed_at) / L.period)
+      local owed = owed_left(s, L, now)
+      if owed == 0 then
+        s.owed, s.owed_at = 0, 0
+      else
+        s.owed, s.owed_at = owed, s.owed_at + periods * L.period
+      end
+    end
   end,
-  admits = function(s, L, now, cost) return cost <= L.count and s.total + cost <= L.count end,
+  admits = function(s, L, now, cost)
+    return cost <= L.count and s.total + s.owed + cost <= L.count
+  end,
   consume = function(s, L, now, cost)
-    cost = min(cost, max(0, 2 * L.count - s.total))
-    if cost == 0 then return end
-    s.total = s.total + cost
-    local last = s.entries[#s.entries]
-    if last and last[1] >= now then
-      last[2] = last[2] + cost
-    else
-      s.entries[#s.entries + 1] = { now, cost }
+    local logged = min(cost, max(0, L.count + min(L.count, L.debt) - s.total))
+    if logged > 0 then
+      s.total = s.total + logged
+      local last = s.entries[#s.entries]
+      if last and last[1] >= now then
+        last[2] = last[2] + logged
+      else
+        s.entries[#s.entries + 1] = { now, logged }
+      end
+    end
+    local owed = min(cost - logged, max(0, L.count + L.debt - (s.total + s.owed)))
+    if owed > 0 then
+      if s.owed == 0 then s.owed_at = now end
+      s.owed = s.owed + owed
     end
   end,
   refund = function(s, L, now, amount, charged_at)
@@ -114,33 +143,57 @@ BUILD[2] = function() return {
       end
     end
   end,
-  remaining = function(s, L, now) return max(0, L.count - s.total) end,
+  remaining = function(s, L, now) return max(0, L.count - (s.total + s.owed)) end,
   reset_after = function(s, L, now)
-    local last = s.entries[#s.entries]
-    if not last then return 0 end
-    return max(0, last[1] + L.period - now)
+    local last, logged, paid = s.entries[#s.entries], 0, 0
+    if last then logged = last[1] + L.period end
+    if s.owed > 0 then paid = s.owed_at + ceil(s.owed / L.count) * L.period end
+    return max(0, max(logged, paid) - now)
   end,
   wait_for = function(s, L, now, cost)
     if cost > L.count then return nil end
     local total = s.total
-    if total + cost <= L.count then return 0 end
-    for i = 1, #s.entries do
-      total = total - s.entries[i][2]
-      if total + cost <= L.count then return max(0, s.entries[i][1] + L.period - now) end
+    if total + owed_left(s, L, now) + cost <= L.count then return 0 end
+    -- Room comes as entries age out and as periods pay off what is owed: the first of those
+    -- instants at which the cost fits (what counts only falls with time).
+    local function fits(t, at) return t + owed_left(s, L, at) + cost <= L.count end
+    local steps = {}
+    if s.owed > 0 then
+      steps = { max(s.owed_at + L.period, now), max(owed_room_at(s, L, cost), now) }
+      if steps[2] < steps[1] then steps[1], steps[2] = steps[2], steps[1] end
     end
-    return 0
+    local next_step = 1
+    for i = 1, #s.entries do
+      local expiry = s.entries[i][1] + L.period
+      while steps[next_step] and steps[next_step] < expiry do
+        if fits(total, steps[next_step]) then return steps[next_step] - now end
+        next_step = next_step + 1
+      end
+      total = total - s.entries[i][2]
+      if fits(total, expiry) then return max(0, expiry - now) end
+    end
+    while steps[next_step] do
+      if fits(total, steps[next_step]) then return steps[next_step] - now end
+      next_step = next_step + 1
+    end
+    return max(0, owed_room_at(s, L, cost) - now)
   end,
+  -- Entries as at,units pairs; what is owed, if anything, after a '!' as owed:owed_at.
   encode = function(s, L)
     local parts = {}
     for i = 1, #s.entries do parts[i] = format('%x,%x', s.entries[i][1], s.entries[i][2]) end
-    return 'l' .. table.concat(parts, ';')
+    local text = 'l' .. table.concat(parts, ';')
+    if s.owed > 0 then text = text .. format('!%x:%x', s.owed, s.owed_at) end
+    return text
   end,
   decode = function(text, L, now)
-    local s = { entries = {}, total = 0 }
+    local s = { entries = {}, total = 0, owed = 0, owed_at = 0 }
     for at, units in string.gmatch(text, '(%x+),(%x+)') do
       s.entries[#s.entries + 1] = { unhex(at), unhex(units) }
       s.total = s.total + unhex(units)
     end
+    local owed, owed_at = match(text, '!(%x+):(%x+)$')
+    if owed then s.owed, s.owed_at = unhex(owed), unhex(owed_at) end
     return s
   end,
 } end
@@ -172,14 +225,20 @@ BUILD[3] = function()
     if guess < period then return guess end
     return nil
   end
+
+  -- The (previous, current) counts `windows` (at least 1) windows after the state's: each
+  -- window pays off a quota's worth of the current count (see `carried` in Rust).
+  local function carried(s, L, windows)
+    local paid_before = (windows - 1) * L.count
+    return min(max(0, s.current - paid_before), L.count), max(0, s.current - (paid_before + L.count))
+  end
   return {
   tag = 115, -- 's'
   fresh = function(L, now) return { start = window_start(now, L.period), previous = 0, current = 0 } end,
   advance = function(s, L, now)
     local start = window_start(now, L.period)
     if start > s.start then
-      if start == s.start + L.period then s.previous = s.current else s.previous = 0 end
-      s.current = 0
+      s.previous, s.current = carried(s, L, (start - s.start) / L.period)
       s.start = start
     end
   end,
@@ -187,7 +246,7 @@ BUILD[3] = function()
     local elapsed = max(0, now - s.start)
     return cost <= L.count and fits(L, weighted(L, s.previous, elapsed), s.current, cost)
   end,
-  consume = function(s, L, now, cost) s.current = min(s.current + cost, 2 * L.count) end,
+  consume = function(s, L, now, cost) s.current = min(s.current + cost, L.count + L.debt) end,
   refund = function(s, L, now, amount, charged_at)
     local window = window_start(charged_at, L.period)
     if window == s.start then
@@ -205,7 +264,7 @@ BUILD[3] = function()
     return guess
   end,
   reset_after = function(s, L, now)
-    if s.current > 0 then return max(0, s.start + 2 * L.period - now) end
+    if s.current > 0 then return max(0, s.start + (ceil(s.current / L.count) + 1) * L.period - now) end
     if s.previous > 0 then return max(0, s.start + L.period - now) end
     return 0
   end,
@@ -217,8 +276,15 @@ BUILD[3] = function()
     if found then
       at = s.start + found
     else
-      found = first_admitting(L, s.current, 0, 0, cost)
-      if found then at = s.start + L.period + found else at = s.start + 2 * L.period end
+      -- The first later window whose carried count leaves room, or the one after, or the one
+      -- after that (where nothing is left of the state's counts).
+      local first = max(1, ceil(max(0, s.current + cost - L.count) / L.count))
+      at = s.start + (first + 2) * L.period
+      for windows = first, first + 1 do
+        local previous, current = carried(s, L, windows)
+        found = first_admitting(L, previous, current, 0, cost)
+        if found then at = s.start + windows * L.period + found; break end
+      end
     end
     return max(0, at - now)
   end,
@@ -247,10 +313,10 @@ BUILD[4] = function() return {
     end
   end,
   admits = function(s, L, now, cost) return cost <= L.capacity and s.tokens >= cost end,
-  consume = function(s, L, now, cost) s.tokens = max(s.tokens - cost, -L.capacity) end,
+  consume = function(s, L, now, cost) s.tokens = max(s.tokens - cost, -L.debt) end,
   refund = function(s, L, now, amount, charged_at)
     local interval = L.interval
-    local poured = min(amount, 2 * L.capacity) * interval
+    local poured = min(amount, L.capacity + L.debt) * interval
     local back = outstanding(poured, charged_at, now)
     local progress = max(0, now - s.last)
     local credit = min(s.tokens * interval + progress + back, L.capacity * interval)
@@ -296,10 +362,10 @@ BUILD[5] = function() return {
     return cost <= L.capacity and s.water + cost * L.interval <= L.capacity * L.interval
   end,
   consume = function(s, L, now, cost)
-    s.water = min(s.water + cost * L.interval, 2 * L.capacity * L.interval)
+    s.water = min(s.water + cost * L.interval, (L.capacity + L.debt) * L.interval)
   end,
   refund = function(s, L, now, amount, charged_at)
-    local poured = min(amount, 2 * L.capacity) * L.interval
+    local poured = min(amount, L.capacity + L.debt) * L.interval
     s.water = max(0, s.water - outstanding(poured, charged_at, now))
   end,
   remaining = function(s, L, now)
@@ -334,12 +400,12 @@ BUILD[6] = function() return {
     return cost <= L.capacity and s.tat + cost * L.interval - now <= L.capacity * L.interval
   end,
   consume = function(s, L, now, cost)
-    local tat, ceiling = s.tat + cost * L.interval, now + 2 * L.capacity * L.interval
+    local tat, ceiling = s.tat + cost * L.interval, now + (L.capacity + L.debt) * L.interval
     if tat > ceiling then tat = ceiling end
     s.tat = tat
   end,
   refund = function(s, L, now, amount, charged_at)
-    local poured = min(amount, 2 * L.capacity) * L.interval
+    local poured = min(amount, L.capacity + L.debt) * L.interval
     s.tat = max(now, s.tat - outstanding(poured, charged_at, now))
   end,
   remaining = function(s, L, now)
@@ -381,8 +447,8 @@ BUILD[6] = function() return {
 -- 1 900 key expiry, 2 000 Lua's garbage collector, 1 900 TIME and MGET.
 
 -- args[2] is a JSON array of numbers (integers, exact below 2^53 as Lua's doubles are), read
--- in order: the number of distinct limits, each limit's six parameters (alg, count, period,
--- capacity, interval, delay_after), then what the entry point itself reads (see `take`). One
+-- in order: the number of distinct limits, each limit's seven parameters (alg, count, period,
+-- capacity, interval, delay_after, debt), then what the entry point itself reads (see `take`). One
 -- argument decoded by one C call, rather than an argument a number each passed through
 -- `tonumber`, spares Redis a Lua string and a call per number; JSON keeps the argument text,
 -- so `redis-cli` and `redis-benchmark` can still send it. (MessagePack, read by cmsgpack,
@@ -446,9 +512,9 @@ local function begin(call_keys, args)
     limits[l] = {
       alg = alg, count = spec[at + 2], period = spec[at + 3],
       capacity = spec[at + 4], interval = spec[at + 5], delay_after = spec[at + 6],
-      algorithm = A[alg],
+      debt = spec[at + 7], algorithm = A[alg],
     }
-    at = at + 6
+    at = at + 7
   end
   if args[1] ~= '' then
     ttl_pad = 3600000000

@@ -70,6 +70,9 @@ pub(super) fn read_limit(node: Node<'_, '_>, what: &str, fallback: String) -> Op
         .get("scope")
         .and_then(|n| n.parse::<crate::Scope>(&format!("{what}: scope")))
         .unwrap_or_default();
+    let max_debt = map
+        .get("max_debt")
+        .and_then(|n| n.number(&format!("{what}: max_debt"), 0..=crate::check::MAX_COST));
     map.deny_unknown(&what, LIMIT_FIELDS);
     Some(LimitConfig {
         name,
@@ -80,6 +83,7 @@ pub(super) fn read_limit(node: Node<'_, '_>, what: &str, fallback: String) -> Op
             mode,
             lease,
             scope,
+            max_debt,
         },
         origin: map.origin(),
     })

@@ -71,6 +71,7 @@ const LIMIT_FIELDS: &[&str] = &[
     "delay_after",
     "lease",
     "scope",
+    "max_debt",
 ];
 const KEY_PARTS: &str = "ip, user, api_key, tenant, route, method, host, header:<name>, param:<name>, const:<value>, global";
 
