@@ -147,6 +147,7 @@ impl Limit {
             lease: 0,
             scope: Scope::Region,
             max_debt: None,
+            pinned: false,
         }
     }
 
@@ -222,6 +223,12 @@ impl Limit {
         self.shape.scope
     }
 
+    /// Whether the limit's states are pinned: a store that must evict to stay within its bound
+    /// takes them only when nothing else can go (see [`LimitBuilder::pinned`]).
+    pub fn pinned(&self) -> bool {
+        self.shape.pinned
+    }
+
     /// The most units a forced charge (a settlement above the estimate, a usage report) may
     /// leave owing beyond the capacity. Debt is paid off at the quota's rate: a window
     /// algorithm carries it into the windows that follow, a rate algorithm's state reaches that
@@ -269,6 +276,7 @@ impl Limit {
                     .lease(share(self.shape.lease))
                     .scope(self.shape.scope)
                     .max_debt(share(self.shape.debt))
+                    .pinned(self.shape.pinned)
                     .build()
                     .ok()
             });
@@ -324,6 +332,8 @@ struct Shape {
     /// Units a forced charge may owe beyond the capacity (see [`Limit::max_debt`]); not part
     /// of the state's name, since it changes how far a state may go, not what it means.
     debt: u64,
+    /// Evicted last (see [`Limit::pinned`]); not part of the state's name either.
+    pinned: bool,
 }
 
 impl Shape {
@@ -383,9 +393,19 @@ pub struct LimitBuilder {
     lease: u64,
     scope: Scope,
     max_debt: Option<u64>,
+    pinned: bool,
 }
 
 impl LimitBuilder {
+    /// Pins the limit's states: a store that must evict to stay within its key bound takes
+    /// them only when nothing else can go. For states whose loss would undo something, such as
+    /// the claims that let a charge be refunded once; states of limits clients count by are
+    /// kept by use (the least recently used go first), not by pins.
+    pub fn pinned(mut self, pinned: bool) -> Self {
+        self.pinned = pinned;
+        self
+    }
+
     /// The most units a forced charge may leave owing beyond the capacity, paid off at the
     /// quota's rate before anything more is admitted. Default: the largest cost a check may
     /// carry (2^40), so a usage report is charged in full; within what keeps the state's span
@@ -439,13 +459,13 @@ impl LimitBuilder {
                 algorithm: self.algorithm,
             });
         }
-        let debt = self.max_debt;
+        let (debt, pinned) = (self.max_debt, self.pinned);
         let shape = if self.algorithm.is_rate() {
             self.rate_shape()?
         } else {
             self.window_shape()?
         };
-        shape.with_debt(debt).into_limit()
+        Shape { pinned, ..shape }.with_debt(debt).into_limit()
     }
 
     /// A window algorithm's shape: no burst (its capacity is the quota count), no mode.
@@ -480,6 +500,7 @@ impl LimitBuilder {
             lease,
             scope,
             debt: 0,
+            pinned: false,
         })
     }
 
@@ -533,6 +554,7 @@ impl LimitBuilder {
             lease,
             scope,
             debt: 0,
+            pinned: false,
         })
     }
 }

@@ -8,6 +8,10 @@ use tollgate::{AnyStore, Limiter, MemoryStore, RedisStore, RedisUrl, Store, Stor
 /// `--redis` / `--redis-cluster`, which override the configuration's `store`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct StoreFlags {
+    /// The most (key, limit) states the in-process store holds (overrides the configuration's
+    /// `memory.max_keys`; default 1 000 000); past it the least recently used are evicted.
+    #[arg(long, env = "TOLLGATE_MEMORY_MAX_KEYS", value_name = "N", value_parser = clap::value_parser!(u64).range(1_000..=1_000_000_000))]
+    pub memory_max_keys: Option<u64>,
     /// Use the Redis at this URL (overrides the configuration's `store`).
     #[arg(
         long,
@@ -298,7 +302,11 @@ pub fn describe(store: &StoreConfig) -> String {
 /// unreachable, so the server starts and answers by the policies' failure modes meanwhile;
 /// this waits for the first attempt only, to say how it went. A URL that does not parse is an
 /// error.
-pub async fn connect(store: &StoreConfig, options: &RedisOptions) -> Result<AnyStore, String> {
+pub async fn connect(
+    store: &StoreConfig,
+    options: &RedisOptions,
+    memory_max_keys: usize,
+) -> Result<AnyStore, String> {
     let config = options.config.clone();
     // Only configuration is wrong here (the URL, the prefix): say what, not "the store failed".
     let refused = |error: StoreError| match error {
@@ -306,7 +314,10 @@ pub async fn connect(store: &StoreConfig, options: &RedisOptions) -> Result<AnyS
         other => format!("bad redis store: {other}"),
     };
     let redis = match store {
-        StoreConfig::Memory => return Ok(AnyStore::Memory(MemoryStore::new())),
+        StoreConfig::Memory => {
+            let memory = MemoryStore::builder().max_keys(memory_max_keys).build();
+            return Ok(AnyStore::Memory(memory));
+        }
         StoreConfig::Redis(url) => RedisStore::open(url.expose(), config).map_err(refused)?,
         StoreConfig::RedisCluster(urls) => {
             let exposed: Vec<&str> = urls.iter().map(RedisUrl::expose).collect();
@@ -367,7 +378,11 @@ pub async fn open_limiter(
         tracing::warn!("{problem}");
     }
     let chosen = flags.choose(&policies.config().store);
-    let store = connect(&chosen, &flags.redis_options(&policies.config().redis)?).await?;
+    let max_keys = flags
+        .memory_max_keys
+        .map_or(policies.config().memory_max_keys, |n| n as usize);
+    let redis_options = flags.redis_options(&policies.config().redis)?;
+    let store = connect(&chosen, &redis_options, max_keys).await?;
     let mut description = describe(&chosen);
     if let AnyStore::Redis(redis) = &store
         && !redis.is_connected()
@@ -389,7 +404,7 @@ pub async fn open_limiter(
     let mut builder = Limiter::builder(store);
     if let Some(global) = global {
         let options = flags.global_redis_options(&global.redis)?;
-        let store = connect(&global.store, &options).await?;
+        let store = connect(&global.store, &options, max_keys).await?;
         description.push_str(&format!(
             "; global limits leased from {}",
             describe(&global.store)
@@ -417,6 +432,7 @@ pub fn sweep_expired(limiter: &Limiter<AnyStore>, every: std::time::Duration) {
         return;
     }
     let limiter = limiter.clone();
+    let mut bound = BoundWarning::default();
     tokio::spawn(async move {
         let mut interval = tokio::time::interval(every);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -427,7 +443,42 @@ pub fn sweep_expired(limiter: &Limiter<AnyStore>, every: std::time::Duration) {
                 if swept > 0 {
                     tracing::debug!(swept, "expired entries swept from the memory store");
                 }
+                bound.note(memory.held_keys());
             }
         }
     });
+}
+
+/// Says when the in-process store reaches its key bound: at once, then at most every ten
+/// minutes while it keeps evicting, since each eviction forgets a (least recently used) state.
+#[derive(Debug, Default)]
+struct BoundWarning {
+    evictions: u64,
+    warned: Option<std::time::Instant>,
+}
+
+impl BoundWarning {
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(600);
+
+    fn note(&mut self, held: Option<tollgate::store::HeldKeys>) {
+        let Some(held) = held else { return };
+        if held.evictions <= self.evictions {
+            return;
+        }
+        #[allow(clippy::disallowed_methods)] // When to log again, not a decision.
+        let now = std::time::Instant::now();
+        if self.warned.is_some_and(|at| now.duration_since(at) < Self::EVERY) {
+            return;
+        }
+        tracing::warn!(
+            max_keys = held.max,
+            evicted = held.evictions - self.evictions,
+            "the in-process store is at its bound of {} keys and evicts the least recently used \
+             to make room; raise memory.max_keys (or --memory-max-keys) if clients in use lose \
+             their state",
+            held.max
+        );
+        self.evictions = held.evictions;
+        self.warned = Some(now);
+    }
 }

@@ -222,6 +222,10 @@ pub struct Metrics {
     deny_cache_hits: Counter,
     reloads: Family<ReloadLabels, Counter>,
     memory_keys: Gauge,
+    memory_max_keys: Gauge,
+    memory_evictions: Counter,
+    /// The store's eviction count when last copied into `memory_evictions`.
+    evictions_copied: AtomicU64,
     global: GlobalMetrics,
 }
 
@@ -294,6 +298,18 @@ impl Metrics {
             "Keys held by the in-process store",
             memory_keys.clone(),
         );
+        let memory_max_keys = Gauge::default();
+        registry.register(
+            "memory_max_keys",
+            "The most keys the in-process store holds (0 for other stores)",
+            memory_max_keys.clone(),
+        );
+        let memory_evictions = Counter::default();
+        registry.register(
+            "memory_evictions",
+            "Live keys the in-process store evicted to stay within its bound (least recently used first)",
+            memory_evictions.clone(),
+        );
         let global = GlobalMetrics::register(&mut registry);
         Self {
             by_policy: Mutex::new(BTreeMap::new()),
@@ -309,6 +325,9 @@ impl Metrics {
             deny_cache_hits,
             reloads,
             memory_keys,
+            memory_max_keys,
+            memory_evictions,
+            evictions_copied: AtomicU64::new(0),
             global,
         }
     }
@@ -395,11 +414,17 @@ impl Metrics {
         self.global.copy(stats);
     }
 
-    pub(crate) fn set_gauges(&self, breaker_open: bool, memory_keys: Option<u64>) {
+    pub(crate) fn set_gauges(&self, breaker_open: bool, memory: Option<crate::store::HeldKeys>) {
         self.breaker_open.set(i64::from(breaker_open));
-        if let Some(keys) = memory_keys {
-            self.memory_keys
-                .set(i64::try_from(keys).unwrap_or(i64::MAX));
+        if let Some(memory) = memory {
+            let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+            self.memory_keys.set(gauge(memory.held));
+            self.memory_max_keys.set(gauge(memory.max));
+            let before = self
+                .evictions_copied
+                .fetch_max(memory.evictions, Ordering::Relaxed);
+            self.memory_evictions
+                .inc_by(memory.evictions.saturating_sub(before));
         }
     }
 

@@ -16,6 +16,18 @@ use crate::clock::{Clock, Micros};
 
 pub use memory::MemoryStore;
 
+/// What an in-process store holds against its bound, for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct HeldKeys {
+    /// (key, limit) states held.
+    pub held: u64,
+    /// The most it holds.
+    pub max: u64,
+    /// Live states evicted to make room since the store was built: above zero, the bound
+    /// has been reached.
+    pub evictions: u64,
+}
+
 /// Why a store could not decide.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -72,9 +84,9 @@ pub trait Store: Send + Sync + 'static {
     /// A short name for logs and metrics: `memory`, `redis`, `redis-cluster`.
     fn kind(&self) -> &'static str;
 
-    /// How many (key, limit) states the store holds, when it can tell cheaply (the in-process
-    /// store); for metrics.
-    fn held_keys(&self) -> Option<u64> {
+    /// How many (key, limit) states the store holds against its bound, when it keeps them in
+    /// process; for metrics.
+    fn held_keys(&self) -> Option<HeldKeys> {
         None
     }
 
@@ -114,7 +126,7 @@ impl<S: Store> Store for Arc<S> {
         (**self).kind()
     }
 
-    fn held_keys(&self) -> Option<u64> {
+    fn held_keys(&self) -> Option<HeldKeys> {
         (**self).held_keys()
     }
 

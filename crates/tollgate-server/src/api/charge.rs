@@ -107,6 +107,8 @@ impl Charges {
         let claim = |scope| {
             Limit::builder("~refund-claim", tollgate::Algorithm::Gcra, quota)
                 .scope(scope)
+                // A claim evicted before its window ends would let its charge be refunded again.
+                .pinned(true)
                 .build()
                 .map_err(|error| format!("--refund-window: {error}"))
         };

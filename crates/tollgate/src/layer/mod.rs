@@ -18,7 +18,7 @@ macro_rules! pass_to_inner {
             self.inner.kind()
         }
 
-        fn held_keys(&self) -> Option<u64> {
+        fn held_keys(&self) -> Option<crate::store::HeldKeys> {
             self.inner.held_keys()
         }
 

@@ -149,6 +149,9 @@ pub struct Config {
     pub max_delayed: usize,
     /// Idempotent retries, for policies that do not turn them off.
     pub idempotency: Option<IdempotencyConfig>,
+    /// The most (key, limit) states the in-process store holds (`memory.max_keys`); past it,
+    /// the least recently used go. Default 1 000 000.
+    pub memory_max_keys: usize,
     /// The policies, in order.
     pub policies: Vec<PolicyConfig>,
     /// Whether the file says `policies:` at all, an empty list included. A file that holds no
@@ -174,6 +177,7 @@ impl Default for Config {
             deny: Vec::new(),
             max_delayed: 1024,
             idempotency: None,
+            memory_max_keys: tollgate_core::store::memory::DEFAULT_MAX_KEYS,
             policies: Vec::new(),
             policies_listed: false,
         }

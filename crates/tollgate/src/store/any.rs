@@ -61,7 +61,7 @@ impl Store for AnyStore {
         }
     }
 
-    fn held_keys(&self) -> Option<u64> {
+    fn held_keys(&self) -> Option<tollgate_core::store::HeldKeys> {
         match self {
             AnyStore::Memory(store) => store.held_keys(),
             #[cfg(feature = "redis")]

@@ -4,9 +4,10 @@
 //! different keys rarely meet and no lock is global. A check touching several shards locks them
 //! in ascending order, which rules out deadlock, and commits only if every item is admitted.
 //!
-//! The number of keys is capped. A new key arriving at a full shard evicts, among a few sampled
-//! entries, the one whose state would become fresh soonest, so a flood of unique keys (rotating
-//! IPv6 addresses, say) costs a bounded amount of memory and forgets as little as possible.
+//! The number of keys is capped. A new key arriving at a full shard evicts, among sampled
+//! entries, an expired one, else the least recently used (pinned states, such as refund claims,
+//! last), so a flood of unique keys (rotating IPv6 addresses, say) costs a bounded amount of
+//! memory and pushes out its own older keys and idle ones, never the state of a client in use.
 //! Entries whose state is as good as fresh expire and are removed as they are met.
 
 mod shard;
@@ -111,10 +112,15 @@ impl MemoryStoreBuilder {
             .shards
             .clamp(1, self.max_keys.max(1))
             .next_power_of_two();
-        let per_shard = self.max_keys.max(1).div_ceil(shards);
+        // The bound spread over the shards so that they hold exactly `max_keys` together.
+        let max_keys = self.max_keys.max(1);
+        let (per_shard, extra) = (max_keys / shards, max_keys % shards);
         let hash_key = SipKey::random();
         let shards = (0..shards)
-            .map(|index| Padded(Mutex::new(Shard::new(per_shard, index as u64))))
+            .map(|index| {
+                let capacity = (per_shard + usize::from(index < extra)).max(1);
+                Padded(Mutex::new(Shard::new(capacity, index as u64)))
+            })
             .collect();
         MemoryStore {
             shards,
@@ -290,7 +296,7 @@ impl MemoryStore {
             if w.existed || (admitted && w.cost > 0) {
                 let expires_at = now + state.reset_after(w.limit, now);
                 let shard = gathered.locked.shard(self.shard_of(w.slot));
-                shard.put(w.slot, state, expires_at, now);
+                shard.put(w.slot, state, expires_at, now, w.limit.pinned());
             }
         }
     }
@@ -428,8 +434,19 @@ impl Store for MemoryStore {
         "memory"
     }
 
-    fn held_keys(&self) -> Option<u64> {
-        u64::try_from(self.stats().keys).ok()
+    fn held_keys(&self) -> Option<super::HeldKeys> {
+        let mut held = super::HeldKeys {
+            held: 0,
+            max: 0,
+            evictions: 0,
+        };
+        for shard in &self.shards {
+            let shard = lock(&shard.0);
+            held.held += shard.slots.len() as u64;
+            held.max += shard.capacity() as u64;
+            held.evictions += shard.evictions;
+        }
+        Some(held)
     }
 
     fn own_clock(&self) -> Option<&Arc<dyn Clock>> {

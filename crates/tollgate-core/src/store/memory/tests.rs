@@ -129,30 +129,45 @@ fn a_flood_of_unique_keys_stays_within_the_cap() {
     assert!(stats.evictions >= 49_000, "{stats:?}");
 }
 
+/// A key flood used to evict the states that would be fresh soonest: a client's spent limit,
+/// and a refund claim, went first, so a spent limit forgot itself and a refunded charge could
+/// be refunded again.
 #[test]
-fn eviction_prefers_states_closest_to_fresh() {
+fn a_flood_evicts_its_own_older_keys_not_a_spent_limit_in_use_nor_a_claim() {
     let clock = ManualClock::new(0);
     let store = MemoryStore::builder()
         .clock(Arc::new(clock.clone()))
-        .max_keys(8)
+        .max_keys(256)
         .shards(1)
         .build();
-    let short = limit("short", Algorithm::Gcra, "1/s");
-    let long = limit("long", Algorithm::Gcra, "1/h");
-    store.decide(&Check::one("keep", &long), 0).unwrap();
-    for n in 0..7 {
-        store
-            .decide(&Check::one(format!("short:{n}"), &short), 0)
-            .unwrap();
+    let login = limit("login", Algorithm::SlidingLog, "5/m");
+    let claim = Limit::builder("~claim", Algorithm::Gcra, "1/h".parse().unwrap())
+        .pinned(true)
+        .build()
+        .unwrap();
+    let flood = limit("flood", Algorithm::Gcra, "1/d");
+    let spend = |at: Micros| store.decide(&Check::one("ip:attacker", &login), at).unwrap();
+    for _ in 0..5 {
+        assert!(spend(0).is_admitted());
     }
-    for n in 0..200 {
+    assert!(store.decide(&Check::one("charge|a1", &claim), 0).unwrap().is_admitted());
+    for n in 0..20_000u64 {
+        let at = 1_000 + n * 1_000;
         store
-            .decide(&Check::one(format!("new:{n}"), &short), 0)
+            .decide(&Check::one(format!("new:{n}"), &flood), at)
             .unwrap();
+        // In use: tried again well within the store's turnover (256 keys).
+        if n % 10 == 0 {
+            assert!(!spend(at).is_admitted(), "the spent limit holds at key {n}");
+        }
     }
+    assert!(store.stats().evictions > 19_000);
     assert!(
-        store.state("keep", &long).is_some(),
-        "the hour-long state outlives 200 one-second ones"
+        !store
+            .decide(&Check::one("charge|a1", &claim), 20_000_000)
+            .unwrap()
+            .is_admitted(),
+        "the claim is still held"
     );
 }
 

@@ -38,6 +38,7 @@ const TOP_FIELDS: &[&str] = &[
     "deny",
     "max_delayed",
     "idempotency",
+    "memory",
     "policies",
 ];
 const POLICY_FIELDS: &[&str] = &[
@@ -167,6 +168,16 @@ fn read_config(root: Node<'_, '_>) -> Config {
     }
     if let Some(node) = map.get("idempotency") {
         config.idempotency = read_idempotency(node);
+    }
+    if let Some(node) = map.get("memory")
+        && let Some(memory) = node.map("memory")
+    {
+        if let Some(n) = memory.get("max_keys") {
+            config.memory_max_keys = n
+                .number("memory.max_keys", 1_000..=1_000_000_000)
+                .map_or(config.memory_max_keys, |n| n as usize);
+        }
+        memory.deny_unknown("memory", &["max_keys"]);
     }
     let listed = map.get("policies");
     config.policies_listed = listed.is_some();
