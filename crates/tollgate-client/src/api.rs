@@ -99,6 +99,10 @@ pub struct InlineLimit {
     /// What this limit takes, when not the check's cost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost: Option<u64>,
+    /// The most units a settlement may leave owing beyond the capacity (by default the
+    /// server's: all of it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_debt: Option<u64>,
 }
 
 impl InlineLimit {
@@ -118,6 +122,7 @@ impl InlineLimit {
             scope: None,
             name: None,
             cost: None,
+            max_debt: None,
         }
     }
 }
@@ -325,7 +330,7 @@ impl TollgateClient {
         cost: Option<u64>,
         answer: &CheckAnswer,
     ) -> Result<(), ClientError> {
-        self.afterwards(Checked::Limits(limits), cost, answer, None)
+        self.afterwards("/v1/refund", Checked::Limits(limits), cost, answer, None)
             .await
     }
 
@@ -338,7 +343,23 @@ impl TollgateClient {
         cost: Option<u64>,
         answer: &CheckAnswer,
     ) -> Result<(), ClientError> {
-        self.afterwards(Checked::Policy(policy, attributes), cost, answer, None)
+        let checked = Checked::Policy(policy, attributes);
+        self.afterwards("/v1/refund", checked, cost, answer, None)
+            .await
+    }
+
+    /// Releases the concurrency slots the policy check answered by `answer` holds, once, when
+    /// the work it admitted ends (whether or not it is refunded): `attributes` and `cost` must
+    /// be those of the check.
+    pub async fn release_policy(
+        &self,
+        policy: &str,
+        attributes: &Attributes,
+        cost: Option<u64>,
+        answer: &CheckAnswer,
+    ) -> Result<(), ClientError> {
+        let checked = Checked::Policy(policy, attributes);
+        self.afterwards("/v1/release", checked, cost, answer, None)
             .await
     }
 
@@ -351,8 +372,14 @@ impl TollgateClient {
         answer: &CheckAnswer,
         actual: u64,
     ) -> Result<(), ClientError> {
-        self.afterwards(Checked::Limits(limits), cost, answer, Some(actual))
-            .await
+        self.afterwards(
+            "/v1/settle",
+            Checked::Limits(limits),
+            cost,
+            answer,
+            Some(actual),
+        )
+        .await
     }
 
     /// Charges the policy check answered by `answer` at its real cost `actual`, once.
@@ -365,6 +392,7 @@ impl TollgateClient {
         actual: u64,
     ) -> Result<(), ClientError> {
         self.afterwards(
+            "/v1/settle",
             Checked::Policy(policy, attributes),
             cost,
             answer,
@@ -373,9 +401,10 @@ impl TollgateClient {
         .await
     }
 
-    /// A refund (`actual` of `None`) or a settlement of a check.
+    /// A refund, a release or (with `actual`) a settlement of a check, posted to `path`.
     async fn afterwards(
         &self,
+        path: &str,
         checked: Checked<'_>,
         cost: Option<u64>,
         answer: &CheckAnswer,
@@ -397,11 +426,6 @@ impl TollgateClient {
                     .ok_or(ClientError::NothingToRefund)?,
             ),
             actual,
-        };
-        let path = if actual.is_some() {
-            "/v1/settle"
-        } else {
-            "/v1/refund"
         };
         self.post::<serde_json::Value>(path, &body).await.map(drop)
     }

@@ -298,6 +298,9 @@ pub struct Verdict {
     binding: u32,
     at: Micros,
     replayed: bool,
+    /// Each item's own time, where items were decided at different times (the masters of a
+    /// Redis Cluster each read their own clock); `None` when every item was decided at `at`.
+    item_times: Option<Box<[Micros]>>,
 }
 
 /// `binding` of a verdict without decisions.
@@ -320,7 +323,29 @@ impl Verdict {
             binding,
             at,
             replayed: false,
+            item_times: None,
         }
+    }
+
+    /// The same verdict with each item's own decision time, in the check's order, for a store
+    /// whose items were decided by different clocks. A refund gives an item back at its own
+    /// time: an algorithm such as the sliding log gives back only the entry stamped with it.
+    pub fn with_item_times(mut self, times: impl IntoIterator<Item = Micros>) -> Self {
+        let times: Box<[Micros]> = times.into_iter().collect();
+        debug_assert_eq!(times.len(), self.decisions.len());
+        self.item_times = (times.len() == self.decisions.len()
+            && times.iter().any(|&time| time != self.at))
+        .then_some(times);
+        self
+    }
+
+    /// When item `index` was decided: its own time where items were decided by different
+    /// clocks, else [`at`](Self::at).
+    pub fn item_at(&self, index: usize) -> Micros {
+        self.item_times
+            .as_deref()
+            .and_then(|times| times.get(index).copied())
+            .unwrap_or(self.at)
     }
 
     /// The same verdict, answered again without asking the store (by a caching store layer,
@@ -344,6 +369,7 @@ impl Verdict {
             binding: self.binding,
             at: self.at.saturating_add(micros),
             replayed: self.replayed,
+            item_times: None,
         }
     }
 
@@ -356,11 +382,14 @@ impl Verdict {
             binding: 0,
             at,
             replayed: false,
+            item_times: None,
         }
     }
 
-    /// When the store decided, in its own time (the Redis server's, for Redis stores): what
-    /// `tollgate::Limiter::refund` needs to give back exactly this charge.
+    /// When the store decided, in its own time (the Redis server's, for Redis stores; the
+    /// latest of its masters' for a check across a cluster's masters, whose items each have
+    /// their own [`item_at`](Self::item_at)): what `tollgate::Limiter::refund` needs to give
+    /// back exactly this charge.
     pub fn at(&self) -> Micros {
         self.at
     }

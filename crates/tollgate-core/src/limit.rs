@@ -148,6 +148,7 @@ impl Limit {
             scope: Scope::Region,
             max_debt: None,
             pinned: false,
+            debt_expires: false,
         }
     }
 
@@ -223,6 +224,13 @@ impl Limit {
         self.shape.scope
     }
 
+    /// Whether a window algorithm carries debt into the windows that follow (the default), or
+    /// forgets what it counted past its quota when its window ends, as envoyproxy/ratelimit's
+    /// counters do (see [`LimitBuilder::debt_expires_with_window`]).
+    pub fn carries_debt(&self) -> bool {
+        !self.shape.debt_expires
+    }
+
     /// Whether the limit's states are pinned: a store that must evict to stay within its bound
     /// takes them only when nothing else can go (see [`LimitBuilder::pinned`]).
     pub fn pinned(&self) -> bool {
@@ -277,6 +285,7 @@ impl Limit {
                     .scope(self.shape.scope)
                     .max_debt(share(self.shape.debt))
                     .pinned(self.shape.pinned)
+                    .debt_expires_with_window(self.shape.debt_expires)
                     .build()
                     .ok()
             });
@@ -334,6 +343,9 @@ struct Shape {
     debt: u64,
     /// Evicted last (see [`Limit::pinned`]); not part of the state's name either.
     pinned: bool,
+    /// A window algorithm forgets its debt when its window ends (see
+    /// [`Limit::carries_debt`]).
+    debt_expires: bool,
 }
 
 impl Shape {
@@ -394,9 +406,20 @@ pub struct LimitBuilder {
     scope: Scope,
     max_debt: Option<u64>,
     pinned: bool,
+    debt_expires: bool,
 }
 
 impl LimitBuilder {
+    /// Makes a window algorithm (fixed window, sliding window counter) forget what it counted
+    /// past its quota when its window ends, instead of carrying that debt into the windows that
+    /// follow: envoyproxy/ratelimit's counters, which count hits over the limit within their
+    /// window and start afresh in the next. Rate algorithms and the sliding log owe by time and
+    /// ignore it.
+    pub fn debt_expires_with_window(mut self, expires: bool) -> Self {
+        self.debt_expires = expires;
+        self
+    }
+
     /// Pins the limit's states: a store that must evict to stay within its key bound takes
     /// them only when nothing else can go. For states whose loss would undo something, such as
     /// the claims that let a charge be refunded once; states of limits clients count by are
@@ -459,13 +482,19 @@ impl LimitBuilder {
                 algorithm: self.algorithm,
             });
         }
-        let (debt, pinned) = (self.max_debt, self.pinned);
+        let (debt, pinned, debt_expires) = (self.max_debt, self.pinned, self.debt_expires);
         let shape = if self.algorithm.is_rate() {
             self.rate_shape()?
         } else {
             self.window_shape()?
         };
-        Shape { pinned, ..shape }.with_debt(debt).into_limit()
+        Shape {
+            pinned,
+            debt_expires,
+            ..shape
+        }
+        .with_debt(debt)
+        .into_limit()
     }
 
     /// A window algorithm's shape: no burst (its capacity is the quota count), no mode.
@@ -501,6 +530,7 @@ impl LimitBuilder {
             scope,
             debt: 0,
             pinned: false,
+            debt_expires: false,
         })
     }
 
@@ -555,6 +585,7 @@ impl LimitBuilder {
             scope,
             debt: 0,
             pinned: false,
+            debt_expires: false,
         })
     }
 }

@@ -27,6 +27,9 @@ pub struct LimitSpec {
     /// The most units a forced charge may owe beyond the capacity; `None` for the default
     /// (see [`crate::LimitBuilder::max_debt`]).
     pub max_debt: Option<u64>,
+    /// A window algorithm forgets its debt when its window ends (see
+    /// [`crate::LimitBuilder::debt_expires_with_window`]).
+    pub debt_expires_with_window: bool,
 }
 
 impl LimitSpec {
@@ -40,6 +43,7 @@ impl LimitSpec {
             lease: 0,
             scope: Scope::Region,
             max_debt: None,
+            debt_expires_with_window: false,
         }
     }
 
@@ -55,7 +59,11 @@ impl LimitSpec {
         if let Some(units) = self.max_debt {
             builder = builder.max_debt(units);
         }
-        builder.lease(self.lease).scope(self.scope).build()
+        builder
+            .lease(self.lease)
+            .scope(self.scope)
+            .debt_expires_with_window(self.debt_expires_with_window)
+            .build()
     }
 }
 

@@ -467,7 +467,10 @@ impl BoundWarning {
         }
         #[allow(clippy::disallowed_methods)] // When to log again, not a decision.
         let now = std::time::Instant::now();
-        if self.warned.is_some_and(|at| now.duration_since(at) < Self::EVERY) {
+        if self
+            .warned
+            .is_some_and(|at| now.duration_since(at) < Self::EVERY)
+        {
             return;
         }
         tracing::warn!(

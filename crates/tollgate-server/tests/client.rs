@@ -63,6 +63,7 @@ async fn the_clients_wire_types_are_the_servers() {
         scope: Some("region".into()),
         name: Some("smooth".into()),
         cost: Some(2),
+        max_debt: Some(100),
         ..InlineLimit::new("job:1", "leaky_bucket", "4/s")
     };
     let attributes = tollgate_client::Attributes {

@@ -37,7 +37,8 @@ async fn a_key_flood_forgets_neither_a_refund_claim_nor_a_spent_limit_in_use() {
     let (status, _) = post(&client, &refund, &refund_body).await;
     assert_eq!(status, StatusCode::NO_CONTENT, "the first refund");
 
-    let spent = json!({"limits": [{"key": "user:guesser", "algorithm": "sliding_log", "quota": "2/h"}]});
+    let spent =
+        json!({"limits": [{"key": "user:guesser", "algorithm": "sliding_log", "quota": "2/h"}]});
     for _ in 0..2 {
         assert_eq!(post(&client, &check, &spent).await.1["allowed"], true);
     }

@@ -311,7 +311,7 @@ async fn only_an_admitted_charge_is_refunded_and_only_once() {
             .starts_with("charge: does not match")
     );
     let mut forged = body.clone();
-    forged["charge"] = json!(format!("c1.{}", "0".repeat(48)));
+    forged["charge"] = json!(format!("c2.{}", "0".repeat(50)));
     assert_eq!(
         post(&refund, &forged).await.0,
         StatusCode::UNPROCESSABLE_ENTITY

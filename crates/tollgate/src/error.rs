@@ -27,4 +27,15 @@ pub enum Error {
     /// A request named a policy that is not configured.
     #[error("no policy is named {0:?}")]
     UnknownPolicy(String),
+    /// A receipt of charges that the request, planned again, no longer takes: the policies
+    /// changed since. Nothing was given back.
+    #[error(
+        "the charge took {charged} charges where the policies in force take {now}: they changed since the check, and nothing was given back"
+    )]
+    ChargesChanged {
+        /// Charges the receipt names.
+        charged: usize,
+        /// Charges the request takes now.
+        now: usize,
+    },
 }

@@ -49,8 +49,9 @@ fn bytes_per_key_are_small_and_reported_truthfully() {
         assert_eq!(stats.keys, KEYS);
         let reported = stats.bytes_per_key();
         println!("{algorithm}: {measured} bytes per key measured, {reported} reported");
+        // A log's state is boxed, with its entries and what it owes beyond them (16 bytes).
         let ceiling = if algorithm == Algorithm::SlidingLog {
-            200
+            224
         } else {
             160
         };

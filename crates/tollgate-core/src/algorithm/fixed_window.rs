@@ -24,6 +24,17 @@ pub struct State {
     pub count: u64,
 }
 
+/// The windows it takes to pay off `units` at a quota's worth a window (one at most, where the
+/// limit forgets debt with its window).
+fn owed_windows(limit: &Limit, units: u64) -> u64 {
+    let windows = units.div_ceil(limit.count());
+    if limit.carries_debt() {
+        windows
+    } else {
+        windows.min(1)
+    }
+}
+
 impl Transition for FixedWindow {
     type State = State;
 
@@ -37,13 +48,16 @@ impl Transition for FixedWindow {
     fn advance(state: &mut State, limit: &Limit, now: Micros) {
         let start = window_start(now, limit.period());
         if start > state.start {
-            // Each window that passed pays off a quota's worth: only debt outlives its window.
+            // Each window that passed pays off a quota's worth: only debt outlives its window
+            // (unless the limit forgets it with the window).
             let windows = (start - state.start) / limit.period();
             let paid = windows.saturating_mul(limit.count());
-            *state = State {
-                start,
-                count: state.count.saturating_sub(paid),
+            let count = if limit.carries_debt() {
+                state.count.saturating_sub(paid)
+            } else {
+                0
             };
+            *state = State { start, count };
         }
     }
 
@@ -69,7 +83,7 @@ impl Transition for FixedWindow {
     }
 
     fn reset_after(state: &State, limit: &Limit, now: Micros) -> Micros {
-        let windows = state.count.div_ceil(limit.count());
+        let windows = owed_windows(limit, state.count);
         (state.start + windows * limit.period()).saturating_sub(now)
     }
 
@@ -80,7 +94,7 @@ impl Transition for FixedWindow {
             Some(0)
         } else {
             // The first window whose carried count leaves room for the cost.
-            let windows = (state.count + cost - limit.count()).div_ceil(limit.count());
+            let windows = owed_windows(limit, state.count + cost - limit.count());
             Some((state.start + windows * limit.period()).saturating_sub(now))
         }
     }

@@ -147,6 +147,9 @@ fn first_admitting(
 /// window pays off a quota's worth of the current count, and the last window's payment is its
 /// previous count. Without debt, that is the current count as the previous one, then nothing.
 fn carried(state: &State, limit: &Limit, windows: u64) -> (u64, u64) {
+    if !limit.carries_debt() {
+        return (if windows == 1 { state.current } else { 0 }, 0);
+    }
     let count = limit.count();
     let paid_before = (windows - 1).saturating_mul(count);
     let previous = state.current.saturating_sub(paid_before).min(count);
@@ -163,10 +166,14 @@ fn carried(state: &State, limit: &Limit, windows: u64) -> (u64, u64) {
 fn after_this_window(state: &State, limit: &Limit, cost: u64) -> Micros {
     let period = limit.period();
     let count = limit.count();
-    let first = (state.current + cost)
-        .saturating_sub(count)
-        .div_ceil(count)
-        .max(1);
+    let first = if limit.carries_debt() {
+        (state.current + cost)
+            .saturating_sub(count)
+            .div_ceil(count)
+            .max(1)
+    } else {
+        1
+    };
     for windows in first..first + 2 {
         let (previous, current) = carried(state, limit, windows);
         let weighted = weighted(limit, previous, 0);
@@ -234,7 +241,12 @@ impl Transition for SlidingWindow {
 
     fn reset_after(state: &State, limit: &Limit, now: Micros) -> Micros {
         let end = if state.current > 0 {
-            let windows = state.current.div_ceil(limit.count()) + 1;
+            let owed = if limit.carries_debt() {
+                state.current.div_ceil(limit.count())
+            } else {
+                1
+            };
+            let windows = owed + 1;
             state.start + windows * limit.period()
         } else if state.previous > 0 {
             state.start + limit.period()

@@ -508,10 +508,10 @@ impl Store for RedisStore {
                 decision
             }
         };
-        Ok(Verdict::from_decisions(
-            now,
-            positions.iter().map(decision_of),
-        ))
+        Ok(
+            Verdict::from_decisions(now, positions.iter().map(decision_of))
+                .with_item_times(positions.iter().map(|&(part, _)| answered[part].0)),
+        )
     }
 
     async fn adjust(

@@ -30,8 +30,9 @@ pub(crate) struct Part {
 }
 
 /// A limit's seven script parameters: alg, count, period, capacity, interval, delay_after,
-/// debt.
-fn limit_parameters(limit: &Limit) -> [u64; 7] {
+/// debt (as `-1 - debt` for a window that forgets its debt when it ends). Every number is far
+/// below 2^53, where Lua's are exact.
+fn limit_parameters(limit: &Limit) -> [i64; 7] {
     let code = match limit.algorithm() {
         Algorithm::FixedWindow => 1,
         Algorithm::SlidingLog => 2,
@@ -44,14 +45,20 @@ fn limit_parameters(limit: &Limit) -> [u64; 7] {
         LeakyMode::Meter => 0,
         LeakyMode::Queue { delay_after } => delay_after,
     };
+    let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let debt = signed(limit.max_debt());
     [
         code,
-        limit.count(),
-        limit.period(),
-        limit.capacity(),
-        limit.interval(),
-        delay_after,
-        limit.max_debt(),
+        signed(limit.count()),
+        signed(limit.period()),
+        signed(limit.capacity()),
+        signed(limit.interval()),
+        signed(delay_after),
+        if limit.carries_debt() {
+            debt
+        } else {
+            -1 - debt
+        },
     ]
 }
 
@@ -73,6 +80,13 @@ impl Numbers {
         self.0.push_str(itoa::Buffer::new().format(value));
     }
 
+    fn extend_signed(&mut self, values: impl IntoIterator<Item = i64>) {
+        for value in values {
+            self.0.push(',');
+            self.0.push_str(itoa::Buffer::new().format(value));
+        }
+    }
+
     fn extend(&mut self, values: impl IntoIterator<Item = u64>) {
         for value in values {
             self.push(value);
@@ -87,7 +101,7 @@ impl Numbers {
 struct Tables {
     keys: Vec<String>,
     key_index: HashMap<String, usize>,
-    limits: Vec<[u64; 7]>,
+    limits: Vec<[i64; 7]>,
 }
 
 impl Tables {
@@ -121,7 +135,7 @@ impl Tables {
         ));
         spec.push(self.limits.len() as u64);
         for parameters in &self.limits {
-            spec.extend(*parameters);
+            spec.extend_signed(*parameters);
         }
         let mut text = spec.0;
         text.replace_range(..1, "[");
@@ -249,7 +263,7 @@ mod tests {
         // item under limit 1 at cost 1.
         assert_eq!(
             spec,
-            "[1,6,10,1000000,10,100000,0,1099511627776,2,2,1,1,1,2,1,1,1,2,1,1]"
+            "[1,6,10,1000000,10,100000,0,22517998126,2,2,1,1,1,2,1,1,1,2,1,1]"
         );
     }
 

@@ -2,24 +2,51 @@
 //! refund must name one.
 //!
 //! An admitted check's answer carries `charge`, a token that binds the check's body (policy and
-//! attributes, or inline limits, and the cost) to the time of its decision under a keyed
-//! digest. A refund sends the same body and the token: a token the server did not issue for
-//! that body (a denied check has none) is refused, and the token is claimed in the store before
-//! anything is given back, so that a second refund of the same charge is refused on every node
-//! sharing the store. Claims are ordinary limit state (one per refund window), so they expire
-//! by themselves and live wherever the limits live.
+//! attributes, or inline limits, and the cost), the time of its decision, what it took charge
+//! by charge (cost and the store's time of each: its [`Receipt`]) and what it took it from
+//! (each charge's role, key and limit) under a keyed digest. A refund sends the same body and
+//! the token: a token the server did not issue for that body and those charges (a denied check
+//! has none; the policies changed the charges since) is refused, and the token is claimed in
+//! the store before anything is given back, so that a second refund of the same charge is
+//! refused on every node sharing the store. What is given back is read from the receipt, never
+//! from the policies in force by then (a reload from cost 1 to cost 50 does not make a refund
+//! give back 50). Claims are ordinary limit state (one per refund window), pinned so that a
+//! full in-process store does not evict them, expire by themselves and live wherever the
+//! limits live.
 
 use std::time::Duration;
 
+use tollgate::policy::Receipt;
 use tollgate::secret::{Secret, constant_time_eq};
-use tollgate::{AnyStore, Check, Limit, Limiter, Micros, Quota};
+use tollgate::{AnyStore, Check, Limit, Limiter, MAX_ITEMS, Micros, Quota};
 
 use super::problem::ApiError;
 
-/// How a token starts, so that a later format can be told apart.
-const PREFIX: &str = "c1.";
+/// How a token starts, so that a later format can be told apart (`c1.` tokens carried no
+/// receipt).
+const PREFIX: &str = "c2.";
 /// Bytes of the digest a token carries.
 const TAG_BYTES: usize = 16;
+/// The longest token read, in characters: a receipt of the most items a check may hold.
+const MAX_TOKEN_CHARS: usize = PREFIX.len() + 2 * (8 + 3 + MAX_ITEMS * 16 + TAG_BYTES);
+
+/// What a redeemed token is for: each is claimed once, apart from the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// A refund or a settlement (one or the other, once).
+    GiveBack,
+    /// Releasing concurrency slots.
+    Release,
+}
+
+impl Claim {
+    fn key_prefix(self) -> &'static str {
+        match self {
+            Claim::GiveBack => "charge|",
+            Claim::Release => "release|",
+        }
+    }
+}
 
 /// `--refund-window` and the refund secret.
 #[derive(Debug, Clone, clap::Args)]
@@ -78,12 +105,15 @@ pub(crate) enum ChargeError {
     Malformed,
     /// A token for another check, or from a server with another refund secret.
     #[error(
-        "charge: does not match this check; send the very body of the admitted check with its charge (servers sharing a store must share TOLLGATE_REFUND_SECRET)"
+        "charge: does not match this check; send the very body of the admitted check with its charge (servers sharing a store must share TOLLGATE_REFUND_SECRET; a charge whose policies were changed since to take other limits can no longer be given back)"
     )]
     Mismatch,
     /// Refunded before.
     #[error("charge: already refunded; a charge is given back at most once")]
     AlreadyRefunded,
+    /// Its slots were released before.
+    #[error("charge: its slots were already released; a charge releases them at most once")]
+    AlreadyReleased,
     /// Older than the refund window.
     #[error("charge: older than the refund window of {0:?}; it can no longer be refunded")]
     Expired(Duration),
@@ -92,7 +122,9 @@ pub(crate) enum ChargeError {
 impl From<ChargeError> for ApiError {
     fn from(error: ChargeError) -> Self {
         match error {
-            ChargeError::AlreadyRefunded => ApiError::conflict(error.to_string()),
+            ChargeError::AlreadyRefunded | ChargeError::AlreadyReleased => {
+                ApiError::conflict(error.to_string())
+            }
             other => ApiError::invalid(other.to_string()),
         }
     }
@@ -120,54 +152,124 @@ impl Charges {
         })
     }
 
-    /// The token for a check admitted at `at`, whose body reads `canonical`.
-    pub(crate) fn issue(&self, at: Micros, canonical: &[u8]) -> String {
-        let tag = self.tag(at, canonical);
-        let mut token = String::with_capacity(PREFIX.len() + 16 + 2 * TAG_BYTES);
+    /// The token for a check admitted at `at`, whose body reads `canonical`, that took
+    /// `receipt` from the charges `charged` identifies.
+    pub(crate) fn issue(
+        &self,
+        at: Micros,
+        canonical: &[u8],
+        charged: &[u8],
+        receipt: &Receipt,
+    ) -> String {
+        let receipt = encode_receipt(at, receipt);
+        let tag = self.tag(at, canonical, charged, &receipt);
+        let mut token = String::with_capacity(PREFIX.len() + 2 * (8 + receipt.len() + TAG_BYTES));
         token.push_str(PREFIX);
         push_hex(&mut token, &at.to_be_bytes());
+        push_hex(&mut token, &receipt);
         push_hex(&mut token, &tag);
         token
     }
 
-    /// Checks that `token` was issued for the check whose body reads `canonical`, claims it
-    /// once, and returns when the check was decided.
+    /// Checks that `token` was issued for the check whose body reads `canonical` and that took
+    /// from the charges `charged` identifies (the same request planned again), claims it once
+    /// for `claim`, and returns what the check took.
     pub(crate) async fn redeem(
         &self,
         limiter: &Limiter<AnyStore>,
         token: &str,
         canonical: &[u8],
-    ) -> Result<Micros, ApiError> {
-        let (at, tag) = parse(token).ok_or(ChargeError::Malformed)?;
-        if !constant_time_eq(&tag, &self.tag(at, canonical)) {
+        charged: &[u8],
+        claim: Claim,
+    ) -> Result<Receipt, ApiError> {
+        let parsed = parse(token).ok_or(ChargeError::Malformed)?;
+        let expected = self.tag(parsed.at, canonical, charged, &parsed.receipt);
+        if !constant_time_eq(&parsed.tag, &expected) {
             return Err(ChargeError::Mismatch.into());
         }
-        let mut claim_key = String::from("charge|");
-        push_hex(&mut claim_key, &tag);
-        let claim = if limiter.global().is_some() {
+        let receipt = decode_receipt(parsed.at, &parsed.receipt).ok_or(ChargeError::Malformed)?;
+        let mut claim_key = String::from(claim.key_prefix());
+        push_hex(&mut claim_key, &parsed.tag);
+        let limit = if limiter.global().is_some() {
             &self.global_claim
         } else {
             &self.claim
         };
-        let claimed = limiter.check(&Check::one(claim_key, claim)).await?;
+        let claimed = limiter.check(&Check::one(claim_key, limit)).await?;
         if !claimed.is_admitted() {
-            return Err(ChargeError::AlreadyRefunded.into());
+            return Err(match claim {
+                Claim::GiveBack => ChargeError::AlreadyRefunded,
+                Claim::Release => ChargeError::AlreadyReleased,
+            }
+            .into());
         }
-        let age = claimed.at().saturating_sub(at);
+        let age = claimed.at().saturating_sub(parsed.at);
         if u128::from(age) > self.window.as_micros() {
             return Err(ChargeError::Expired(self.window).into());
         }
-        Ok(at)
+        Ok(receipt)
     }
 
-    fn tag(&self, at: Micros, canonical: &[u8]) -> [u8; TAG_BYTES] {
-        let digest = self
-            .secret
-            .digest(&[b"charge", &at.to_be_bytes(), canonical]);
+    fn tag(&self, at: Micros, canonical: &[u8], charged: &[u8], receipt: &[u8]) -> [u8; TAG_BYTES] {
+        let digest =
+            self.secret
+                .digest(&[b"charge", &at.to_be_bytes(), canonical, charged, receipt]);
         let mut tag = [0u8; TAG_BYTES];
         tag.copy_from_slice(&digest[..TAG_BYTES]);
         tag
     }
+}
+
+/// A receipt as a token carries it: the number of charges, then each one's cost and how much
+/// earlier than `at` it was taken (zero but across a cluster's masters), as LEB128 numbers.
+fn encode_receipt(at: Micros, receipt: &Receipt) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(1 + 2 * receipt.items().len());
+    push_number(&mut bytes, receipt.items().len() as u64);
+    for &(cost, charged_at) in receipt.items() {
+        push_number(&mut bytes, cost);
+        push_number(&mut bytes, at.saturating_sub(charged_at));
+    }
+    bytes
+}
+
+/// [`encode_receipt`] read back; `None` for anything else.
+fn decode_receipt(at: Micros, mut bytes: &[u8]) -> Option<Receipt> {
+    let count = usize::try_from(read_number(&mut bytes)?).ok()?;
+    if count > MAX_ITEMS {
+        return None;
+    }
+    let mut items = Vec::with_capacity(count);
+    for _ in 0..count {
+        let cost = read_number(&mut bytes)?;
+        let earlier = read_number(&mut bytes)?;
+        items.push((cost, at.checked_sub(earlier)?));
+    }
+    bytes.is_empty().then(|| Receipt::new(items))
+}
+
+fn push_number(bytes: &mut Vec<u8>, mut value: u64) {
+    loop {
+        let low = (value & 0x7f) as u8;
+        value >>= 7;
+        if value == 0 {
+            bytes.push(low);
+            return;
+        }
+        bytes.push(low | 0x80);
+    }
+}
+
+fn read_number(bytes: &mut &[u8]) -> Option<u64> {
+    let mut value: u64 = 0;
+    for shift in (0..64).step_by(7) {
+        let (&byte, rest) = bytes.split_first()?;
+        *bytes = rest;
+        value |= u64::from(byte & 0x7f).checked_shl(shift)?;
+        if byte & 0x80 == 0 {
+            return Some(value);
+        }
+    }
+    None
 }
 
 /// Appends `bytes` in lower-case hex (by table: this runs for every admitted check).
@@ -179,22 +281,33 @@ fn push_hex(text: &mut String, bytes: &[u8]) {
     }
 }
 
-/// The decision time and tag a token carries, if it is one.
-fn parse(token: &str) -> Option<(Micros, [u8; TAG_BYTES])> {
-    let hex = token.strip_prefix(PREFIX)?;
-    if hex.len() != 16 + 2 * TAG_BYTES || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+/// What a token carries.
+#[derive(Debug, PartialEq, Eq)]
+struct Parsed {
+    at: Micros,
+    receipt: Vec<u8>,
+    tag: [u8; TAG_BYTES],
+}
+
+/// The decision time, receipt and tag a token carries, if it is one.
+fn parse(token: &str) -> Option<Parsed> {
+    if token.len() > MAX_TOKEN_CHARS {
         return None;
     }
-    let byte = |i: usize| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok();
-    let mut at = [0u8; 8];
-    for (i, slot) in at.iter_mut().enumerate() {
-        *slot = byte(i)?;
+    let hex = token.strip_prefix(PREFIX)?;
+    if hex.len() % 2 != 0 || hex.len() < 2 * (8 + 1 + TAG_BYTES) {
+        return None;
     }
-    let mut tag = [0u8; TAG_BYTES];
-    for (i, slot) in tag.iter_mut().enumerate() {
-        *slot = byte(8 + i)?;
-    }
-    Some((Micros::from_be_bytes(at), tag))
+    let bytes = (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    let (at, rest) = bytes.split_at(8);
+    let (receipt, tag) = rest.split_at(rest.len() - TAG_BYTES);
+    Some(Parsed {
+        at: Micros::from_be_bytes(at.try_into().ok()?),
+        receipt: receipt.to_vec(),
+        tag: tag.try_into().ok()?,
+    })
 }
 
 #[cfg(test)]
@@ -206,17 +319,26 @@ mod tests {
     }
 
     #[test]
-    fn tokens_carry_their_time_and_bind_their_body() {
+    fn tokens_carry_their_time_and_receipt_and_bind_their_body_and_charges() {
         let charges = new_charges();
-        let token = charges.issue(1_700_000_000_123_456, b"{\"limits\":[1]}");
-        let (at, tag) = parse(&token).unwrap();
-        assert_eq!(at, 1_700_000_000_123_456);
-        assert_eq!(tag, charges.tag(at, b"{\"limits\":[1]}"));
-        assert_ne!(tag, charges.tag(at, b"{\"limits\":[2]}"));
-        assert_ne!(tag, charges.tag(at + 1, b"{\"limits\":[1]}"));
+        let at = 1_700_000_000_123_456;
+        let receipt = Receipt::new([(50, at), (1, at - 700)]);
+        let token = charges.issue(at, b"{\"limits\":[1]}", b"ab", &receipt);
+        let parsed = parse(&token).unwrap();
+        assert_eq!(parsed.at, at);
+        assert_eq!(decode_receipt(at, &parsed.receipt), Some(receipt));
+        let tag = |at, body: &[u8], charged: &[u8]| charges.tag(at, body, charged, &parsed.receipt);
+        assert_eq!(parsed.tag, tag(at, b"{\"limits\":[1]}", b"ab"));
+        assert_ne!(parsed.tag, tag(at, b"{\"limits\":[2]}", b"ab"));
         assert_ne!(
-            tag,
-            new_charges().tag(at, b"{\"limits\":[1]}"),
+            parsed.tag,
+            tag(at, b"{\"limits\":[1]}", b"ac"),
+            "other charges"
+        );
+        assert_ne!(parsed.tag, tag(at + 1, b"{\"limits\":[1]}", b"ab"));
+        assert_ne!(
+            parsed.tag,
+            new_charges().tag(at, b"{\"limits\":[1]}", b"ab", &parsed.receipt),
             "another secret"
         );
     }
@@ -225,12 +347,16 @@ mod tests {
     fn anything_else_is_not_a_token() {
         for text in [
             "",
-            "c1.",
-            "c2.00",
-            "c1.zz",
-            &format!("c1.{}", "0".repeat(47)),
+            "c2.",
+            "c1.00",
+            "c2.zz",
+            &format!("c2.{}", "0".repeat(49)),
+            &format!("c2.{}", "0".repeat(20_000)),
         ] {
             assert_eq!(parse(text), None, "{text:?}");
         }
+        assert_eq!(decode_receipt(10, &[2, 1, 0]), None, "cut short");
+        assert_eq!(decode_receipt(10, &[1, 1, 11]), None, "before time began");
+        assert_eq!(decode_receipt(10, &[1, 1, 0, 0]), None, "bytes left over");
     }
 }

@@ -10,13 +10,14 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use tollgate::headers::{Answer, LimitView, decision_fields};
-use tollgate::policy::{Action, DecidedBy, HeaderFamily, QuotaUnit, Scope};
+use tollgate::policy::{Action, ChargeSet, DecidedBy, HeaderFamily, QuotaUnit, Receipt, Scope};
 use tollgate::{
     Algorithm, Check, Decision, Evaluation, Limit, LimitSpec, MAX_COST, MAX_ITEMS, Micros, Quota,
     Request, Verdict, leaky_mode,
 };
 
 use super::AppState;
+use super::charge::Claim;
 use super::problem::{ApiError, from_value, parse_json, parse_json_value, read_body};
 
 /// The largest check request read, in bytes.
@@ -509,7 +510,14 @@ pub(crate) async fn check(
         );
         let mut answer = verdict_answer(&verdict, &limits, specs);
         if verdict.is_admitted() {
-            answer.charge = Some(state.charges.issue(verdict.at(), &request.canonical()));
+            let mut charged = Vec::with_capacity(64);
+            ChargeSet::of_check(&check).identify(|part| charged.extend_from_slice(part));
+            let receipt = Receipt::of_check(&check, &verdict);
+            let canonical = request.canonical();
+            let token = state
+                .charges
+                .issue(verdict.at(), &canonical, &charged, &receipt);
+            answer.charge = Some(token);
         }
         return Ok(with_fields(&answer, fields));
     }
@@ -525,9 +533,15 @@ pub(crate) async fn check(
     // decision of the local fallback, not a request that took nothing.
     if evaluation.is_admitted()
         && evaluation.decided_by == DecidedBy::Store
-        && evaluation.took_from_limits()
+        && (evaluation.took_from_limits() || evaluation.holds_slots())
     {
-        answer.charge = Some(state.charges.issue(evaluation.at, &request.canonical()));
+        let mut charged = Vec::with_capacity(64);
+        evaluation.identify_charges(|part| charged.extend_from_slice(part));
+        let canonical = request.canonical();
+        let token = state
+            .charges
+            .issue(evaluation.at, &canonical, &charged, &evaluation.receipt());
+        answer.charge = Some(token);
     }
     Ok(with_fields(&answer, fields))
 }
@@ -552,11 +566,22 @@ pub(crate) async fn settle(
     afterwards(state, body, Afterwards::Settle).await
 }
 
+/// `POST /v1/release`: releases the concurrency slots an admitted check holds, once, when the
+/// work it admitted ends (whether or not its charge is refunded): the body is the check's and
+/// the `charge` of its answer. Without it, a slot frees itself when its lease runs out.
+pub(crate) async fn release(
+    State(state): State<AppState>,
+    body: axum::body::Body,
+) -> Result<Response, ApiError> {
+    afterwards(state, body, Afterwards::Release).await
+}
+
 /// What is done with an admitted check's charge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Afterwards {
     Refund,
     Settle,
+    Release,
 }
 
 async fn afterwards(
@@ -576,6 +601,11 @@ async fn afterwards(
                 "actual: a refund gives everything back; to charge the real cost, use /v1/settle",
             ));
         }
+        (Afterwards::Release, Some(_)) => {
+            return Err(ApiError::invalid(
+                "actual: a release frees slots; to charge the real cost, use /v1/settle",
+            ));
+        }
         (Afterwards::Settle, None) => {
             return Err(ApiError::invalid(
                 "actual: required: what the work really cost",
@@ -588,36 +618,35 @@ async fn afterwards(
             "charge: required: the `charge` of the admitted check's answer (a denied check took nothing and has none)",
         )
     })?;
-    let at = state
-        .charges
-        .redeem(&state.limiter, token, &request.canonical())
-        .await?;
     let cost = request.cost.unwrap_or(1);
-    if let Some(specs) = &request.limits {
-        let limits = build_limits(specs)?;
-        let check = inline_check(&limits, specs, cost);
-        match actual {
-            None => state.limiter.refund_at(&check, at).await?,
-            Some(actual) => state.limiter.settle_at(&check, at, actual).await?,
+    // What the check took from: its inline limits, or its policies' charges planned again.
+    let set = match &request.limits {
+        Some(specs) => {
+            let limits = build_limits(specs)?;
+            ChargeSet::of_check(&inline_check(&limits, specs, cost))
         }
-    } else {
-        let headers = header_list(request.attributes())?;
-        let attributes = request_of(request.attributes(), &headers)?;
-        let (scope, cost) = (request.scope(), request.cost);
-        match actual {
-            None => {
-                state
-                    .limiter
-                    .refund_request(scope, &attributes, cost, at)
-                    .await?
-            }
-            Some(actual) => {
-                state
-                    .limiter
-                    .settle_request(scope, &attributes, cost, at, actual)
-                    .await?
-            }
+        None => {
+            let headers = header_list(request.attributes())?;
+            let attributes = request_of(request.attributes(), &headers)?;
+            state
+                .limiter
+                .charges_for(request.scope(), &attributes, request.cost)?
         }
+    };
+    let mut charged = Vec::with_capacity(64);
+    set.identify(|part| charged.extend_from_slice(part));
+    let claim = match what {
+        Afterwards::Release => Claim::Release,
+        Afterwards::Refund | Afterwards::Settle => Claim::GiveBack,
+    };
+    let receipt = state
+        .charges
+        .redeem(&state.limiter, token, &request.canonical(), &charged, claim)
+        .await?;
+    match (what, actual) {
+        (Afterwards::Release, _) => state.limiter.release_charges(&set, &receipt).await?,
+        (_, Some(actual)) => state.limiter.settle_charges(&set, &receipt, actual).await?,
+        (_, None) => state.limiter.refund_charges(&set, &receipt).await?,
     }
     Ok(StatusCode::NO_CONTENT.into_response())
 }

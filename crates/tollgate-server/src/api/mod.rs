@@ -85,6 +85,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/refund", traced(post(check::refund), "tollgate.refund"))
         .route("/v1/settle", traced(post(check::settle), "tollgate.settle"))
         .route(
+            "/v1/release",
+            traced(post(check::release), "tollgate.release"),
+        )
+        .route(
             "/json",
             traced(post(envoy_json::should_rate_limit), "tollgate.rls.json"),
         )

@@ -61,6 +61,7 @@ impl From<tollgate::Error> for ApiError {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 detail: format!("the rate limiter cannot decide: {store}"),
             },
+            changed @ tollgate::Error::ChargesChanged { .. } => Self::conflict(changed.to_string()),
             other => Self::invalid(other.to_string()),
         }
     }

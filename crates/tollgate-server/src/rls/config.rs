@@ -213,11 +213,11 @@ impl RuleLimit {
         }
         let quota = Quota::new(u64::from(self.requests_per_unit), self.period)
             .map_err(|e| e.to_string())?;
-        // The classic window forgets what it counted past the limit when the window ends, as
-        // upstream's counter does: refused hits counted there owe nothing later.
+        // A window counts hits past the limit within itself and forgets them when it ends, as
+        // upstream's counters do: refused hits owe nothing in the next window.
         let spec = LimitSpec {
             burst: self.burst,
-            max_debt: (self.algorithm == Algorithm::FixedWindow).then_some(0),
+            debt_expires_with_window: true,
             ..LimitSpec::new(self.algorithm, quota)
         };
         let limit = spec.build(state_name).map_err(|error| error.detail())?;

@@ -16,7 +16,7 @@ use smallvec::SmallVec;
 
 use crate::algorithm::Adjustment;
 use crate::check::{Check, Verdict};
-use crate::clock::{Clock, Stopwatch, SystemClock};
+use crate::clock::{Clock, Micros, Stopwatch, SystemClock};
 use crate::error::Error;
 use crate::layer::{BreakerConfig, GlobalLeases, Guards, LeaseTuning, StoreObserver, guard};
 use crate::limit::Limit;
@@ -322,17 +322,23 @@ impl<S: Store> Limiter<S> {
         if verdict.is_denied() {
             return Ok(());
         }
-        self.refund_at(check, verdict.at()).await
+        let times: SmallVec<[Micros; 4]> = (0..check.items().len())
+            .map(|index| verdict.item_at(index))
+            .collect();
+        self.refund_each(check, &times).await
     }
 
-    /// Gives back what `check` took when it was admitted at `charged_at` (a verdict's
-    /// [`at`](Verdict::at)), for callers that kept the time but not the verdict.
-    pub async fn refund_at(
-        &self,
-        check: &Check<'_>,
-        charged_at: crate::clock::Micros,
-    ) -> Result<(), Error> {
-        self.adjust(check, &check.refunds_at(charged_at)).await
+    /// Gives back what `check` took, each item admitted at its time in `charged_at` (a
+    /// verdict's [`item_at`](Verdict::item_at); one time for every item when given one), for
+    /// callers that kept the times but not the verdict.
+    pub async fn refund_each(&self, check: &Check<'_>, charged_at: &[Micros]) -> Result<(), Error> {
+        one_time_or_each(check, charged_at)?;
+        let refunds: SmallVec<[Adjustment; 4]> = (0..check.items().len())
+            .map(|index| Adjustment::Refund {
+                charged_at: time_of(charged_at, index),
+            })
+            .collect();
+        self.adjust(check, &refunds).await
     }
 
     /// Settles an admitted `check` once its real cost is known: each item is charged the
@@ -347,20 +353,26 @@ impl<S: Store> Limiter<S> {
         if verdict.is_denied() {
             return Ok(());
         }
-        self.settle_at(check, verdict.at(), actual).await
+        let times: SmallVec<[Micros; 4]> = (0..check.items().len())
+            .map(|index| verdict.item_at(index))
+            .collect();
+        self.settle_each(check, &times, actual).await
     }
 
-    /// Settles `check`, admitted at `charged_at` (a verdict's [`at`](Verdict::at)), at its
-    /// real cost `actual`, for callers that kept the time but not the verdict.
-    pub async fn settle_at(
+    /// Settles `check`, each item admitted at its time in `charged_at` (one time for every
+    /// item when given one), at its real cost `actual`, for callers that kept the times but
+    /// not the verdict.
+    pub async fn settle_each(
         &self,
         check: &Check<'_>,
-        charged_at: crate::clock::Micros,
+        charged_at: &[Micros],
         actual: u64,
     ) -> Result<(), Error> {
+        one_time_or_each(check, charged_at)?;
         let mut settlement = Settlement::default();
-        for item in check.items() {
-            settlement.push(item.key.as_ref(), item.limit, item.cost, actual, charged_at);
+        for (index, item) in check.items().iter().enumerate() {
+            let at = time_of(charged_at, index);
+            settlement.push(item.key.as_ref(), item.limit, item.cost, actual, at);
         }
         if settlement.changes.is_empty() {
             return Ok(());
@@ -371,6 +383,27 @@ impl<S: Store> Limiter<S> {
 
     async fn adjust(&self, check: &Check<'_>, adjustments: &[Adjustment]) -> Result<(), Error> {
         Ok(self.store_adjust(check, adjustments).await?)
+    }
+}
+
+/// Refuses times that are neither one for every item nor one per item.
+fn one_time_or_each(check: &Check<'_>, times: &[Micros]) -> Result<(), Error> {
+    let items = check.items().len();
+    if times.len() == 1 || times.len() == items {
+        return Ok(());
+    }
+    Err(crate::check::CheckError::AdjustmentCount {
+        items,
+        adjustments: times.len(),
+    }
+    .into())
+}
+
+/// Item `index`'s time among `times`: its own, or the one time given for every item.
+fn time_of(times: &[Micros], index: usize) -> Micros {
+    match times {
+        [one] => *one,
+        times => times.get(index).copied().unwrap_or_default(),
     }
 }
 

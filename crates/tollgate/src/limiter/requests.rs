@@ -7,14 +7,18 @@ use std::time::Duration;
 use futures_util::future::{OptionFuture, join};
 
 use super::Limiter;
+use smallvec::SmallVec;
+
+use crate::algorithm::Adjustment;
 use crate::check::{Check, Verdict};
+use crate::clock::Micros;
 use crate::clock::Stopwatch;
 use crate::error::Error;
 use crate::observer::{Observer, Refused};
 use crate::policy::partition_of;
 use crate::policy::{
-    Action, Applied, Charge, DecidedBy, Evaluation, FailureMode, Gate, Planned, Policies, Reason,
-    Refusal, Request, Role, Scope,
+    Action, Applied, Charge, ChargeSet, DecidedBy, Evaluation, FailureMode, Gate, Planned,
+    Policies, Reason, Receipt, Refusal, Request, Role, Scope,
 };
 use crate::refusal::seconds_to_wait;
 use crate::store::{Store, StoreError};
@@ -297,7 +301,7 @@ impl<S: Store> Limiter<S> {
         };
         evaluation.applied = applied;
         if verdict.is_admitted() {
-            evaluation.charges = charges(policies, items);
+            evaluation.charges = charges(policies, items, |index| verdict.item_at(index));
         }
         evaluation
     }
@@ -323,46 +327,18 @@ impl<S: Store> Limiter<S> {
         .await
     }
 
-    /// Gives back what a request took when it was admitted at `charged_at`, recomputing its
-    /// items from the request (for callers that keep no state between the two, like the check
-    /// API): its limits and idempotency records, within `scope`, at `cost` when given.
-    pub async fn refund_request(
+    /// The charges `request` takes under the policies in force (within `scope`, at `cost`
+    /// when given), as an admitted evaluation of it holds them: for callers that keep no state
+    /// between a check and its refund (the check API), to give a [`Receipt`] back to. Plans
+    /// only: nothing is asked of the store.
+    pub fn charges_for(
         &self,
         scope: Scope<'_>,
         request: &Request<'_>,
         cost: Option<u64>,
-        charged_at: crate::clock::Micros,
-    ) -> Result<(), Error> {
-        self.after_request(scope, request, cost, charged_at, None)
-            .await
-    }
-
-    /// Settles what an admitted request took (its limits, at `cost` or the policies' own)
-    /// at its real cost `actual`, once known: the difference is charged or refunded, as
-    /// [`Limiter::settle_at`] does.
-    pub async fn settle_request(
-        &self,
-        scope: Scope<'_>,
-        request: &Request<'_>,
-        cost: Option<u64>,
-        charged_at: crate::clock::Micros,
-        actual: u64,
-    ) -> Result<(), Error> {
-        self.after_request(scope, request, cost, charged_at, Some(actual))
-            .await
-    }
-
-    /// Refunds (`actual` of `None`) or settles what the request's plan charged.
-    async fn after_request(
-        &self,
-        scope: Scope<'_>,
-        request: &Request<'_>,
-        cost: Option<u64>,
-        charged_at: crate::clock::Micros,
-        actual: Option<u64>,
-    ) -> Result<(), Error> {
+    ) -> Result<ChargeSet, Error> {
         let Some(policies) = self.policies() else {
-            return Ok(());
+            return Ok(ChargeSet::default());
         };
         let Some(mut plan) = policies.plan_in(scope, request) else {
             return Err(Error::UnknownPolicy(scope_name(scope)));
@@ -370,25 +346,70 @@ impl<S: Store> Limiter<S> {
         if let Some(cost) = cost {
             plan.override_cost(cost);
         }
+        if plan.gate != Gate::Proceed {
+            return Ok(ChargeSet::default());
+        }
+        Ok(ChargeSet {
+            charges: charges(&policies, &plan.enforced, |_| 0),
+        })
+    }
+
+    /// Gives back what `receipt` says was taken from `set`'s limits and idempotency records
+    /// (so that a retry is charged again), each at its own cost and time.
+    pub async fn refund_charges(&self, set: &ChargeSet, receipt: &Receipt) -> Result<(), Error> {
+        self.give_back_receipt(set, receipt, None, |role| {
+            matches!(role, Role::Limit | Role::Idempotency)
+        })
+        .await
+    }
+
+    /// Settles what `receipt` says was taken from `set`'s limits at the real cost `actual`:
+    /// the difference is charged or refunded, as [`Limiter::settle`] does.
+    pub async fn settle_charges(
+        &self,
+        set: &ChargeSet,
+        receipt: &Receipt,
+        actual: u64,
+    ) -> Result<(), Error> {
+        self.give_back_receipt(set, receipt, Some(actual), |role| role == Role::Limit)
+            .await
+    }
+
+    /// Releases the concurrency slots `receipt` says were taken from `set`.
+    pub async fn release_charges(&self, set: &ChargeSet, receipt: &Receipt) -> Result<(), Error> {
+        self.give_back_receipt(set, receipt, None, |role| role == Role::Concurrency)
+            .await
+    }
+
+    /// Refunds (`actual` of `None`) or settles the charges of `set` whose role `which` takes,
+    /// each at the cost and time `receipt` gives it.
+    async fn give_back_receipt(
+        &self,
+        set: &ChargeSet,
+        receipt: &Receipt,
+        actual: Option<u64>,
+        which: impl Fn(Role) -> bool,
+    ) -> Result<(), Error> {
+        if set.charges.len() != receipt.items().len() {
+            return Err(Error::ChargesChanged {
+                charged: receipt.items().len(),
+                now: set.charges.len(),
+            });
+        }
         let mut check = Check::new(0);
-        // A settlement is of the work's cost: an idempotency record is not part of it.
-        let settles = |role: Role| match actual {
-            None => matches!(role, Role::Limit | Role::Idempotency),
-            Some(_) => role == Role::Limit,
-        };
-        for item in plan
-            .enforced
-            .iter()
-            .filter(|i| settles(i.role) && i.cost > 0)
-        {
-            check.push(item.key.as_str(), &item.limit, item.cost);
+        let mut times: SmallVec<[Micros; 4]> = SmallVec::new();
+        for (charge, &(cost, at)) in set.charges.iter().zip(receipt.items()) {
+            if which(charge.role) && cost > 0 {
+                check.push(charge.key.as_str(), &charge.limit, cost);
+                times.push(at);
+            }
         }
         if check.is_empty() {
             return Ok(());
         }
         match actual {
-            None => self.refund_at(&check, charged_at).await,
-            Some(actual) => self.settle_at(&check, charged_at, actual).await,
+            None => self.refund_each(&check, &times).await,
+            Some(actual) => self.settle_each(&check, &times, actual).await,
         }
     }
 
@@ -411,18 +432,23 @@ impl<S: Store> Limiter<S> {
         which: impl Fn(&Charge) -> bool,
     ) -> Result<(), Error> {
         let mut check = Check::new(0);
+        let mut times: SmallVec<[Micros; 4]> = SmallVec::new();
         for charge in evaluation.charges.iter().filter(|c| which(c)) {
             check.push(charge.key.as_str(), &charge.limit, charge.cost);
+            times.push(charge.at);
         }
         if check.is_empty() {
             return Ok(());
         }
         // What the fallback limiter took, it gives back.
         if evaluation.decided_by == DecidedBy::Local {
-            let refunds = check.refunds_at(evaluation.at);
+            let refunds: SmallVec<[Adjustment; 4]> = times
+                .iter()
+                .map(|&charged_at| Adjustment::Refund { charged_at })
+                .collect();
             return Ok(self.inner.local.adjust(&check, &refunds, None).await?);
         }
-        self.refund_at(&check, evaluation.at).await
+        self.refund_each(&check, &times).await
     }
 }
 
@@ -447,12 +473,15 @@ fn admitted_delay(policies: &Policies, items: &[Planned], verdict: &Verdict) -> 
     (delay, near_limit)
 }
 
-/// What an admitted request took, to give back on a refund, a cancel or its completion.
-fn charges(policies: &Policies, items: &[Planned]) -> Vec<Charge> {
+/// What an admitted request took, to give back on a refund, a cancel or its completion; item
+/// `i` was charged at `at(i)`.
+fn charges(policies: &Policies, items: &[Planned], at: impl Fn(usize) -> Micros) -> Vec<Charge> {
     items
         .iter()
-        .filter(|item| item.cost > 0)
-        .map(|item| Charge {
+        .enumerate()
+        .filter(|(_, item)| item.cost > 0)
+        .map(|(index, item)| Charge {
+            at: at(index),
             key: item.key.clone(),
             limit: item.limit.clone(),
             cost: item.cost,

@@ -230,8 +230,11 @@ fn internal_limit(
     burst: Option<u64>,
 ) -> Option<Limit> {
     let quota = Quota::from_micros(count, duration_to_micros(period)).ok()?;
+    // A block charges the box its burst and the block's length at once: what reaches past the
+    // burst is the block, and one block never adds to another's.
     let spec = LimitSpec {
         burst,
+        max_debt: burst,
         ..LimitSpec::new(algorithm, quota)
     };
     spec.build(name).ok()

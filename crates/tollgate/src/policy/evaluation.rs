@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::model::{StatusRange, UsageConfig};
 use super::plan::Role;
+use crate::check::{Check, Verdict};
 use crate::clock::Micros;
 use crate::decision::Decision;
 use crate::headers::{Answer, HeaderFamily, LimitView, QuotaUnit, decision_fields};
@@ -81,6 +82,100 @@ pub(crate) struct Charge {
     pub(crate) refund_on: Arc<[StatusRange]>,
     /// Where the response reports the real cost, for a policy that settles by usage.
     pub(crate) usage: Option<Arc<UsageConfig>>,
+    /// The store's time of the charge (each item its own, where a store decided the items of
+    /// one check by different clocks).
+    pub(crate) at: Micros,
+}
+
+/// What identifies `charges` (each one's role, key and limit's state name), fed to `sink`, so
+/// that a token can bind them: a receipt is given back only to the charges it was taken from.
+fn identify(charges: &[Charge], mut sink: impl FnMut(&[u8])) {
+    for charge in charges {
+        sink(&[charge.role as u8]);
+        sink(charge.key.as_bytes());
+        sink(&[0]);
+        sink(charge.limit.state_name().as_bytes());
+        sink(&[0]);
+    }
+}
+
+/// What an admitted request took, charge by charge (the cost and the store's time of each),
+/// as a charge token carries it: a refund or settlement later gives back what was taken, read
+/// from the receipt, never from the policies in force by then.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Receipt {
+    items: Vec<(u64, Micros)>,
+}
+
+impl Receipt {
+    /// A receipt of (cost, time) per charge, in the order of the request's charges.
+    pub fn new(items: impl IntoIterator<Item = (u64, Micros)>) -> Self {
+        Self {
+            items: items.into_iter().collect(),
+        }
+    }
+
+    /// (cost, time) per charge.
+    pub fn items(&self) -> &[(u64, Micros)] {
+        &self.items
+    }
+
+    /// What an admitted `check` took: each item's cost, at its time in `verdict`.
+    pub fn of_check(check: &Check<'_>, verdict: &Verdict) -> Self {
+        Self::new(
+            check
+                .items()
+                .iter()
+                .enumerate()
+                .map(|(index, item)| (item.cost, verdict.item_at(index))),
+        )
+    }
+}
+
+/// The charges a request takes under the policies in force, as an admitted evaluation holds
+/// them: what a [`Receipt`] is given back to.
+#[derive(Debug, Clone, Default)]
+pub struct ChargeSet {
+    pub(crate) charges: Vec<Charge>,
+}
+
+impl ChargeSet {
+    /// The charges of a check of limits given directly (no policy): one per item.
+    pub fn of_check(check: &Check<'_>) -> Self {
+        let none: Arc<str> = Arc::from("");
+        let refund_on: Arc<[StatusRange]> = Arc::from([]);
+        Self {
+            charges: check
+                .items()
+                .iter()
+                .map(|item| Charge {
+                    key: item.key.to_string(),
+                    limit: item.limit.clone(),
+                    cost: item.cost,
+                    role: Role::Limit,
+                    policy: Arc::clone(&none),
+                    refund_on: Arc::clone(&refund_on),
+                    usage: None,
+                    at: 0,
+                })
+                .collect(),
+        }
+    }
+
+    /// Feeds what identifies each charge (its role, key and limit's state name) to `sink`.
+    pub fn identify(&self, sink: impl FnMut(&[u8])) {
+        identify(&self.charges, sink);
+    }
+
+    /// How many charges.
+    pub fn len(&self) -> usize {
+        self.charges.len()
+    }
+
+    /// Whether the request takes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.charges.is_empty()
+    }
 }
 
 impl Charge {
@@ -176,6 +271,17 @@ impl Evaluation {
         };
         let violated: Vec<&str> = self.violated.iter().map(|name| &**name).collect();
         Some(problem_json(refusal, &violated))
+    }
+
+    /// What the request took, charge by charge, for a token that gives it back later.
+    pub fn receipt(&self) -> Receipt {
+        Receipt::new(self.charges.iter().map(|charge| (charge.cost, charge.at)))
+    }
+
+    /// Feeds what identifies each charge (its role, key and limit's state name) to `sink`,
+    /// as [`ChargeSet::identify`] does for the same request planned again.
+    pub fn identify_charges(&self, sink: impl FnMut(&[u8])) {
+        identify(&self.charges, sink);
     }
 
     /// Whether the request took anything from its limits, which a refund could give back.

@@ -85,12 +85,18 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Replaces the cost of every configured limit's item (not the guards').
+    /// Replaces the cost of every configured limit's item (not the guards'). A cost of 0 is
+    /// a look: it takes nothing at all, no concurrency slot and no idempotency record either.
     pub fn override_cost(&mut self, cost: u64) {
         for item in self.enforced.iter_mut().chain(self.shadow.iter_mut()) {
-            if item.role == Role::Limit {
-                item.cost = cost;
+            match item.role {
+                Role::Limit => item.cost = cost,
+                Role::Concurrency if cost == 0 => item.cost = 0,
+                _ => {}
             }
+        }
+        if cost == 0 {
+            self.enforced.retain(|item| item.role != Role::Idempotency);
         }
     }
 }

@@ -151,23 +151,33 @@ pub fn any_limit(name: &'static str) -> impl Strategy<Value = Limit> {
         Just(60_000_000),
         1_000u64..5_000_000
     ];
-    // Debt bounds: the default (usage charged in full), none, or a few units.
+    // Debt bounds: the default (usage charged in full), none, or a few units; and windows that
+    // carry their debt or forget it when they end.
     let debt = prop_oneof![2 => Just(None), 1 => Just(Some(0)), 1 => (1u64..30).prop_map(Some)];
-    (0usize..6, 1u64..12, period, 1u64..15, 0u64..15, debt).prop_map(
-        move |(which, count, period, burst, delay, debt)| {
-            let limit = limit_of(name, which, count, period, burst, delay);
-            match debt {
-                Some(units) => with_debt(&limit, units),
-                None => limit,
-            }
-        },
+    (
+        0usize..6,
+        1u64..12,
+        period,
+        1u64..15,
+        0u64..15,
+        (debt, any::<bool>()),
     )
+        .prop_map(
+            move |(which, count, period, burst, delay, (debt, expires))| {
+                let limit = limit_of(name, which, count, period, burst, delay);
+                with_debt(&limit, debt, expires)
+            },
+        )
 }
 
-/// `limit` with a debt bound of `units`.
-pub fn with_debt(limit: &Limit, units: u64) -> Limit {
-    let mut builder =
-        Limit::builder(limit.name().to_owned(), limit.algorithm(), limit.quota()).max_debt(units);
+/// `limit` with a debt bound of `units` (the default for `None`), its windows forgetting their
+/// debt when they end if `expires`.
+pub fn with_debt(limit: &Limit, units: Option<u64>, expires: bool) -> Limit {
+    let mut builder = Limit::builder(limit.name().to_owned(), limit.algorithm(), limit.quota())
+        .debt_expires_with_window(expires);
+    if let Some(units) = units {
+        builder = builder.max_debt(units);
+    }
     if let Some(burst) = limit.burst() {
         builder = builder.burst(burst);
     }

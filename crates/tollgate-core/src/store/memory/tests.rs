@@ -146,11 +146,20 @@ fn a_flood_evicts_its_own_older_keys_not_a_spent_limit_in_use_nor_a_claim() {
         .build()
         .unwrap();
     let flood = limit("flood", Algorithm::Gcra, "1/d");
-    let spend = |at: Micros| store.decide(&Check::one("ip:attacker", &login), at).unwrap();
+    let spend = |at: Micros| {
+        store
+            .decide(&Check::one("ip:attacker", &login), at)
+            .unwrap()
+    };
     for _ in 0..5 {
         assert!(spend(0).is_admitted());
     }
-    assert!(store.decide(&Check::one("charge|a1", &claim), 0).unwrap().is_admitted());
+    assert!(
+        store
+            .decide(&Check::one("charge|a1", &claim), 0)
+            .unwrap()
+            .is_admitted()
+    );
     for n in 0..20_000u64 {
         let at = 1_000 + n * 1_000;
         store

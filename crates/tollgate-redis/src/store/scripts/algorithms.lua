@@ -3,7 +3,7 @@
 -- are exact), a Rust `saturating_sub` is a `math.max(0, ...)` here, and the sliding window
 -- counter's floating point runs the same operations in the same order.
 --
--- A limit L is {alg, count, period, capacity, interval, delay_after, debt}; alg is 1 fixed_window,
+-- A limit L is {alg, count, period, capacity, interval, delay_after, debt, carry}; alg is 1 fixed_window,
 -- 2 sliding_log, 3 sliding_window, 4 token_bucket, 5 leaky_bucket, 6 gcra. A state is a table.
 
 -- A function library's top level may not read globals (Redis runs it in a bare environment
@@ -41,6 +41,14 @@ local function build(built, alg)
   return algorithm
 end
 
+-- The windows it takes to pay off `units` at a quota's worth a window (one at most, where the
+-- limit forgets debt with its window).
+local function owed_windows(L, units)
+  local windows = ceil(units / L.count)
+  if L.carry or windows < 1 then return windows end
+  return 1
+end
+
 -- 1: fixed window -------------------------------------------------------------------------
 BUILD[1] = function() return {
   tag = 102, -- 'f'
@@ -48,7 +56,7 @@ BUILD[1] = function() return {
   advance = function(s, L, now)
     local start = window_start(now, L.period)
     if start > s.start then
-      s.count = max(0, s.count - (start - s.start) / L.period * L.count)
+      if L.carry then s.count = max(0, s.count - (start - s.start) / L.period * L.count) else s.count = 0 end
       s.start = start
     end
   end,
@@ -59,12 +67,12 @@ BUILD[1] = function() return {
   end,
   remaining = function(s, L, now) return max(0, L.count - s.count) end,
   reset_after = function(s, L, now)
-    return max(0, s.start + ceil(s.count / L.count) * L.period - now)
+    return max(0, s.start + owed_windows(L, s.count) * L.period - now)
   end,
   wait_for = function(s, L, now, cost)
     if cost > L.count then return nil end
     if s.count + cost <= L.count then return 0 end
-    return max(0, s.start + ceil((s.count + cost - L.count) / L.count) * L.period - now)
+    return max(0, s.start + owed_windows(L, s.count + cost - L.count) * L.period - now)
   end,
   -- The window is stored as its index; an index more than a period ahead of now can only come
   -- from a limit whose period was changed, and starts fresh.
@@ -229,6 +237,10 @@ BUILD[3] = function()
   -- The (previous, current) counts `windows` (at least 1) windows after the state's: each
   -- window pays off a quota's worth of the current count (see `carried` in Rust).
   local function carried(s, L, windows)
+    if not L.carry then
+      if windows == 1 then return s.current, 0 end
+      return 0, 0
+    end
     local paid_before = (windows - 1) * L.count
     return min(max(0, s.current - paid_before), L.count), max(0, s.current - (paid_before + L.count))
   end
@@ -264,7 +276,7 @@ BUILD[3] = function()
     return guess
   end,
   reset_after = function(s, L, now)
-    if s.current > 0 then return max(0, s.start + (ceil(s.current / L.count) + 1) * L.period - now) end
+    if s.current > 0 then return max(0, s.start + (owed_windows(L, s.current) + 1) * L.period - now) end
     if s.previous > 0 then return max(0, s.start + L.period - now) end
     return 0
   end,
@@ -278,7 +290,8 @@ BUILD[3] = function()
     else
       -- The first later window whose carried count leaves room, or the one after, or the one
       -- after that (where nothing is left of the state's counts).
-      local first = max(1, ceil(max(0, s.current + cost - L.count) / L.count))
+      local first = 1
+      if L.carry then first = max(1, ceil(max(0, s.current + cost - L.count) / L.count)) end
       at = s.start + (first + 2) * L.period
       for windows = first, first + 1 do
         local previous, current = carried(s, L, windows)
@@ -448,7 +461,8 @@ BUILD[6] = function() return {
 
 -- args[2] is a JSON array of numbers (integers, exact below 2^53 as Lua's doubles are), read
 -- in order: the number of distinct limits, each limit's seven parameters (alg, count, period,
--- capacity, interval, delay_after, debt), then what the entry point itself reads (see `take`). One
+-- capacity, interval, delay_after, debt: negative, as -1 - debt, for a window that forgets its
+-- debt when it ends), then what the entry point itself reads (see `take`). One
 -- argument decoded by one C call, rather than an argument a number each passed through
 -- `tonumber`, spares Redis a Lua string and a call per number; JSON keeps the argument text,
 -- so `redis-cli` and `redis-benchmark` can still send it. (MessagePack, read by cmsgpack,
@@ -512,8 +526,9 @@ local function begin(call_keys, args)
     limits[l] = {
       alg = alg, count = spec[at + 2], period = spec[at + 3],
       capacity = spec[at + 4], interval = spec[at + 5], delay_after = spec[at + 6],
-      debt = spec[at + 7], algorithm = A[alg],
+      debt = spec[at + 7], carry = true, algorithm = A[alg],
     }
+    if limits[l].debt < 0 then limits[l].debt, limits[l].carry = -1 - limits[l].debt, false end
     at = at + 7
   end
   if args[1] ~= '' then

@@ -84,6 +84,7 @@ pub(super) fn read_limit(node: Node<'_, '_>, what: &str, fallback: String) -> Op
             lease,
             scope,
             max_debt,
+            debt_expires_with_window: false,
         },
         origin: map.origin(),
     })
