@@ -21,6 +21,8 @@ pub struct Reloader {
     pub(crate) rls: Option<Arc<Rls>>,
     pub(crate) config: Option<PathBuf>,
     pub(crate) rls_config: Option<PathBuf>,
+    /// Whether a reload may leave the rate limit service with no domain (`--rls-allow-empty`).
+    pub(crate) rls_empty_allowed: bool,
     /// The listeners' certificates, when they serve TLS.
     pub(crate) tls: Option<Tls>,
     /// Reloads that took effect.
@@ -30,7 +32,10 @@ pub struct Reloader {
 }
 
 impl Reloader {
-    /// A reloader for these files; the RLS directory only with a rate limit service.
+    /// A reloader for these files; the RLS directory only with a rate limit service. Paths
+    /// are made absolute (the directories resolved, not the files, which a mounted ConfigMap
+    /// keeps as links it swaps), so that the watcher's events, which name absolute paths, are
+    /// recognised whatever the paths given were relative to.
     pub fn new(
         limiter: Limiter<AnyStore>,
         rls: Option<Arc<Rls>>,
@@ -40,12 +45,21 @@ impl Reloader {
         Self {
             limiter,
             rls,
-            config,
-            rls_config,
+            config: config.map(|file| absolute_file(&file)),
+            rls_config: rls_config.map(|directory| absolute_directory(&directory)),
+            rls_empty_allowed: false,
             tls: None,
             succeeded: AtomicU64::new(0),
             failed: AtomicU64::new(0),
         }
+    }
+
+    /// Lets a reload leave the rate limit service with no domain, which switches every Envoy
+    /// limit off; without it such a reload (an emptied directory, say) is refused.
+    #[must_use]
+    pub fn allowing_no_rls_domains(mut self, allowed: bool) -> Self {
+        self.rls_empty_allowed = allowed;
+        self
     }
 
     /// Also reloads the listeners' certificates.
@@ -104,7 +118,21 @@ impl Reloader {
             });
         }
         if let (Some(directory), Some(rls)) = (&self.rls_config, &self.rls) {
-            match RlsConfig::load_dir_merging(directory, rls.merges_domains()) {
+            let loaded = RlsConfig::load_dir_merging(directory, rls.merges_domains())
+                .map_err(|errors| errors.to_string())
+                .and_then(|config| {
+                    let had_domains = rls.config().domains().next().is_some();
+                    if had_domains && config.domains().next().is_none() && !self.rls_empty_allowed
+                    {
+                        return Err(
+                            "it holds no domain, which would switch every Envoy limit off; \
+                             start with --rls-allow-empty to allow that"
+                                .to_owned(),
+                        );
+                    }
+                    Ok(config)
+                });
+            match loaded {
                 Ok(config) => {
                     tracing::info!(directory = %directory.display(), domains = config.domains().count(), "rate limit service configuration reloaded");
                     rls.set_config(config);
@@ -238,6 +266,26 @@ impl Reloader {
             self.reload();
         }
     }
+}
+
+/// `file` with its directory made absolute and resolved; the file itself is kept as named.
+fn absolute_file(file: &Path) -> PathBuf {
+    let (Some(name), Some(directory)) = (file.file_name(), file.parent()) else {
+        return std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
+    };
+    let directory = if directory.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        directory
+    };
+    absolute_directory(directory).join(name)
+}
+
+/// `directory` made absolute and resolved (as named, if it cannot be resolved yet).
+fn absolute_directory(directory: &Path) -> PathBuf {
+    std::fs::canonicalize(directory)
+        .or_else(|_| std::path::absolute(directory))
+        .unwrap_or_else(|_| directory.to_path_buf())
 }
 
 fn hangup_signal() -> Option<tokio::signal::unix::Signal> {

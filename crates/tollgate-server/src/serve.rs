@@ -71,6 +71,10 @@ pub struct ServeArgs {
     pub(crate) admin: AdminArgs,
     #[command(flatten)]
     pub(crate) refunds: crate::api::RefundArgs,
+    /// Let a reload of the rate limit service's directory leave no domain (every Envoy limit
+    /// switched off); without it such a reload is refused and the last configuration stays.
+    #[arg(long, env = "TOLLGATE_RLS_ALLOW_EMPTY")]
+    pub rls_allow_empty: bool,
     /// Reload only on SIGHUP, not when the configuration files change.
     #[arg(long, env = "TOLLGATE_NO_WATCH")]
     pub no_watch: bool,
@@ -158,6 +162,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
             args.config.clone(),
             args.rls_config.clone(),
         )
+        .allowing_no_rls_domains(args.rls_allow_empty)
         .with_tls(tls.clone()),
     );
     Arc::clone(&reloader).start(!args.no_watch);

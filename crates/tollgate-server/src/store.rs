@@ -348,6 +348,17 @@ pub async fn connect(
     Ok(AnyStore::Redis(redis))
 }
 
+/// The store's time as this process can tell it: the memory store's own clock, else the
+/// system's (a Redis server keeps its machine's).
+pub(crate) fn store_now(store: &AnyStore) -> tollgate::Micros {
+    use tollgate::Clock as _;
+    match store {
+        AnyStore::Memory(memory) => memory.clock().now(),
+        #[allow(unreachable_patterns)]
+        _ => tollgate::SystemClock::new().now(),
+    }
+}
+
 /// The limit of the probe that `/readyz` and start-up check with, at no cost: it runs what
 /// every check runs (the code, `TIME`, reading the state) without changing any.
 pub(crate) fn probe_limit() -> tollgate::Limit {

@@ -273,8 +273,13 @@ descriptors:
         (OK, vec![(OK, 0, Some((1, "MINUTE", "")), Some(40))]),
         "shadow mode answers OK with nothing remaining"
     );
+    // A rule of zero requests says when its window ends, as upstream does: Envoy's reset field
+    // was 0 without it.
     let blocked = request("d", vec![descriptor(&[("blocked", "x")])]);
-    assert_eq!(statuses(&rls, &blocked).await.0, OVER);
+    assert_eq!(
+        statuses(&rls, &blocked).await,
+        (OVER, vec![(OVER, 0, Some((0, "MINUTE", "")), Some(40))])
+    );
 }
 
 #[tokio::test]

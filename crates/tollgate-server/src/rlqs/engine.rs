@@ -20,7 +20,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
-use tollgate::{AnyStore, Check, Clock, Limiter, Micros, Store, Verdict};
+use tollgate::{AnyStore, Check, Limiter, Micros, Store, Verdict};
 use tonic::Status;
 
 use super::bucket::{BucketName, Shared, Target};
@@ -170,7 +170,7 @@ impl Rlqs {
         tuning: QuotaTuning,
     ) -> Result<Self, String> {
         tuning.validate()?;
-        let slot_end = next_boundary(store_now(limiter.store()), tuning.period);
+        let slot_end = next_boundary(crate::store::store_now(limiter.store()), tuning.period);
         Ok(Self {
             limiter,
             rls,
@@ -696,16 +696,6 @@ impl Rlqs {
                 .fetch_add(1, Ordering::Relaxed);
             super::streams::drop_stream(state, stream);
         }
-    }
-}
-
-/// The store's time as this process can tell it: the memory store's own clock, else the
-/// system's (Redis keeps the machine's).
-fn store_now(store: &AnyStore) -> Micros {
-    match store {
-        AnyStore::Memory(memory) => memory.clock().now(),
-        #[allow(unreachable_patterns)]
-        _ => tollgate::SystemClock::new().now(),
     }
 }
 

@@ -610,7 +610,8 @@ impl Rls {
             }
             Enforcement::Blocked => {
                 self.count(pending, 0, 0, false);
-                return Ok(blocked(rule));
+                let now = crate::store::store_now(self.limiter.store());
+                return Ok(blocked(rule, now));
             }
         };
         let check = Check::new(pending.addend).limit(pending.key.as_str(), limit);
@@ -723,8 +724,10 @@ fn detailed_key(
     }
 }
 
-/// The status of a rule of zero requests: over the limit (unless in shadow mode), every time.
-fn blocked(rule: &Rule) -> DescriptorStatus {
+/// The status of a rule of zero requests: over the limit (unless in shadow mode), every time,
+/// with the seconds to the end of the unit's window as upstream sends them (its
+/// `generateResponseDescriptorStatus`), so that Envoy's reset field is never 0.
+fn blocked(rule: &Rule, now: tollgate::Micros) -> DescriptorStatus {
     let code = if rule.shadow {
         Code::Ok
     } else {
@@ -738,8 +741,20 @@ fn blocked(rule: &Rule) -> DescriptorStatus {
             unit: rule.unit as i32,
         }),
         limit_remaining: 0,
-        ..DescriptorStatus::default()
+        duration_until_reset: Some(prost_types::Duration {
+            seconds: seconds_to_window_end(unit::seconds(rule.unit).unwrap_or(1), now),
+            nanos: 0,
+        }),
+        quota: None,
     }
+}
+
+/// Whole seconds from `now` to the end of the window of `window` seconds that holds it (1 to
+/// `window`, never 0), as envoyproxy/ratelimit computes a reset.
+fn seconds_to_window_end(window: u64, now: tollgate::Micros) -> i64 {
+    let window = window.max(1);
+    let now = now / 1_000_000;
+    i64::try_from(window - now % window).unwrap_or(i64::MAX)
 }
 
 /// Seconds until the counter resets: for a window, to the end of the current window in whole
@@ -747,9 +762,7 @@ fn blocked(rule: &Rule) -> DescriptorStatus {
 /// other algorithms, until the limit is fully restored.
 fn until_reset(rule: &Rule, limit: &Limit, verdict: &Verdict) -> i64 {
     if rule.classic {
-        let window = (limit.period() / 1_000_000).max(1);
-        let now = verdict.at() / 1_000_000;
-        return i64::try_from(window - now % window).unwrap_or(i64::MAX);
+        return seconds_to_window_end(limit.period() / 1_000_000, verdict.at());
     }
     let micros = verdict
         .decisions()

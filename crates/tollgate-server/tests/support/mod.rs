@@ -80,7 +80,21 @@ impl Tollgate {
 
     /// Starts the binary with extra environment variables (such as `TOLLGATE_LOG`).
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut child = binary()
+        Self::start_in(None, args, env)
+    }
+
+    /// Starts the binary in the working directory `directory` (the test's own when `None`),
+    /// with extra environment variables.
+    pub fn start_in(
+        directory: Option<&std::path::Path>,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        let mut command = binary();
+        if let Some(directory) = directory {
+            command.current_dir(directory);
+        }
+        let mut child = command
             .args(args)
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
