@@ -257,6 +257,12 @@ policies:
     let blocked = app.send("POST", "/login", &[]).await;
     assert_eq!(blocked.status(), 429);
     assert_eq!(blocked.headers()["retry-after"], "300");
+    // Every field names the same wait: the limit's own would have said 60 s.
+    assert_eq!(
+        blocked.headers()["ratelimit"],
+        "\"per-minute\";r=0;t=300",
+        "RateLimit's t is the block's, as Retry-After"
+    );
     let problem: serde_json::Value = blocked.json().await.unwrap();
     assert_eq!(
         problem["type"],

@@ -238,7 +238,12 @@ pub fn decision_fields(
     now: Micros,
     answer: Answer,
 ) -> Vec<(&'static str, String)> {
-    let mut fields = rate_limit_fields(families, views, binding, now);
+    let mut fields = match answer {
+        Answer::Refused {
+            retry_after: Some(wait),
+        } => rate_limit_fields(families, &refused_views(views, binding, wait), binding, now),
+        _ => rate_limit_fields(families, views, binding, now),
+    };
     match answer {
         Answer::Admitted { near_limit: true } => {
             fields.push(("tollgate-near-limit", "1".to_owned()));
@@ -252,6 +257,45 @@ pub fn decision_fields(
         }
     }
     fields
+}
+
+/// The limits of a request refused until `wait` has passed, as its fields report them: every
+/// limit that refused, and the binding one (which may have room where a penalty block or a
+/// concurrency cap refused), says to come back after `wait`, the time `Retry-After` names, so
+/// that a client trusting any field of the answer does not come back early and find itself
+/// refused again.
+fn refused_views<'a>(
+    views: &[LimitView<'a>],
+    binding: Option<usize>,
+    wait: Duration,
+) -> Vec<LimitView<'a>> {
+    let wait = Micros::try_from(wait.as_micros()).unwrap_or(Micros::MAX);
+    views
+        .iter()
+        .enumerate()
+        .map(|(index, view)| {
+            let decision = view.decision;
+            if decision.allowed() && binding != Some(index) {
+                return *view;
+            }
+            let remaining = if decision.allowed() {
+                0
+            } else {
+                decision.remaining()
+            };
+            LimitView {
+                decision: Decision::new(
+                    false,
+                    decision.limit(),
+                    remaining,
+                    decision.reset_after_micros().max(wait),
+                    Some(wait),
+                    0,
+                ),
+                ..*view
+            }
+        })
+        .collect()
 }
 
 /// `Retry-After` in whole seconds, rounded up so that a client waiting that long is admitted
