@@ -35,11 +35,7 @@ pub(crate) fn refusal<B>(
     };
     let mut fields = evaluation.header_fields(families);
     if grpc {
-        let code = match refusal.reason {
-            Reason::Unavailable => "14",
-            Reason::LengthRequired => "9",
-            _ => "8",
-        };
+        let code = grpc_status(refusal.reason);
         let mut response = Response::new(RateLimitBody::full(Bytes::new()));
         fields.push(("content-type", "application/grpc".to_owned()));
         fields.push(("grpc-status", code.to_owned()));
@@ -66,27 +62,61 @@ pub(crate) fn refusal<B>(
 }
 
 /// The response when the limiter cannot decide at all (its store failed).
+/// The gRPC status of a refusal for `reason`.
+fn grpc_status(reason: Reason) -> &'static str {
+    match reason {
+        Reason::Unavailable => "14",
+        Reason::LengthRequired => "9",
+        Reason::Misconfigured => "13",
+        _ => "8",
+    }
+}
+
+/// The answer to a request the layer cannot decide because of how it is served (a policy
+/// keyed by client address, and no address: the server was not given `ConnectInfo` or a
+/// `PeerAddr`): `500` (`INTERNAL` over gRPC), and an error logged the first time, so that the
+/// mistake is seen at once rather than every client sharing one bucket.
+pub(crate) fn misconfigured<B>(error: &tollgate::Error, grpc: bool) -> Response<RateLimitBody<B>> {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::error!("rate limiting is misconfigured, every such request fails: {error}");
+    }
+    let refusal = Refusal {
+        reason: Reason::Misconfigured,
+        retry_after: None,
+        detail: format!("rate limiting is misconfigured: {error}"),
+    };
+    undecided(&refusal, grpc)
+}
+
+/// The response when the limiter cannot decide at all (its store failed).
 pub(crate) fn unavailable<B>(detail: &str, grpc: bool) -> Response<RateLimitBody<B>> {
+    let refusal = Refusal {
+        reason: Reason::Unavailable,
+        retry_after: Some(Duration::from_secs(1)),
+        detail: detail.to_owned(),
+    };
+    undecided(&refusal, grpc)
+}
+
+/// The answer to a request the limiter could not decide, refused as `refusal` says.
+fn undecided<B>(refusal: &Refusal, grpc: bool) -> Response<RateLimitBody<B>> {
     if grpc {
         let mut response = Response::new(RateLimitBody::full(Bytes::new()));
         add_fields(
             response.headers_mut(),
             vec![
                 ("content-type", "application/grpc".to_owned()),
-                ("grpc-status", "14".to_owned()),
-                ("grpc-message", "rate limiter unavailable".to_owned()),
+                ("grpc-status", grpc_status(refusal.reason).to_owned()),
+                ("grpc-message", refusal.reason.as_str().to_owned()),
             ],
         );
         return response;
     }
-    let refusal = Refusal {
-        reason: Reason::Unavailable,
-        retry_after: Some(Duration::from_secs(1)),
-        detail: detail.to_owned(),
-    };
-    let body = problem_json(&refusal, &[]);
+    let body = problem_json(refusal, &[]);
     let mut response = Response::new(RateLimitBody::full(Bytes::from(body)));
-    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    *response.status_mut() =
+        StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
     let mut fields = decision_fields(
         &[],
         &[],

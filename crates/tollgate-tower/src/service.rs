@@ -16,7 +16,7 @@ use tower::Service;
 
 use crate::body::{Completion, RateLimitBody};
 use crate::request::{Headers, attributes, is_grpc};
-use crate::response::{add_fields, effective_status, refusal, unavailable};
+use crate::response::{add_fields, effective_status, misconfigured, refusal, unavailable};
 
 /// The rate-limiting service around `Inner`; see [`RateLimitLayer`](crate::RateLimitLayer).
 #[derive(Debug)]
@@ -94,6 +94,9 @@ where
                 .map_or(&[][..], |policies| policies.header_families());
             let evaluation = match outcome {
                 Ok(evaluation) => Arc::new(evaluation),
+                Err(error @ tollgate::Error::NoClientAddress(_)) => {
+                    return Ok(misconfigured(&error, grpc));
+                }
                 Err(error) => {
                     return Ok(unavailable(
                         &format!("the rate limiter cannot decide: {error}"),

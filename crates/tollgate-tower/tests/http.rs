@@ -664,3 +664,43 @@ where
     }
     panic!("the condition never held");
 }
+
+/// Served by plain `axum::serve` (no `ConnectInfo`), as a README snippet once showed, every
+/// client used to share the key `ip:unknown`, so one client locked every other out. A policy
+/// keyed by client address with no address is now a loud error: 500, naming the fix.
+#[tokio::test]
+async fn without_a_client_address_an_address_keyed_policy_is_an_error_not_a_shared_bucket() {
+    let policies = Policies::from_yaml(
+        "test.yaml",
+        "policies:\n  - name: login\n    key: [ip]\n    limits: [{ algorithm: gcra, quota: 1/m }]\n",
+    )
+    .expect("valid config");
+    let app = Router::new()
+        .route("/login", post(|| async { "ok" }))
+        .layer(RateLimitLayer::new(Limiter::with_policies(
+            MemoryStore::new(),
+            policies,
+        )));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let url = format!("http://{}/login", listener.local_addr().expect("its address"));
+    tokio::spawn(async move {
+        axum::serve(listener, app)
+            .await
+            .expect("the test server runs");
+    });
+    let client = reqwest::Client::new();
+    for _ in 0..3 {
+        let response = client.post(&url).send().await.expect("an answer");
+        assert_eq!(response.status(), 500);
+        let problem: serde_json::Value = response.json().await.expect("problem+json");
+        assert_eq!(problem["status"], 500);
+        let detail = problem["detail"].as_str().expect("a detail");
+        assert!(
+            detail.contains("policy \"login\" counts by the client's address")
+                && detail.contains("ConnectInfo"),
+            "{detail}"
+        );
+    }
+}

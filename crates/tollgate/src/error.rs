@@ -27,6 +27,12 @@ pub enum Error {
     /// A request named a policy that is not configured.
     #[error("no policy is named {0:?}")]
     UnknownPolicy(String),
+    /// A policy counts by the client's address (or falls back to it for a missing identity)
+    /// and the request carries none: decided, it would put every client in one bucket.
+    #[error(
+        "policy {0:?} counts by the client's address and the request carries none: serve with axum's ConnectInfo (into_make_service_with_connect_info::<SocketAddr>()), insert a tollgate_tower::PeerAddr, or give attributes.ip"
+    )]
+    NoClientAddress(String),
     /// A receipt of charges that the request, planned again, no longer takes: the policies
     /// changed since. Nothing was given back.
     #[error(

@@ -17,6 +17,8 @@ pub enum ProblemKind {
     Forbidden,
     /// A policy counts body bytes and the request did not say how many (411).
     LengthRequired,
+    /// The limiter is misconfigured for this request (500).
+    ServerError,
 }
 
 impl ProblemKind {
@@ -29,6 +31,7 @@ impl ProblemKind {
             Reason::DenyListed { .. } => ProblemKind::AbnormalUsage,
             Reason::Unavailable => ProblemKind::TemporaryReducedCapacity,
             Reason::LengthRequired => ProblemKind::LengthRequired,
+            Reason::Misconfigured => ProblemKind::ServerError,
         }
     }
 
@@ -44,7 +47,9 @@ impl ProblemKind {
             ProblemKind::TemporaryReducedCapacity => {
                 "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
             }
-            ProblemKind::Forbidden | ProblemKind::LengthRequired => "about:blank",
+            ProblemKind::Forbidden | ProblemKind::LengthRequired | ProblemKind::ServerError => {
+                "about:blank"
+            }
         }
     }
 
@@ -55,6 +60,7 @@ impl ProblemKind {
             ProblemKind::TemporaryReducedCapacity => 503,
             ProblemKind::Forbidden => 403,
             ProblemKind::LengthRequired => 411,
+            ProblemKind::ServerError => 500,
         }
     }
 
@@ -63,6 +69,7 @@ impl ProblemKind {
         match status {
             403 => "Forbidden",
             411 => "Length Required",
+            500 => "Internal Server Error",
             503 => "Service Unavailable",
             _ => "Too Many Requests",
         }

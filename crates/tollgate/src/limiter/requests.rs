@@ -97,6 +97,10 @@ impl<S: Store> Limiter<S> {
                 };
                 return Ok(Evaluation::plain(Action::Refuse(refusal), plan.matched));
             }
+            Gate::NoClientAddress(index) => {
+                let name = policies.policies[index].name.to_string();
+                return Err(Error::NoClientAddress(name));
+            }
             Gate::LengthRequired => {
                 let refusal = Refusal {
                     reason: Reason::LengthRequired,

@@ -67,6 +67,10 @@ pub enum Gate {
     Refuse(u16),
     /// A policy counts body bytes and the body's length is unknown: refused as length required.
     LengthRequired,
+    /// The policy at this index counts by the client's address (or falls back to it for a
+    /// missing identity) and the request carries none: an error, never a key shared by every
+    /// client.
+    NoClientAddress(usize),
 }
 
 /// A request turned into checks.
@@ -167,10 +171,8 @@ impl Policies {
             plan.gate = Gate::Refuse(self.config.deny_status);
             return plan;
         }
-        let client_key = client.map_or_else(
-            || "unknown".to_owned(),
-            |address| group_key(address, self.config.ipv4_prefix, self.config.ipv6_prefix),
-        );
+        let client_key = client
+            .map(|address| group_key(address, self.config.ipv4_prefix, self.config.ipv6_prefix));
         for (index, policy) in self.policies.iter().enumerate() {
             let Some(params) = params_for(policy, index, named, request) else {
                 continue;
@@ -187,7 +189,10 @@ impl Policies {
                 plan.gate = Gate::LengthRequired;
                 return plan;
             }
-            let key = key_of(policy, request, &who, &client_key, &params);
+            let Some(key) = key_of(policy, request, &who, client_key.as_deref(), &params) else {
+                plan.gate = Gate::NoClientAddress(index);
+                return plan;
+            };
             let cost = cost_of(&policy.cost, request);
             let target = if policy.shadow {
                 &mut plan.shadow
@@ -251,22 +256,24 @@ impl Policies {
     }
 }
 
+/// The key `policy` counts `request` by; `None` when it needs the client's address and the
+/// request carries none.
 fn key_of(
     policy: &Policy,
     request: &Request<'_>,
     who: &Who<'_>,
-    client_key: &str,
+    client_key: Option<&str>,
     params: &Params<'_, '_>,
-) -> String {
+) -> Option<String> {
     let mut built = String::new();
     for part in &policy.key {
         // A missing identity falls back to the client address: never to a shared bucket that one
         // client could drain for everyone, never to no limit at all.
         let (name, value): (Cow<'_, str>, Cow<'_, str>) = match part {
-            KeyPart::Ip => ("ip".into(), client_key.into()),
-            KeyPart::User => identity_or_ip("user", who.user.as_deref(), client_key),
-            KeyPart::ApiKey => identity_or_ip("api_key", who.api_key.as_deref(), client_key),
-            KeyPart::Tenant => identity_or_ip("tenant", who.tenant.as_deref(), client_key),
+            KeyPart::Ip => ("ip".into(), client_key?.into()),
+            KeyPart::User => identity_or_ip("user", who.user.as_deref(), client_key)?,
+            KeyPart::ApiKey => identity_or_ip("api_key", who.api_key.as_deref(), client_key)?,
+            KeyPart::Tenant => identity_or_ip("tenant", who.tenant.as_deref(), client_key)?,
             KeyPart::Route => {
                 let pattern = policy.matcher.pattern();
                 let route = request
@@ -296,17 +303,19 @@ fn key_of(
         };
         key::push(&mut built, &name, &value);
     }
-    built
+    Some(built)
 }
 
+/// The identity part `part` of a key, or the client's address for a missing identity; `None`
+/// when neither is known.
 fn identity_or_ip<'v>(
     part: &'static str,
     value: Option<&'v str>,
-    client_key: &'v str,
-) -> (Cow<'v, str>, Cow<'v, str>) {
+    client_key: Option<&'v str>,
+) -> Option<(Cow<'v, str>, Cow<'v, str>)> {
     match value {
-        Some(value) if !value.is_empty() => (part.into(), value.into()),
-        _ => ("ip".into(), client_key.into()),
+        Some(value) if !value.is_empty() => Some((part.into(), value.into())),
+        _ => Some(("ip".into(), client_key?.into())),
     }
 }
 
