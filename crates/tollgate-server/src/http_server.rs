@@ -421,17 +421,28 @@ pub async fn serve(
                     let io = TokioIo::new(stream);
                     watch.drive(builder.serve_connection(io, service)).await;
                 }
-                // The handshake, like a request head, must come within the header timeout.
-                Some(acceptor) => match timeout(header_timeout, acceptor.accept(stream)).await {
-                    Ok(Ok(stream)) => {
-                        let io = TokioIo::new(stream);
-                        watch.drive(builder.serve_connection(io, service)).await;
+                // The handshake, like a request head, must come within the header timeout; a
+                // connection still in it is idle, so it makes room at the cap and goes at
+                // shutdown like any idle connection.
+                Some(acceptor) => {
+                    let mut stopping = watch.stopping.clone();
+                    tokio::select! {
+                        handshake = timeout(header_timeout, acceptor.accept(stream)) => match handshake {
+                            Ok(Ok(stream)) => {
+                                let io = TokioIo::new(stream);
+                                watch.drive(builder.serve_connection(io, service)).await;
+                            }
+                            Ok(Err(error)) => tracing::debug!(%peer, "TLS handshake failed: {error}"),
+                            Err(_) => {
+                                tracing::debug!(%peer, "no TLS handshake within {header_timeout:?}");
+                            }
+                        },
+                        () = watch.tracked.reclaim.notified() => {
+                            tracing::debug!(%peer, "closing a connection still in its TLS handshake to make room for a new one");
+                        }
+                        _ = stopping.changed() => {}
                     }
-                    Ok(Err(error)) => tracing::debug!(%peer, "TLS handshake failed: {error}"),
-                    Err(_) => {
-                        tracing::debug!(%peer, "no TLS handshake within {header_timeout:?}");
-                    }
-                },
+                }
             }
             drop(slot);
         });

@@ -246,3 +246,52 @@ async fn the_proxy_listens_over_tls_and_reaches_an_https_upstream() {
         .await;
     assert_eq!(answer, Some(StatusCode::BAD_GATEWAY));
 }
+
+/// Sockets that never complete a TLS handshake used to keep their places under the cap until
+/// the header timeout: with `--max-connections 20`, 20 of them locked every client out (0 of 3
+/// probes answered). A connection still in its handshake is idle, and makes room like any
+/// idle connection on a plain listener.
+#[tokio::test]
+async fn handshake_less_sockets_filling_the_cap_make_room_for_clients() {
+    let certificates = Certificates::generate();
+    let server = Tollgate::start_with_env(
+        &support::serve_args(&[
+            "--tls-cert",
+            path(&certificates.server_cert),
+            "--tls-key",
+            path(&certificates.server_key),
+            "--max-connections",
+            "20",
+            "--header-timeout",
+            "1h",
+        ]),
+        &[("TOLLGATE_LOG", "info,tollgate_server::http_server=debug")],
+    );
+    let address = server.address("http");
+    let mut silent = Vec::new();
+    for _ in 0..20 {
+        let socket = tokio::net::TcpStream::connect(address)
+            .await
+            .expect("connects");
+        let peer = socket.local_addr().expect("an address");
+        eventually("the silent socket is accepted", || async {
+            server
+                .stderr()
+                .contains(&format!("connection accepted peer={peer}"))
+        })
+        .await;
+        silent.push(socket);
+    }
+    let base = format!("https://{address}");
+    let trusting = client(&certificates.ca, None);
+    for probe in 0..3 {
+        assert!(checks(&trusting, &base).await, "probe {probe} is answered");
+    }
+    assert!(
+        server
+            .stderr()
+            .contains("closing a connection still in its TLS handshake to make room"),
+        "{}",
+        server.stderr()
+    );
+}
