@@ -66,7 +66,10 @@ async fn inspect_reset_lift_top_and_config() {
         .json()
         .await
         .expect("JSON");
-    assert_eq!(top["denied_keys"][0]["key"], "ip:203.0.113.7");
+    // Keys show as the logs show them: hashed unless --log-keys plain says otherwise.
+    let shown = top["denied_keys"][0]["key"].as_str().expect("a key");
+    assert_eq!(shown.len(), 16, "{top}");
+    assert!(!top.to_string().contains("203.0.113.7"), "{top}");
     assert_eq!(top["routes"][0]["key"], "/");
 
     let (status, reset) = post(&format!("{admin}/admin/reset"), &key, None).await;
@@ -370,9 +373,16 @@ async fn the_dashboard_shows_a_known_load_and_updates_in_a_real_browser() {
         row.starts_with("<td>login</td><td>5</td><td>2</td>"),
         "five allowed, two denied: {row}"
     );
+    // The refused key is listed as the logs show it: hashed, never in clear by default.
+    assert!(!document.contains("198.51.100.23"), "no key in clear");
+    let listed = document
+        .split(" — 2")
+        .next()
+        .and_then(|before| before.rsplit('>').next())
+        .unwrap_or_default();
     assert!(
-        document.contains("ip:198.51.100.23 — 2"),
-        "the refused key is listed"
+        listed.len() == 16 && listed.bytes().all(|b| b.is_ascii_hexdigit()),
+        "the refused key is listed, hashed: {listed:?}"
     );
     let updates: u32 = document
         .split("<b id=\"updates\">")
@@ -409,4 +419,36 @@ async fn the_dashboard_sends_the_token_from_its_fragment_in_a_real_browser() {
         dom.contains("<span id=\"status\">live</span>"),
         "the page reads the stats with the token: {dom}"
     );
+}
+
+/// The admin API used to show refused keys (addresses, API keys) in clear while the logs hashed
+/// them: they show as the key logging says, in clear only when `--log-keys plain` asks.
+#[tokio::test]
+async fn refused_keys_show_in_clear_only_when_asked() {
+    let plain = Tollgate::serve(&["--log-keys", "plain"]);
+    load(&plain, "198.51.100.9").await;
+    let top: Value = reqwest::get(format!("{}/admin/top?n=5", admin_url(&plain)))
+        .await
+        .expect("an answer")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(top["denied_keys"][0]["key"], "ip:198.51.100.9");
+    let stats: Value = reqwest::get(format!("{}/admin/stats", admin_url(&plain)))
+        .await
+        .expect("an answer")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(stats["denied_keys"][0]["key"], "ip:198.51.100.9");
+
+    let hashed = Tollgate::serve(&[]);
+    load(&hashed, "198.51.100.9").await;
+    let stats = reqwest::get(format!("{}/admin/stats", admin_url(&hashed)))
+        .await
+        .expect("an answer")
+        .text()
+        .await
+        .expect("text");
+    assert!(!stats.contains("198.51.100.9"), "{stats}");
 }

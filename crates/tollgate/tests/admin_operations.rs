@@ -94,6 +94,9 @@ async fn inspect_counts_nothing_and_reset_and_lift_give_a_fresh_start() {
     );
 
     let top = limiter.top_denied_keys(5);
+    assert_eq!(top[0].key.len(), 16, "hashed, as the logs show keys");
+    limiter.set_key_logging(tollgate::KeyLogging::Plain);
+    let top = limiter.top_denied_keys(5);
     assert_eq!(top[0].key, format!("ip:{ip}"));
     assert!(top[0].count >= 2);
     assert_eq!(limiter.top_routes(1)[0].key, "/login");

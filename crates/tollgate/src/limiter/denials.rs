@@ -75,8 +75,14 @@ impl Denials {
         }
     }
 
+    /// The most refused keys, shown as the key logging says (hashed by default), like the
+    /// refusal logs: the admin API and dashboard show no client's key in clear unless asked to.
     pub(crate) fn top_denied_keys(&self, n: usize) -> Vec<TopKey> {
-        self.denied_keys.top(n)
+        let mut top = self.denied_keys.top(n);
+        for entry in &mut top {
+            entry.key = self.key_for_logs(&entry.key);
+        }
+        top
     }
 
     pub(crate) fn top_routes(&self, n: usize) -> Vec<TopKey> {
@@ -97,7 +103,7 @@ impl Denials {
     fn key_for_logs(&self, key: &str) -> String {
         match self.key_logging.load(Ordering::Relaxed) {
             x if x == KeyLogging::Plain as u8 => key.to_owned(),
-            x if x == KeyLogging::Omitted as u8 => String::new(),
+            x if x == KeyLogging::Omitted as u8 => "(hidden)".to_owned(),
             _ => self
                 .key_log_secret
                 .read()
