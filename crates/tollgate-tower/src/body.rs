@@ -1,6 +1,8 @@
 //! The response body, watched: when it ends or is dropped the request's concurrency slots are
-//! released, a gRPC error status in its trailers refunds the request when a policy says so, and
-//! the usage it reports settles the policies that charge by usage.
+//! released, a gRPC status of a server failure in its trailers refunds the request when a policy
+//! says so (only if no message was delivered before it: a stream that served its client keeps
+//! its charge, whatever ends it), and the usage it reports settles the policies that charge by
+//! usage.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -21,7 +23,8 @@ pub(crate) struct Completion {
     finish: Option<Finish>,
     outcome: Outcome,
     evaluation: Arc<Evaluation>,
-    refund_on_grpc_error: bool,
+    /// Whether any of the response's data reached the client.
+    delivered: bool,
     /// Reads what the response says the request used, for policies that settle by usage.
     meter: Option<UsageMeter>,
 }
@@ -33,14 +36,14 @@ pub(crate) enum Outcome {
     Cancelled,
     /// It was forwarded: settle its usage and release its slots.
     Forwarded,
-    /// Its gRPC response failed and its policies refund on failures: refund, settle the
-    /// usage of the others, and release.
-    Failed,
+    /// Its gRPC response failed on the server's side, with this status (as HTTP's classes
+    /// count it), before anything was delivered, and its policies refund on it: refund, settle
+    /// the usage of the others, and release.
+    Failed(u16),
 }
 
 impl Completion {
     pub(crate) fn new<S: Store>(limiter: Limiter<S>, evaluation: Arc<Evaluation>) -> Self {
-        let refund_on_grpc_error = evaluation.refunds_on(500);
         let holds_slots = evaluation.holds_slots();
         let shared = Arc::clone(&evaluation);
         let finish = move |outcome: Outcome, usage: Option<Usage>| {
@@ -58,8 +61,8 @@ impl Completion {
                     let _ = limiter.cancel(&shared).await;
                     return;
                 }
-                if outcome == Outcome::Failed {
-                    let _ = limiter.refund_for_status(&shared, 500).await;
+                if let Outcome::Failed(status) = outcome {
+                    let _ = limiter.refund_for_status(&shared, status).await;
                 }
                 if let Some(usage) = usage {
                     let _ = limiter.settle_usage(&shared, &usage).await;
@@ -71,7 +74,7 @@ impl Completion {
             finish: Some(Box::new(finish)),
             outcome: Outcome::Cancelled,
             evaluation,
-            refund_on_grpc_error,
+            delivered: false,
             meter: None,
         }
     }
@@ -91,22 +94,29 @@ impl Completion {
     }
 
     fn data(&mut self, data: &Bytes) {
+        self.delivered |= !data.is_empty();
         if let Some(meter) = &mut self.meter {
             meter.data(data);
         }
     }
 
     fn trailers(&mut self, trailers: &HeaderMap) {
+        // A status after delivered messages ends a stream that served its client: whatever it
+        // says (a deadline the client set, a cancel, even a server error midway), nothing is
+        // refunded.
         let failed = trailers
             .get("grpc-status")
             .and_then(|value| value.to_str().ok())
-            .is_some_and(|status| status != "0");
-        if failed && self.refund_on_grpc_error {
-            self.outcome = Outcome::Failed;
+            .map(crate::response::grpc_status_class)
+            .filter(|status| *status >= 500 && !self.delivered);
+        if let Some(status) = failed
+            && self.evaluation.refunds_on(status)
+        {
+            self.outcome = Outcome::Failed(status);
         }
         if let Some(meter) = &mut self.meter {
-            if failed {
-                meter.refunded(&self.evaluation, 500);
+            if let Some(status) = failed {
+                meter.refunded(&self.evaluation, status);
             }
             meter.trailers(|name| trailers.get(name).map(|value| value.as_bytes()));
         }

@@ -139,7 +139,24 @@ pub(crate) fn effective_status<B>(response: &Response<B>) -> u16 {
         .get("grpc-status")
         .and_then(|v| v.to_str().ok())
     {
-        Some("0") | None => response.status().as_u16(),
-        Some(_) => 500,
+        None => response.status().as_u16(),
+        Some(status) => grpc_status_class(status),
+    }
+}
+
+/// The HTTP status class a gRPC status counts as for `refund_on`: a failure of the server
+/// (`UNKNOWN`, `UNIMPLEMENTED`, `INTERNAL`, `UNAVAILABLE`, `DATA_LOSS`) is a 5xx; what the
+/// client causes or asked for (`CANCELLED`, `DEADLINE_EXCEEDED` from its own `grpc-timeout`,
+/// `INVALID_ARGUMENT`, `RESOURCE_EXHAUSTED`, ...) is a 4xx and never refunds a `5xx` policy;
+/// `OK` is 200.
+pub(crate) fn grpc_status_class(status: &str) -> u16 {
+    match status.trim() {
+        "0" => 200,
+        "2" => 500,
+        "12" => 501,
+        "13" => 500,
+        "14" => 503,
+        "15" => 500,
+        _ => 400,
     }
 }

@@ -198,22 +198,24 @@ async fn a_usage_header_settles() {
     gateway.left_becomes((1000 - 17, 5000)).await;
 }
 
-/// A service whose responses end with trailers: `x-usage-tokens`, and `grpc-status` 13 when
-/// the request asks it to fail.
+/// A service whose responses end with trailers: `x-usage-tokens`, and the `grpc-status` the
+/// request's `x-status` asks for, after a message unless the request says `x-silent`.
 async fn with_trailers(
     request: http::Request<String>,
 ) -> Result<http::Response<StreamBody<Frames>>, std::convert::Infallible> {
-    let fail = request.headers().contains_key("x-fail");
     let mut trailers = http::HeaderMap::new();
     trailers.insert("x-usage-tokens", http::HeaderValue::from_static("17"));
-    if fail {
-        trailers.insert("grpc-status", http::HeaderValue::from_static("13"));
+    if let Some(status) = request.headers().get("x-status") {
+        trailers.insert("grpc-status", status.clone());
     }
-    let frames: Frames = futures_util::stream::iter(vec![
-        Ok(Frame::data(bytes::Bytes::from_static(b"answer"))),
-        Ok(Frame::trailers(trailers)),
-    ]);
-    Ok(http::Response::new(StreamBody::new(frames)))
+    let mut frames = Vec::new();
+    if !request.headers().contains_key("x-silent") {
+        frames.push(Ok(Frame::data(bytes::Bytes::from_static(b"answer"))));
+    }
+    frames.push(Ok(Frame::trailers(trailers)));
+    Ok(http::Response::new(StreamBody::new(
+        futures_util::stream::iter(frames),
+    )))
 }
 
 type Frames = futures_util::stream::Iter<
@@ -221,7 +223,7 @@ type Frames = futures_util::stream::Iter<
 >;
 
 #[tokio::test]
-async fn a_trailer_settles_and_a_failure_that_refunds_settles_nothing() {
+async fn a_trailer_settles_and_only_a_server_failure_before_delivery_refunds() {
     let policies = Policies::from_yaml(
         "trailers.yaml",
         r#"
@@ -240,13 +242,18 @@ policies:
         .build();
     let service = RateLimitLayer::new(Limiter::with_policies(store, policies))
         .layer(tower::service_fn(with_trailers));
-    let call = |max_tokens: &str, fail: bool| {
+    // The tokens left after a call costing `max_tokens` ending with `status`, after a message
+    // unless `silent`.
+    let call = |max_tokens: &str, status: Option<&'static str>, silent: bool| {
         let mut request = http::Request::builder()
             .uri("/")
             .header("x-api-key", "key-1")
             .header("x-max-tokens", max_tokens);
-        if fail {
-            request = request.header("x-fail", "1");
+        if let Some(status) = status {
+            request = request.header("x-status", status);
+        }
+        if silent {
+            request = request.header("x-silent", "1");
         }
         let service = service.clone();
         async move {
@@ -262,26 +269,36 @@ policies:
             remaining(&field, "tokens")
         }
     };
-    assert_eq!(call("300", false).await, 700);
-    let mut left = 0;
-    for _ in 0..200 {
-        left = call("0", false).await;
-        if left == 1000 - 17 {
-            break;
+    // What is left once the settlements under way have landed, expected to become `expected`.
+    let settles_to = |expected: u64| {
+        let call = call.clone();
+        async move {
+            let mut left = 0;
+            for _ in 0..200 {
+                left = call("0", None, false).await;
+                if left == expected {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("left {left}, expected {expected}");
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(call("300", None, false).await, 700);
+    settles_to(1000 - 17).await;
+    // A server failure before any message: the estimate is given back, nothing settled.
+    assert_eq!(call("300", Some("13"), true).await, 1000 - 17 - 300);
+    settles_to(1000 - 17).await;
+    // A stream that delivered its message and then failed served its client: it is charged
+    // (and settled at its usage), whatever ends it.
+    assert_eq!(call("300", Some("13"), false).await, 1000 - 17 - 300);
+    settles_to(1000 - 2 * 17).await;
+    // Statuses the client causes never refund: its own deadline, a cancel.
+    for client_caused in ["4", "1"] {
+        let before = call("0", None, false).await;
+        assert_eq!(call("300", Some(client_caused), true).await, before - 300);
+        settles_to(before - 17).await;
     }
-    assert_eq!(left, 1000 - 17, "settled at the trailer's 17");
-    // A failure the policy refunds gives the estimate back and settles nothing.
-    assert_eq!(call("300", true).await, 1000 - 17 - 300);
-    for _ in 0..200 {
-        left = call("0", false).await;
-        if left == 1000 - 17 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("left {left}, expected {} after the refund", 1000 - 17);
 }
 
 #[tokio::test]
