@@ -337,3 +337,56 @@ async fn sigterm_lets_requests_under_way_finish() {
         .expect("waited");
     assert!(status.success(), "{status:?}");
 }
+
+/// Sends `GET target` as written (no client library to tidy the path up), and returns the
+/// status and the body.
+async fn raw_get(proxy: SocketAddr, target: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(proxy)
+        .await
+        .expect("connects");
+    let request = format!("GET {target} HTTP/1.1\r\nhost: app\r\nconnection: close\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("writes");
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .await
+        .expect("an answer");
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
+    (status, body)
+}
+
+/// Policies matched the raw path and the proxy forwarded it unchanged: `/v1/chat/%63ompletions`
+/// skipped the policy while the upstream routed it to the limited handler. Paths are matched
+/// and forwarded as an upstream routes them; paths servers read differently are refused.
+#[tokio::test]
+async fn encoded_and_dotted_paths_are_limited_and_forwarded_as_the_upstream_routes_them() {
+    let upstream = Upstream::default();
+    let address = start_upstream(upstream.clone()).await;
+    let policies = policy_file();
+    let proxy = proxy_to(address, &policies, &[]);
+    let listen = proxy.address("listen");
+    for target in ["/%65cho", "/./echo", "//echo"] {
+        let (status, body) = raw_get(listen, target).await;
+        assert_eq!(status, 200, "{target}: {body}");
+        let seen: Value = serde_json::from_str(body.trim()).unwrap_or_else(|_| {
+            // A chunked body: the JSON is on its own line.
+            serde_json::from_str(body.lines().nth(1).unwrap_or_default()).expect("JSON")
+        });
+        assert_eq!(seen["uri"], "/base/echo", "{target}");
+    }
+    let (status, _) = raw_get(listen, "/x/../echo").await;
+    assert_eq!(status, 429, "the fourth spelling of /echo is the fourth request");
+    let before = upstream.requests.load(Ordering::SeqCst);
+    let (status, body) = raw_get(listen, "/ec%2Fho").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("servers read in different ways"), "{body}");
+    assert_eq!(upstream.requests.load(Ordering::SeqCst), before, "never forwarded");
+}

@@ -86,6 +86,29 @@ pub(crate) fn attributes<'a>(
     request
 }
 
+/// Rewrites the request's path to the form the policies match (see
+/// [`tollgate::policy::normalize_path`]), so that the inner service is handed the request the
+/// limits were decided for, never one it would route elsewhere. A path servers read in
+/// different ways is left alone: the policies refuse it.
+pub(crate) fn normalize_path(parts: &mut http::request::Parts) {
+    let Ok(std::borrow::Cow::Owned(path)) = tollgate::policy::normalize_path(parts.uri.path())
+    else {
+        return;
+    };
+    let target = match parts.uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path,
+    };
+    let Ok(target) = http::uri::PathAndQuery::try_from(target) else {
+        return;
+    };
+    let mut uri = parts.uri.clone().into_parts();
+    uri.path_and_query = Some(target);
+    if let Ok(uri) = http::Uri::from_parts(uri) {
+        parts.uri = uri;
+    }
+}
+
 /// Whether the request is gRPC (answered with gRPC statuses instead of HTTP ones).
 pub(crate) fn is_grpc(parts: &http::request::Parts) -> bool {
     parts

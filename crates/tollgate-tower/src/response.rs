@@ -67,6 +67,7 @@ fn grpc_status(reason: Reason) -> &'static str {
     match reason {
         Reason::Unavailable => "14",
         Reason::LengthRequired => "9",
+        Reason::BadRequest => "3",
         Reason::Misconfigured => "13",
         _ => "8",
     }

@@ -15,7 +15,7 @@ use tollgate::{Limiter, Store};
 use tower::Service;
 
 use crate::body::{Completion, RateLimitBody};
-use crate::request::{Headers, attributes, is_grpc};
+use crate::request::{Headers, attributes, is_grpc, normalize_path};
 use crate::response::{add_fields, effective_status, misconfigured, refusal, unavailable};
 
 /// The rate-limiting service around `Inner`; see [`RateLimitLayer`](crate::RateLimitLayer).
@@ -82,6 +82,7 @@ where
         let layer = self.shared.clone();
         Box::pin(async move {
             let (mut parts, body) = request.into_parts();
+            normalize_path(&mut parts);
             let grpc = is_grpc(&parts);
             let headers = Headers(&parts.headers);
             let outcome = layer

@@ -19,6 +19,8 @@ pub enum ProblemKind {
     LengthRequired,
     /// The limiter is misconfigured for this request (500).
     ServerError,
+    /// The request cannot be decided as sent (400).
+    BadRequest,
 }
 
 impl ProblemKind {
@@ -32,6 +34,7 @@ impl ProblemKind {
             Reason::Unavailable => ProblemKind::TemporaryReducedCapacity,
             Reason::LengthRequired => ProblemKind::LengthRequired,
             Reason::Misconfigured => ProblemKind::ServerError,
+            Reason::BadRequest => ProblemKind::BadRequest,
         }
     }
 
@@ -47,9 +50,10 @@ impl ProblemKind {
             ProblemKind::TemporaryReducedCapacity => {
                 "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
             }
-            ProblemKind::Forbidden | ProblemKind::LengthRequired | ProblemKind::ServerError => {
-                "about:blank"
-            }
+            ProblemKind::Forbidden
+            | ProblemKind::LengthRequired
+            | ProblemKind::ServerError
+            | ProblemKind::BadRequest => "about:blank",
         }
     }
 
@@ -61,12 +65,14 @@ impl ProblemKind {
             ProblemKind::Forbidden => 403,
             ProblemKind::LengthRequired => 411,
             ProblemKind::ServerError => 500,
+            ProblemKind::BadRequest => 400,
         }
     }
 
     /// A short title.
     pub fn title(self, status: u16) -> &'static str {
         match status {
+            400 => "Bad Request",
             403 => "Forbidden",
             411 => "Length Required",
             500 => "Internal Server Error",

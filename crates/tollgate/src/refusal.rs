@@ -22,6 +22,9 @@ pub enum Reason {
     /// A policy counts body bytes and the request's body has no length to count up front (it
     /// is chunked): it must say its `Content-Length`, or it would pass uncounted.
     LengthRequired,
+    /// The request is refused as it is sent (a path servers read in different ways): it must
+    /// be sent another way, not later.
+    BadRequest,
     /// The limiter is set up so that it cannot decide this request (a policy keyed by client
     /// address where the server gives no address): the operator's mistake, not the client's.
     Misconfigured,
@@ -36,6 +39,7 @@ impl Reason {
             Reason::DenyListed { .. } => "deny_listed",
             Reason::Unavailable => "unavailable",
             Reason::LengthRequired => "length_required",
+            Reason::BadRequest => "bad_request",
             Reason::Misconfigured => "misconfigured",
         }
     }

@@ -97,6 +97,14 @@ impl<S: Store> Limiter<S> {
                 };
                 return Ok(Evaluation::plain(Action::Refuse(refusal), plan.matched));
             }
+            Gate::AmbiguousPath(ambiguous) => {
+                let refusal = Refusal {
+                    reason: Reason::BadRequest,
+                    retry_after: None,
+                    detail: ambiguous.to_string(),
+                };
+                return Ok(Evaluation::plain(Action::Refuse(refusal), plan.matched));
+            }
             Gate::NoClientAddress(index) => {
                 let name = policies.policies[index].name.to_string();
                 return Err(Error::NoClientAddress(name));

@@ -14,6 +14,7 @@ mod lists;
 mod matcher;
 mod model;
 mod parse;
+mod path;
 mod plan;
 mod request;
 
@@ -29,6 +30,7 @@ pub use model::{
 };
 pub use parse::{MAX_LIMITS_PER_POLICY, MAX_LIST_ENTRIES, MAX_POLICIES};
 pub use plan::{Gate, Plan, Planned, Role, Scope};
+pub use path::{AmbiguousPath, normalize as normalize_path};
 pub use request::{HeaderSource, Identity, NoHeaders, Request};
 
 pub(crate) use compile::Penalty;

@@ -67,6 +67,9 @@ pub enum Gate {
     Refuse(u16),
     /// A policy counts body bytes and the body's length is unknown: refused as length required.
     LengthRequired,
+    /// The path holds what servers read in different ways (an encoded `/`, a `\`, an
+    /// encoded NUL): refused rather than matched one way and routed another.
+    AmbiguousPath(super::path::AmbiguousPath),
     /// The policy at this index counts by the client's address (or falls back to it for a
     /// missing identity) and the request carries none: an error, never a key shared by every
     /// client.
@@ -173,8 +176,16 @@ impl Policies {
         }
         let client_key = client
             .map(|address| group_key(address, self.config.ipv4_prefix, self.config.ipv6_prefix));
+        // Matched by the path as an upstream routes it, not as the client spelled it.
+        let path = match super::path::normalize(request.path) {
+            Ok(path) => path,
+            Err(ambiguous) => {
+                plan.gate = Gate::AmbiguousPath(ambiguous);
+                return plan;
+            }
+        };
         for (index, policy) in self.policies.iter().enumerate() {
-            let Some(params) = params_for(policy, index, named, request) else {
+            let Some(params) = params_for(policy, index, named, request, &path) else {
                 continue;
             };
             if policy.allow.contains(client, &identity) {
@@ -189,7 +200,8 @@ impl Policies {
                 plan.gate = Gate::LengthRequired;
                 return plan;
             }
-            let Some(key) = key_of(policy, request, &who, client_key.as_deref(), &params) else {
+            let Some(key) = key_of(policy, request, &path, &who, client_key.as_deref(), &params)
+            else {
                 plan.gate = Gate::NoClientAddress(index);
                 return plan;
             };
@@ -261,6 +273,7 @@ impl Policies {
 fn key_of(
     policy: &Policy,
     request: &Request<'_>,
+    path: &str,
     who: &Who<'_>,
     client_key: Option<&str>,
     params: &Params<'_, '_>,
@@ -279,7 +292,7 @@ fn key_of(
                 let route = request
                     .route
                     .or((!pattern.is_empty()).then_some(pattern))
-                    .unwrap_or(request.path);
+                    .unwrap_or(path);
                 ("route".into(), route.into())
             }
             KeyPart::Method => ("method".into(), request.method.to_ascii_uppercase().into()),
@@ -357,13 +370,10 @@ fn params_for<'m, 'p>(
     policy: &'m Policy,
     index: usize,
     named: Option<usize>,
-    request: &Request<'p>,
+    request: &Request<'_>,
+    path: &'p str,
 ) -> Option<Params<'m, 'p>> {
-    let matched = || {
-        policy
-            .matcher
-            .matches(request.method, request.host, request.path)
-    };
+    let matched = || policy.matcher.matches(request.method, request.host, path);
     match named {
         Some(chosen) if chosen != index => None,
         Some(_) => Some(matched().unwrap_or_default()),
