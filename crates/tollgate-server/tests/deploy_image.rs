@@ -136,7 +136,10 @@ fn the_image_built_here_serves_healthz_from_its_own_filesystem_as_nonroot() {
     let archive_bytes = std::fs::metadata(&archive)
         .expect("the OCI archive is written")
         .len();
-    assert!(archive_bytes > 1_000_000, "archive of {archive_bytes} bytes");
+    assert!(
+        archive_bytes > 1_000_000,
+        "archive of {archive_bytes} bytes"
+    );
 
     // The image's configuration is deploy/Dockerfile's runtime stage.
     let dockerfile =
@@ -235,10 +238,15 @@ fn the_image_built_here_serves_healthz_from_its_own_filesystem_as_nonroot() {
         uid.split_whitespace().all(|id| id == "65532"),
         "uids: {uid}"
     );
-    let root = std::fs::read_link(format!("/proc/{pid}/root")).expect("its root");
-    assert_ne!(root, Path::new("/"), "the container shares this machine's root");
+    let root = PathBuf::from(format!("/proc/{pid}/root"));
+    let passwd = std::fs::read_to_string(root.join("etc/passwd")).expect("the image's passwd");
     assert!(
-        !Path::new(&format!("/proc/{pid}/root/bin/sh")).exists(),
+        passwd.contains("nonroot:x:65532:65532:"),
+        "not the image's root: {passwd}"
+    );
+    assert!(root.join("usr/local/bin/tollgate").is_file());
+    assert!(
+        Path::new("/bin/sh").exists() && !root.join("bin/sh").exists(),
         "the image has a shell"
     );
 
