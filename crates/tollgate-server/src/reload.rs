@@ -122,8 +122,7 @@ impl Reloader {
                 .map_err(|errors| errors.to_string())
                 .and_then(|config| {
                     let had_domains = rls.config().domains().next().is_some();
-                    if had_domains && config.domains().next().is_none() && !self.rls_empty_allowed
-                    {
+                    if had_domains && config.domains().next().is_none() && !self.rls_empty_allowed {
                         return Err(
                             "it holds no domain, which would switch every Envoy limit off; \
                              start with --rls-allow-empty to allow that"

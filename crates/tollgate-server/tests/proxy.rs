@@ -345,21 +345,19 @@ async fn raw_get(proxy: SocketAddr, target: &str) -> (u16, String) {
         .await
         .expect("connects");
     let request = format!("GET {target} HTTP/1.1\r\nhost: app\r\nconnection: close\r\n\r\n");
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .expect("writes");
+    stream.write_all(request.as_bytes()).await.expect("writes");
     let mut answer = String::new();
-    stream
-        .read_to_string(&mut answer)
-        .await
-        .expect("an answer");
+    stream.read_to_string(&mut answer).await.expect("an answer");
     let status = answer
         .split(' ')
         .nth(1)
         .and_then(|code| code.parse().ok())
         .unwrap_or(0);
-    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
+    let body = answer
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
     (status, body)
 }
 
@@ -383,10 +381,17 @@ async fn encoded_and_dotted_paths_are_limited_and_forwarded_as_the_upstream_rout
         assert_eq!(seen["uri"], "/base/echo", "{target}");
     }
     let (status, _) = raw_get(listen, "/x/../echo").await;
-    assert_eq!(status, 429, "the fourth spelling of /echo is the fourth request");
+    assert_eq!(
+        status, 429,
+        "the fourth spelling of /echo is the fourth request"
+    );
     let before = upstream.requests.load(Ordering::SeqCst);
     let (status, body) = raw_get(listen, "/ec%2Fho").await;
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("servers read in different ways"), "{body}");
-    assert_eq!(upstream.requests.load(Ordering::SeqCst), before, "never forwarded");
+    assert_eq!(
+        upstream.requests.load(Ordering::SeqCst),
+        before,
+        "never forwarded"
+    );
 }

@@ -8,9 +8,15 @@ mod support;
 use serde_json::{Value, json};
 use support::{Tollgate, eventually};
 
-/// The overall code `/json` answers for one hit on `(key, value)` in `domain`.
+/// The overall code `/json` answers for one hit on `(key, "v")` in `domain`.
 async fn hit(base: &str, domain: &str, key: &str) -> String {
-    let body = json!({"domain": domain, "descriptors": [{"entries": [{"key": key, "value": "v"}]}]});
+    hit_value(base, domain, key, "v").await
+}
+
+/// The overall code `/json` answers for one hit on `(key, value)` in `domain`.
+async fn hit_value(base: &str, domain: &str, key: &str, value: &str) -> String {
+    let body =
+        json!({"domain": domain, "descriptors": [{"entries": [{"key": key, "value": value}]}]});
     let response = reqwest::Client::new()
         .post(format!("{base}/json"))
         .json(&body)
@@ -18,7 +24,10 @@ async fn hit(base: &str, domain: &str, key: &str) -> String {
         .await
         .expect("an answer");
     let answer: Value = response.json().await.expect("JSON");
-    answer["overallCode"].as_str().unwrap_or_default().to_owned()
+    answer["overallCode"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 fn domain(name: &str, key: &str) -> String {
@@ -43,8 +52,14 @@ async fn a_relative_directory_reloads_and_an_emptied_one_is_refused() {
     assert_eq!(hit(&base, "a", "k").await, "OVER_LIMIT");
 
     std::fs::write(rls.join("b.yaml"), domain("b", "k")).expect("written");
+    // Each look counts a value of its own, so that one made before the reload leaves nothing.
+    let looks = std::sync::atomic::AtomicU32::new(0);
     eventually("the new file is seen without a signal", || async {
-        hit(&base, "b", "k").await == "OK" && hit(&base, "b", "k").await == "OVER_LIMIT"
+        let value = looks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .to_string();
+        hit_value(&base, "b", "k", &value).await == "OK"
+            && hit_value(&base, "b", "k", &value).await == "OVER_LIMIT"
     })
     .await;
 
@@ -64,10 +79,9 @@ async fn a_relative_directory_reloads_and_an_emptied_one_is_refused() {
         .await
         .expect("text");
     assert!(
-        metrics
-            .lines()
-            .any(|line| line.starts_with("tollgate_config_reloads_total{result=\"failure\"}")
-                && !line.ends_with(" 0")),
+        metrics.lines().any(|line| line
+            .starts_with("tollgate_config_reloads_total{result=\"failure\"}")
+            && !line.ends_with(" 0")),
         "{metrics}"
     );
 }

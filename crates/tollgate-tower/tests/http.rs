@@ -169,8 +169,10 @@ policies:
 
 #[tokio::test]
 async fn stacked_policies_are_decided_together_and_tiers_follow_the_plan() {
+    // The plan header comes from a front proxy the policies trust (the test's client, here).
     let app = App::start(
         r#"
+trusted_proxies: [127.0.0.1]
 policies:
   - name: global
     key: const:all
@@ -684,7 +686,10 @@ async fn without_a_client_address_an_address_keyed_policy_is_an_error_not_a_shar
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("a loopback port");
-    let url = format!("http://{}/login", listener.local_addr().expect("its address"));
+    let url = format!(
+        "http://{}/login",
+        listener.local_addr().expect("its address")
+    );
     tokio::spawn(async move {
         axum::serve(listener, app)
             .await

@@ -172,7 +172,9 @@ fn a_limit_may_be_leased() {
         "policies:\n  - name: hot\n    limits: [{ name: hot, algorithm: fixed_window, quota: 100000/s, lease: 500 }]\n",
     )
     .expect("valid");
-    let plan = policies.plan(&tollgate::Request::new("GET", "/"));
+    let mut request = tollgate::Request::new("GET", "/");
+    request.peer = Some("203.0.113.7".parse().expect("an address"));
+    let plan = policies.plan(&request);
     assert_eq!(plan.enforced[0].limit.lease(), Some(500));
 }
 

@@ -29,8 +29,8 @@ pub use model::{
     UsageConfig, UsageSource,
 };
 pub use parse::{MAX_LIMITS_PER_POLICY, MAX_LIST_ENTRIES, MAX_POLICIES};
-pub use plan::{Gate, Plan, Planned, Role, Scope};
 pub use path::{AmbiguousPath, normalize as normalize_path};
+pub use plan::{Gate, Plan, Planned, Role, Scope};
 pub use request::{HeaderSource, Identity, NoHeaders, Request};
 
 pub(crate) use compile::Penalty;

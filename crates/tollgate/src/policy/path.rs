@@ -167,7 +167,10 @@ mod tests {
             "/login%00",
         ] {
             let error = normalize(raw).unwrap_err().to_string();
-            assert!(error.contains("servers read in different ways"), "{raw}: {error}");
+            assert!(
+                error.contains("servers read in different ways"),
+                "{raw}: {error}"
+            );
         }
     }
 }

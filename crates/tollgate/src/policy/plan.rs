@@ -114,14 +114,26 @@ struct Who<'r> {
     tenant: Option<Cow<'r, str>>,
     plan: Option<Cow<'r, str>>,
     api_key: Option<Cow<'r, str>>,
+    /// Whether the request came straight from a trusted proxy, whose headers naming an
+    /// identity or a tier are believed.
+    from_trusted_proxy: bool,
 }
 
 impl Policies {
+    /// Whether the request's nearest hop is a trusted proxy: only then are headers that name
+    /// an identity or a tier read, so that a client cannot pick its own bucket, spend another
+    /// user's quota or choose its plan by sending them.
+    fn from_trusted_proxy(&self, request: &Request<'_>) -> bool {
+        request.peer.is_some_and(|peer| self.trusted.contains(peer))
+    }
+
     fn who<'r>(&self, request: &'r Request<'r>) -> Who<'r> {
+        let from_trusted_proxy = self.from_trusted_proxy(request);
         let from = |value: Option<&'r str>, header: &Option<String>| {
             value.map(Cow::Borrowed).or_else(|| {
                 header
                     .as_deref()
+                    .filter(|_| from_trusted_proxy)
                     .and_then(|name| request.headers.first(name))
                     .map(Cow::Borrowed)
             })
@@ -132,6 +144,7 @@ impl Policies {
             tenant: from(request.tenant, &headers.tenant),
             plan: from(request.plan, &headers.plan),
             api_key: from(request.api_key, &headers.api_key),
+            from_trusted_proxy,
         }
     }
 
@@ -338,7 +351,8 @@ fn tier_of<'p>(policy: &'p Policy, request: &Request<'_>, who: &Who<'_>) -> &'p 
     }
     let plan = match &policy.tier_from {
         TierSource::Plan => who.plan.as_deref(),
-        TierSource::Header(name) => request.headers.first(name),
+        TierSource::Header(name) if who.from_trusted_proxy => request.headers.first(name),
+        TierSource::Header(_) => None,
     };
     let index = match plan {
         Some(plan) => policy

@@ -128,11 +128,11 @@ fn ipv6_clients_in_one_slash_64_share_a_key() {
 }
 
 #[test]
-fn tiers_come_from_the_plan_header_with_defaults() {
+fn tiers_come_from_the_plan_header_of_a_trusted_proxy_with_defaults() {
     let policies = policies();
     let names = |pairs: &[(&str, &str)]| {
         let headers = headers(pairs);
-        let mut request = request("GET", "/api/things", "203.0.113.7", &headers);
+        let mut request = request("GET", "/api/things", "10.0.0.2", &headers);
         request.user = Some("42");
         let plan = policies.plan(&request);
         plan.enforced
@@ -152,6 +152,45 @@ fn tiers_come_from_the_plan_header_with_defaults() {
         ["api/anonymous/anon-rate"],
         "no plan: the anonymous tier"
     );
+    // Straight from a client, the header is not believed: it cannot choose its own tier.
+    let pro = headers(&[("x-plan", "pro")]);
+    let mut request = request("GET", "/api/things", "203.0.113.7", &pro);
+    request.user = Some("42");
+    let names: Vec<String> = policies
+        .plan(&request)
+        .enforced
+        .iter()
+        .filter(|item| item.role == Role::Limit)
+        .map(|item| item.limit.name().to_owned())
+        .collect();
+    assert_eq!(names, ["api/anonymous/anon-rate"]);
+}
+
+/// Identity headers were believed from any peer: a client rotated `x-user` for a fresh bucket
+/// or spent another user's quota. They are read only from a trusted proxy; anyone else is
+/// counted by address.
+#[test]
+fn identity_headers_are_believed_only_from_trusted_proxies() {
+    let policies = Policies::from_yaml(
+        "test.yaml",
+        r#"
+trusted_proxies: [10.0.0.0/8]
+identity_headers: { user: x-user }
+policies:
+  - name: api
+    key: [user]
+    limits: [{ algorithm: gcra, quota: 10/s }]
+"#,
+    )
+    .expect("valid config");
+    let claimed = headers(&[("x-user", "victim")]);
+    let key = |peer: &str| {
+        policies.plan(&request("GET", "/", peer, &claimed)).enforced[0]
+            .key
+            .clone()
+    };
+    assert_eq!(key("10.1.2.3"), "user:victim");
+    assert_eq!(key("203.0.113.7"), "ip:203.0.113.7");
 }
 
 #[test]
