@@ -66,6 +66,10 @@ pub struct Attributes {
     /// The request body's length, for policies that count bytes (`cost: body`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content_length: Option<u64>,
+    /// The SHA-256 of the request's body in hex: an idempotency key among the headers is
+    /// honoured only with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body_sha256: Option<String>,
     /// Request headers the policies read.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
@@ -167,6 +171,10 @@ pub struct CheckAnswer {
     /// Why it was refused (policy checks).
     #[serde(default)]
     pub detail: Option<String>,
+    /// The check repeats an admitted one with the same idempotency key (policy checks): it
+    /// took nothing, and the caller answers it as it answered the first.
+    #[serde(default)]
+    pub replay: bool,
 }
 
 impl CheckAnswer {

@@ -93,6 +93,7 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
     });
     let app = Router::new().fallback_service(
         tower::ServiceBuilder::new()
+            .layer(tollgate_tower::BodyDigestLayer::new(limiter.clone()))
             .layer(RateLimitLayer::new(limiter.clone()))
             .service(forward),
     );

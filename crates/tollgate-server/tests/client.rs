@@ -77,6 +77,7 @@ async fn the_clients_wire_types_are_the_servers() {
         host: Some("example.com".into()),
         path: Some("/upload".into()),
         content_length: Some(1_000),
+        body_sha256: Some("0".repeat(64)),
         headers: [("x-plan".to_owned(), "pro".to_owned())].into(),
     };
     assert_eq!(

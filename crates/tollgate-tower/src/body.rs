@@ -15,6 +15,8 @@ use pin_project_lite::pin_project;
 use tollgate::usage::{Usage, UsageMeter};
 use tollgate::{Evaluation, Limiter, Store};
 
+use crate::replay::Replays;
+
 /// Gives back, settles and releases what a request took, by how it ended.
 type Finish = Box<dyn FnOnce(Outcome, Option<Usage>) + Send>;
 
@@ -27,6 +29,50 @@ pub(crate) struct Completion {
     delivered: bool,
     /// Reads what the response says the request used, for policies that settle by usage.
     meter: Option<UsageMeter>,
+    /// Keeps the answer of an idempotent request for its replays.
+    recording: Option<Recording>,
+}
+
+/// The answer of an idempotent request, as it is sent, kept for its replays once whole.
+struct Recording {
+    replays: Arc<Replays>,
+    key: String,
+    status: http::StatusCode,
+    headers: HeaderMap,
+    body: bytes::BytesMut,
+    max_body: usize,
+    /// Set once the whole answer is kept.
+    kept: bool,
+}
+
+impl Recording {
+    /// Keeps the whole answer for the replays.
+    fn keep(mut self) {
+        let stored = crate::replay::Stored {
+            status: self.status,
+            headers: std::mem::take(&mut self.headers),
+            body: std::mem::take(&mut self.body).freeze(),
+        };
+        self.replays.answered(&self.key, stored);
+        self.kept = true;
+    }
+
+    fn data(&mut self, data: &Bytes) -> Option<()> {
+        if self.body.len() + data.len() > self.max_body {
+            return None;
+        }
+        self.body.extend_from_slice(data);
+        Some(())
+    }
+}
+
+impl Drop for Recording {
+    /// A recording dropped before the answer was whole keeps nothing.
+    fn drop(&mut self) {
+        if !self.kept {
+            self.replays.forget(&self.key);
+        }
+    }
 }
 
 /// How a request ended.
@@ -76,6 +122,7 @@ impl Completion {
             evaluation,
             delivered: false,
             meter: None,
+            recording: None,
         }
     }
 
@@ -93,14 +140,41 @@ impl Completion {
         });
     }
 
+    /// Keeps the answer under `key` for the replays of its request, once it is whole and if
+    /// its body is at most `max_body` bytes.
+    pub(crate) fn record(
+        &mut self,
+        replays: Arc<Replays>,
+        key: String,
+        head: &http::response::Parts,
+        max_body: usize,
+    ) {
+        self.recording = Some(Recording {
+            replays,
+            key,
+            status: head.status,
+            headers: head.headers.clone(),
+            body: bytes::BytesMut::new(),
+            max_body,
+            kept: false,
+        });
+    }
+
     fn data(&mut self, data: &Bytes) {
         self.delivered |= !data.is_empty();
+        if let Some(recording) = &mut self.recording
+            && recording.data(data).is_none()
+        {
+            self.recording = None;
+        }
         if let Some(meter) = &mut self.meter {
             meter.data(data);
         }
     }
 
     fn trailers(&mut self, trailers: &HeaderMap) {
+        // An answer with trailers cannot be replayed as it was.
+        self.recording = None;
         // A status after delivered messages ends a stream that served its client: whatever it
         // says (a deadline the client set, a cancel, even a server error midway), nothing is
         // refunded.
@@ -124,6 +198,9 @@ impl Completion {
 
     /// The response body has ended, whole.
     fn ended(&mut self) {
+        if let Some(recording) = self.recording.take() {
+            recording.keep();
+        }
         if let Some(meter) = &mut self.meter {
             meter.end();
         }

@@ -31,6 +31,7 @@ impl<S: Store> RateLimitLayer<S> {
             shared: Shared {
                 limiter,
                 delayed: Arc::new(Semaphore::new(max_delayed)),
+                replays: Arc::default(),
             },
         }
     }

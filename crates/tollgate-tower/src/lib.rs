@@ -42,13 +42,18 @@
 //! cloning it per connection never splits a limit.
 
 mod body;
+#[cfg(feature = "axum")]
+mod digest;
 mod layer;
+mod replay;
 mod request;
 mod response;
 mod service;
 
 pub use body::RateLimitBody;
+#[cfg(feature = "axum")]
+pub use digest::{BodyDigestLayer, BodyDigestService};
 pub use layer::RateLimitLayer;
-pub use request::PeerAddr;
+pub use request::{BodyDigest, PeerAddr};
 pub use response::add_fields;
 pub use service::RateLimitService;

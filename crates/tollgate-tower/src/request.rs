@@ -12,6 +12,12 @@ use tollgate::policy::{HeaderSource, Request};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerAddr(pub SocketAddr);
 
+/// The SHA-256 of a request's body, in its extensions, for the rate limit layer to tell
+/// replays of an idempotent request apart: a `BodyDigestLayer` (axum) puts it there, or any
+/// frontend that has read the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyDigest(pub [u8; 32]);
+
 /// An `http::HeaderMap` as Tollgate sees headers.
 pub(crate) struct Headers<'a>(pub(crate) &'a HeaderMap);
 
@@ -80,6 +86,7 @@ pub(crate) fn attributes<'a>(
         .or_else(|| body.size_hint().exact())
         .or_else(|| body.is_end_stream().then_some(0));
     request.length_unknown = request.content_length.is_none();
+    request.body_digest = parts.extensions.get::<BodyDigest>().map(|digest| digest.0);
     if let Some(identity) = parts.extensions.get::<Identity>() {
         request = request.with_identity(identity);
     }

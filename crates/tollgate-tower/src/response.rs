@@ -68,6 +68,7 @@ fn grpc_status(reason: Reason) -> &'static str {
         Reason::Unavailable => "14",
         Reason::LengthRequired => "9",
         Reason::BadRequest => "3",
+        Reason::Conflict => "10",
         Reason::Misconfigured => "13",
         _ => "8",
     }
@@ -100,8 +101,8 @@ pub(crate) fn unavailable<B>(detail: &str, grpc: bool) -> Response<RateLimitBody
     undecided(&refusal, grpc)
 }
 
-/// The answer to a request the limiter could not decide, refused as `refusal` says.
-fn undecided<B>(refusal: &Refusal, grpc: bool) -> Response<RateLimitBody<B>> {
+/// The answer to a request the limiter did not decide, refused as `refusal` says.
+pub(crate) fn undecided<B>(refusal: &Refusal, grpc: bool) -> Response<RateLimitBody<B>> {
     if grpc {
         let mut response = Response::new(RateLimitBody::full(Bytes::new()));
         add_fields(

@@ -15,8 +15,11 @@ use tollgate::{Limiter, Store};
 use tower::Service;
 
 use crate::body::{Completion, RateLimitBody};
+use crate::replay::{Lookup, Replays};
 use crate::request::{Headers, attributes, is_grpc, normalize_path};
-use crate::response::{add_fields, effective_status, misconfigured, refusal, unavailable};
+use crate::response::{
+    add_fields, effective_status, misconfigured, refusal, unavailable, undecided,
+};
 
 /// The rate-limiting service around `Inner`; see [`RateLimitLayer`](crate::RateLimitLayer).
 #[derive(Debug)]
@@ -31,6 +34,8 @@ pub struct RateLimitService<Inner, S> {
 pub(crate) struct Shared<S> {
     pub(crate) limiter: Limiter<S>,
     pub(crate) delayed: Arc<Semaphore>,
+    /// The first answers of idempotent requests, to replay.
+    pub(crate) replays: Arc<Replays>,
 }
 
 impl<S> Clone for Shared<S> {
@@ -38,6 +43,7 @@ impl<S> Clone for Shared<S> {
         Self {
             limiter: self.limiter.clone(),
             delayed: Arc::clone(&self.delayed),
+            replays: Arc::clone(&self.replays),
         }
     }
 }
@@ -105,6 +111,9 @@ where
                     ));
                 }
             };
+            if let Some(idempotent) = evaluation.idempotent.as_ref().filter(|i| i.replay) {
+                return Ok(replay(&layer.replays, &idempotent.key, grpc));
+            }
             // From here, a request that does not go ahead gives back what it took.
             let mut completion = Completion::new(layer.limiter.clone(), Arc::clone(&evaluation));
             let _permit = match &evaluation.action {
@@ -119,6 +128,10 @@ where
                 },
             };
             completion.forwarded();
+            let recorded = first_of_replays(&evaluation, policies.as_deref(), grpc);
+            if let Some((key, window, _)) = &recorded {
+                layer.replays.begin(key, *window);
+            }
             // A body read for its usage must come as it is: no compression asked for.
             if evaluation.reads_response_body() {
                 parts.headers.remove(http::header::ACCEPT_ENCODING);
@@ -127,18 +140,74 @@ where
             let status = effective_status(&response);
             // The refund lands before the client sees the failure, so a retry right after it
             // finds its unit back. A refund that fails only leaves the unit spent.
-            if evaluation.refunds_on(status) {
+            let refunded = evaluation.refunds_on(status);
+            if refunded {
                 let _ = layer.limiter.refund_for_status(&evaluation, status).await;
             }
             let (mut parts, body) = response.into_parts();
             completion.response_head(status, &parts.headers);
             add_fields(&mut parts.headers, evaluation.header_fields(families));
+            if let Some((key, _, max_body)) = recorded {
+                // A refunded request gave its record back: its retry is served afresh.
+                if refunded {
+                    layer.replays.forget(&key);
+                } else {
+                    let replays = Arc::clone(&layer.replays);
+                    completion.record(replays, key, &parts, max_body);
+                }
+            }
             Ok(Response::from_parts(
                 parts,
                 RateLimitBody::inner(body, completion),
             ))
         })
     }
+}
+
+/// The record key, window and largest kept answer of an admitted idempotent request whose
+/// first answer is kept for its replays (not over gRPC, whose answers end in trailers).
+fn first_of_replays(
+    evaluation: &tollgate::Evaluation,
+    policies: Option<&tollgate::Policies>,
+    grpc: bool,
+) -> Option<(String, Duration, usize)> {
+    let idempotent = evaluation.idempotent.as_ref()?;
+    let settings = policies?.config().idempotency.as_ref()?;
+    (!grpc).then(|| {
+        let max_body = usize::try_from(settings.max_body).unwrap_or(usize::MAX);
+        (idempotent.key.clone(), settings.window, max_body)
+    })
+}
+
+/// The answer to a replay of an idempotent request: its first answer when it is kept here,
+/// else `409` (still under way, or not kept): never a fresh pass to the inner service.
+fn replay<B>(replays: &Replays, key: &str, grpc: bool) -> Response<RateLimitBody<B>> {
+    let detail = match replays.lookup(key) {
+        Lookup::Answered(stored) => {
+            let mut response = Response::new(RateLimitBody::full(stored.body.clone()));
+            *response.status_mut() = stored.status;
+            *response.headers_mut() = stored.headers.clone();
+            add_fields(
+                response.headers_mut(),
+                vec![("idempotent-replayed", "true".to_owned())],
+            );
+            return response;
+        }
+        Lookup::UnderWay => {
+            "a request with this idempotency key is under way; repeat it once it has been answered"
+        }
+        Lookup::Missing => {
+            "a request with this idempotency key was answered and its answer is not kept here (too large, answered elsewhere, or expired); to do it again, send a new key"
+        }
+    };
+    undecided(
+        &Refusal {
+            reason: Reason::Conflict,
+            retry_after: None,
+            detail: detail.to_owned(),
+        },
+        grpc,
+    )
 }
 
 /// The refusal of a request that would have waited while too many others already do.

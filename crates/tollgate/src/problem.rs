@@ -21,6 +21,8 @@ pub enum ProblemKind {
     ServerError,
     /// The request cannot be decided as sent (400).
     BadRequest,
+    /// The request repeats one whose answer cannot be given (409).
+    Conflict,
 }
 
 impl ProblemKind {
@@ -35,6 +37,7 @@ impl ProblemKind {
             Reason::LengthRequired => ProblemKind::LengthRequired,
             Reason::Misconfigured => ProblemKind::ServerError,
             Reason::BadRequest => ProblemKind::BadRequest,
+            Reason::Conflict => ProblemKind::Conflict,
         }
     }
 
@@ -53,7 +56,8 @@ impl ProblemKind {
             ProblemKind::Forbidden
             | ProblemKind::LengthRequired
             | ProblemKind::ServerError
-            | ProblemKind::BadRequest => "about:blank",
+            | ProblemKind::BadRequest
+            | ProblemKind::Conflict => "about:blank",
         }
     }
 
@@ -66,6 +70,7 @@ impl ProblemKind {
             ProblemKind::LengthRequired => 411,
             ProblemKind::ServerError => 500,
             ProblemKind::BadRequest => 400,
+            ProblemKind::Conflict => 409,
         }
     }
 
@@ -74,6 +79,7 @@ impl ProblemKind {
         match status {
             400 => "Bad Request",
             403 => "Forbidden",
+            409 => "Conflict",
             411 => "Length Required",
             500 => "Internal Server Error",
             503 => "Service Unavailable",

@@ -25,6 +25,9 @@ pub enum Reason {
     /// The request is refused as it is sent (a path servers read in different ways): it must
     /// be sent another way, not later.
     BadRequest,
+    /// The request repeats an idempotent one whose answer cannot be given: still under way,
+    /// or not kept. It is never passed on afresh (it was charged once already).
+    Conflict,
     /// The limiter is set up so that it cannot decide this request (a policy keyed by client
     /// address where the server gives no address): the operator's mistake, not the client's.
     Misconfigured,
@@ -40,6 +43,7 @@ impl Reason {
             Reason::Unavailable => "unavailable",
             Reason::LengthRequired => "length_required",
             Reason::BadRequest => "bad_request",
+            Reason::Conflict => "conflict",
             Reason::Misconfigured => "misconfigured",
         }
     }

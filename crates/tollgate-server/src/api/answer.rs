@@ -108,6 +108,8 @@ impl PolicyView<'_> {
         json.strings(self.shadow_denied);
         json.raw(",\"near_limit\":");
         json.bool(self.near_limit);
+        json.raw(",\"replay\":");
+        json.bool(self.replay);
     }
 }
 
@@ -216,6 +218,7 @@ mod tests {
                         violated_policies: &names[..1],
                         shadow_denied: &[],
                         near_limit: retry.is_some(),
+                        replay: binding.is_none(),
                     }),
                     decisions: vec![decision(&limit, text), bare],
                 };

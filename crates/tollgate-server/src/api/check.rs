@@ -39,6 +39,8 @@ pub(crate) struct Attributes {
     host: Option<String>,
     path: Option<String>,
     content_length: Option<u64>,
+    /// The SHA-256 of the request's body, in hex: an idempotency key is honoured only with it.
+    body_sha256: Option<String>,
     #[serde(default)]
     headers: BTreeMap<String, String>,
 }
@@ -265,7 +267,27 @@ pub(crate) fn request_of<'a>(
     request.plan = attributes.plan.as_deref();
     request.api_key = attributes.api_key.as_deref();
     request.content_length = attributes.content_length;
+    if let Some(digest) = &attributes.body_sha256 {
+        request.body_digest = Some(sha256_hex(digest).ok_or_else(|| {
+            ApiError::invalid(format!(
+                "attributes.body_sha256: {:?} is not a SHA-256 in hex (64 hex digits)",
+                digest.get(..70).unwrap_or(digest)
+            ))
+        })?);
+    }
     Ok(request)
+}
+
+/// A SHA-256 written in hex, if `text` is one.
+fn sha256_hex(text: &str) -> Option<[u8; 32]> {
+    if text.len() != 64 {
+        return None;
+    }
+    let mut digest = [0u8; 32];
+    for (index, byte) in digest.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(text.get(2 * index..2 * index + 2)?, 16).ok()?;
+    }
+    Some(digest)
 }
 
 fn millis(micros: Micros) -> u64 {
@@ -332,6 +354,7 @@ pub(super) struct PolicyView<'a> {
     pub(super) violated_policies: &'a [std::sync::Arc<str>],
     pub(super) shadow_denied: &'a [std::sync::Arc<str>],
     pub(super) near_limit: bool,
+    pub(super) replay: bool,
 }
 
 /// The answer to a check. `allowed` comes first, so a client may read it without parsing.
@@ -462,6 +485,7 @@ pub(crate) fn evaluation_answer(evaluation: &Evaluation) -> CheckAnswer<'_> {
             violated_policies: &evaluation.violated,
             shadow_denied: &evaluation.shadow_denied,
             near_limit: evaluation.near_limit,
+            replay: evaluation.idempotent.as_ref().is_some_and(|i| i.replay),
         }),
         decisions,
     }

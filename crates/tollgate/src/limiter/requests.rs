@@ -270,7 +270,15 @@ impl<S: Store> Limiter<S> {
         let retried = denied(items, verdict, Role::Idempotency).next().is_some();
         let refusals: Vec<(&Planned, &crate::Decision)> = denied(items, verdict, Role::Limit)
             .chain(denied(items, verdict, Role::Concurrency))
+            .chain(denied(items, verdict, Role::IdempotencyKeys))
             .collect();
+        evaluation.idempotent = items
+            .iter()
+            .find(|item| item.role == Role::Idempotency)
+            .map(|item| crate::policy::Idempotent {
+                key: item.key.clone(),
+                replay: retried,
+            });
         evaluation.action = if let Some((item, decision)) = boxed {
             evaluation.violated = vec![Arc::clone(&policies.policies[item.policy].name)];
             // Never sooner than the limits would admit: a client that obeys a block must not
@@ -288,8 +296,8 @@ impl<S: Store> Limiter<S> {
                 ),
             })
         } else if retried {
-            // The record of this idempotency key denies: a retry of a request that was admitted
-            // and paid for. It passes, and nothing was counted for it.
+            // The record of this request denies: a replay of a request that was admitted and
+            // paid for. Nothing was counted for it, and it is answered as the first was.
             Action::Allow
         } else if !refusals.is_empty() {
             evaluation.violated = policy_names(policies, refusals.iter().copied());
@@ -333,8 +341,10 @@ impl<S: Store> Limiter<S> {
             .map(|c| &c.policy)
             .collect();
         self.give_back(evaluation, |charge| {
-            matches!(charge.role, Role::Limit | Role::Idempotency)
-                && refunded.contains(&&charge.policy)
+            matches!(
+                charge.role,
+                Role::Limit | Role::Idempotency | Role::IdempotencyKeys
+            ) && refunded.contains(&&charge.policy)
         })
         .await
     }
@@ -370,7 +380,10 @@ impl<S: Store> Limiter<S> {
     /// (so that a retry is charged again), each at its own cost and time.
     pub async fn refund_charges(&self, set: &ChargeSet, receipt: &Receipt) -> Result<(), Error> {
         self.give_back_receipt(set, receipt, None, |role| {
-            matches!(role, Role::Limit | Role::Idempotency)
+            matches!(
+                role,
+                Role::Limit | Role::Idempotency | Role::IdempotencyKeys
+            )
         })
         .await
     }

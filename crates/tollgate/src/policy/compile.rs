@@ -59,13 +59,22 @@ pub(crate) struct Policy {
     pub(crate) soft_limit: Option<SoftLimit>,
     pub(crate) penalty: Option<Penalty>,
     pub(crate) concurrency: Option<PolicyLimit>,
-    pub(crate) idempotency: Option<Limit>,
+    pub(crate) idempotency: Option<Idempotency>,
     pub(crate) refund_on: Arc<[StatusRange]>,
     pub(crate) usage: Option<Arc<UsageConfig>>,
     pub(crate) on_store_error: FailureMode,
     pub(crate) local_nodes: u64,
     pub(crate) allow: AccessList,
     pub(crate) deny: AccessList,
+}
+
+/// The two limits a policy's idempotent retries are kept in: one record per request (key and
+/// fingerprint), and the count of records per client, so that one client cannot fill the
+/// store with keys.
+#[derive(Debug, Clone)]
+pub(crate) struct Idempotency {
+    pub(crate) record: Limit,
+    pub(crate) keys: Limit,
 }
 
 /// A checked, prepared set of policies, ready to turn requests into checks.
@@ -282,13 +291,30 @@ fn compile_policy(policy: &PolicyConfig, config: &Config, reader: &Reader) -> Op
         .as_ref()
         .and_then(|concurrency| compile_concurrency(policy, concurrency, &at));
     let idempotency = match (&config.idempotency, policy.idempotency) {
-        (Some(settings), true) => internal_limit(
-            format!("{}/~idempotency", policy.name),
-            Algorithm::SlidingLog,
-            1,
-            settings.window,
-            None,
-        ),
+        (Some(settings), true) => {
+            let limit = |name: &str, count: u64| {
+                internal_limit(
+                    format!("{}/~{name}", policy.name),
+                    Algorithm::SlidingLog,
+                    count,
+                    settings.window,
+                    None,
+                )
+            };
+            match (
+                limit("idempotency", 1),
+                limit("idempotency-keys", settings.max_keys),
+            ) {
+                (Some(record), Some(keys)) => Some(Idempotency { record, keys }),
+                _ => {
+                    at(
+                        policy.origin,
+                        "idempotency: window or max_keys out of range".to_owned(),
+                    );
+                    None
+                }
+            }
+        }
         _ => None,
     };
     Some(Policy {

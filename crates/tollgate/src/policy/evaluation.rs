@@ -211,7 +211,22 @@ pub struct Evaluation {
     pub at: Micros,
     /// What decided it.
     pub decided_by: DecidedBy,
+    /// The idempotency record of a request that carried a key (and its body's digest), when
+    /// it was admitted.
+    pub idempotent: Option<Idempotent>,
     pub(crate) charges: Vec<Charge>,
+}
+
+/// An admitted request's idempotency record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Idempotent {
+    /// What the record is kept under: the policy's key and the request's fingerprint (its
+    /// idempotency key, method, path and body digest), for a frontend that keeps the first
+    /// answer to replay.
+    pub key: String,
+    /// A request just like it was admitted before: it was not charged, and what it gets is the
+    /// first request's answer, never a fresh pass to the upstream.
+    pub replay: bool,
 }
 
 impl Evaluation {
@@ -227,6 +242,7 @@ impl Evaluation {
             near_limit: false,
             at: 0,
             decided_by: DecidedBy::Store,
+            idempotent: None,
             charges: Vec::new(),
         }
     }
@@ -286,9 +302,12 @@ impl Evaluation {
 
     /// Whether the request took anything from its limits, which a refund could give back.
     pub fn took_from_limits(&self) -> bool {
-        self.charges
-            .iter()
-            .any(|charge| matches!(charge.role, Role::Limit | Role::Idempotency))
+        self.charges.iter().any(|charge| {
+            matches!(
+                charge.role,
+                Role::Limit | Role::Idempotency | Role::IdempotencyKeys
+            )
+        })
     }
 
     /// Whether a response with `status` gives the request's cost back.

@@ -21,7 +21,9 @@ mod request;
 pub use crate::headers::QuotaUnit;
 pub use client_ip::{ForwardedHeader, TrustedProxies, client_ip, group, group_key};
 pub use compile::{Policies, PolicyLimit};
-pub use evaluation::{Action, Applied, ChargeSet, DecidedBy, Evaluation, Reason, Receipt, Refusal};
+pub use evaluation::{
+    Action, Applied, ChargeSet, DecidedBy, Evaluation, Idempotent, Reason, Receipt, Refusal,
+};
 pub use model::{
     ConcurrencyConfig, Config, CostConfig, FailureMode, GLOBAL_STORE_TIMEOUT, GlobalConfig,
     HeaderFamily, IdempotencyConfig, IdentityHeaders, KeyPart, LimitConfig, ListEntry, MatchConfig,

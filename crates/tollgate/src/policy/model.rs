@@ -99,13 +99,21 @@ pub enum ListEntry {
     Key(String),
 }
 
-/// How requests carrying the same idempotency key are charged once.
+/// How requests carrying the same idempotency key are charged once: a replay of the same
+/// request (method, path, identity and body digest) is not charged again, and is answered
+/// with the first request's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdempotencyConfig {
     /// The request header carrying the key. Default `Idempotency-Key`.
     pub header: String,
     /// How long a key is remembered. Default 10 minutes.
     pub window: Duration,
+    /// The most keys one client (one policy key) may have remembered per window; past it a
+    /// request with a new key is refused until one ages out. Default 100, at most 10 000.
+    pub max_keys: u64,
+    /// The largest request body digested to tell replays apart, and the largest answer kept
+    /// to replay, in bytes. Default 1 MiB.
+    pub max_body: u64,
 }
 
 impl Default for IdempotencyConfig {
@@ -113,6 +121,8 @@ impl Default for IdempotencyConfig {
         Self {
             header: "Idempotency-Key".to_owned(),
             window: Duration::from_secs(600),
+            max_keys: 100,
+            max_body: 1 << 20,
         }
     }
 }

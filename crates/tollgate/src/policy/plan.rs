@@ -24,6 +24,8 @@ pub enum Role {
     PenaltyBox,
     /// The record of an idempotency key.
     Idempotency,
+    /// The count of a client's remembered idempotency keys.
+    IdempotencyKeys,
     /// A slot of a concurrency limit.
     Concurrency,
 }
@@ -103,7 +105,8 @@ impl Plan {
             }
         }
         if cost == 0 {
-            self.enforced.retain(|item| item.role != Role::Idempotency);
+            self.enforced
+                .retain(|item| !matches!(item.role, Role::Idempotency | Role::IdempotencyKeys));
         }
     }
 }
@@ -228,7 +231,7 @@ impl Policies {
                 target.push(planned(index, limit, key.clone(), cost, Role::Limit));
             }
             if !policy.shadow {
-                self.plan_guards(&mut plan.enforced, index, policy, &key, request);
+                self.plan_guards(&mut plan.enforced, index, policy, &key, request, &path);
             }
         }
         plan
@@ -248,7 +251,8 @@ impl Policies {
     }
 
     /// The items of an enforced policy beyond its limits: its penalty box (looked at without
-    /// counting), the idempotency record of a request that carries a key, a concurrency slot.
+    /// counting), the idempotency record of a request that carries a key (with the count of
+    /// the client's records), a concurrency slot.
     fn plan_guards(
         &self,
         enforced: &mut Vec<Planned>,
@@ -256,6 +260,7 @@ impl Policies {
         policy: &Policy,
         key: &str,
         request: &Request<'_>,
+        path: &str,
     ) {
         if let Some(penalty) = &policy.penalty {
             let item = internal(index, policy, &penalty.block_box, key.to_owned(), 0);
@@ -264,15 +269,28 @@ impl Policies {
                 ..item
             });
         }
-        if let (Some(record), Some(header)) = (&policy.idempotency, &self.idempotency_header)
+        // A key is honoured only with the body's digest: its record is the request's
+        // fingerprint, so that it replays only the very same request.
+        if let (Some(idempotency), Some(header)) = (&policy.idempotency, &self.idempotency_header)
             && let Some(value) = request.headers.first(header)
+            && let Some(digest) = &request.body_digest
         {
             let mut record_key = key.to_owned();
-            key::push(&mut record_key, "idempotency", value);
-            let item = internal(index, policy, record, record_key, 1);
+            key::push(
+                &mut record_key,
+                "idempotency",
+                &fingerprint(value, request.method, path, digest),
+            );
+            let record = internal(index, policy, &idempotency.record, record_key, 1);
             enforced.push(Planned {
                 role: Role::Idempotency,
-                ..item
+                ..record
+            });
+            let keys = internal(index, policy, &idempotency.keys, key.to_owned(), 1);
+            enforced.push(Planned {
+                role: Role::IdempotencyKeys,
+                label: format!("{}/idempotency-keys", policy.name).into(),
+                ..keys
             });
         }
         if let Some(slot) = &policy.concurrency {
@@ -393,6 +411,29 @@ fn params_for<'m, 'p>(
         Some(_) => Some(matched().unwrap_or_default()),
         None => matched(),
     }
+}
+
+/// What an idempotency record is kept under: the key the client sent, the method, the path and
+/// the body's digest, digested together (32 hex digits, whatever the key's length).
+fn fingerprint(key: &str, method: &str, path: &str, body: &[u8; 32]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for part in [
+        key.as_bytes(),
+        method.to_ascii_uppercase().as_bytes(),
+        path.as_bytes(),
+    ] {
+        hasher.update((part.len() as u64).to_be_bytes());
+        hasher.update(part);
+    }
+    hasher.update(body);
+    let digest = hasher.finalize();
+    let mut text = String::with_capacity(32);
+    for byte in &digest[..16] {
+        use std::fmt::Write as _;
+        let _ = write!(text, "{byte:02x}");
+    }
+    text
 }
 
 /// One of a policy's limits as an item of the check.

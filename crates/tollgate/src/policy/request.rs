@@ -90,6 +90,9 @@ pub struct Request<'a> {
     /// Whether the request has a body whose size is not known in advance (chunked), which a
     /// policy that counts body bytes refuses rather than let it pass uncounted.
     pub length_unknown: bool,
+    /// The SHA-256 of the request's body, when the frontend read it: an idempotency key is
+    /// honoured only with it, so that a key replays only the very same request.
+    pub body_digest: Option<[u8; 32]>,
 }
 
 impl std::fmt::Debug for Request<'_> {
@@ -120,6 +123,7 @@ impl<'a> Request<'a> {
             api_key: None,
             content_length: None,
             length_unknown: false,
+            body_digest: None,
         }
     }
 

@@ -167,6 +167,19 @@ pub(super) fn read_idempotency(node: Node<'_, '_>) -> Option<IdempotencyConfig> 
     if let Some(n) = map.get("window") {
         config.window = read_duration(n, "idempotency.window").unwrap_or(config.window);
     }
-    map.deny_unknown("idempotency", &["header", "window"]);
+    if let Some(n) = map.get("max_keys") {
+        config.max_keys = n
+            .number(
+                "idempotency.max_keys",
+                1..=crate::limit::MAX_SLIDING_LOG_COUNT,
+            )
+            .unwrap_or(config.max_keys);
+    }
+    if let Some(n) = map.get("max_body") {
+        config.max_body = n
+            .number("idempotency.max_body", 1..=64 << 20)
+            .unwrap_or(config.max_body);
+    }
+    map.deny_unknown("idempotency", &["header", "window", "max_keys", "max_body"]);
     Some(config)
 }

@@ -254,17 +254,47 @@ fn lists_bypass_or_refuse_before_any_limit() {
 fn guards_add_their_items_to_the_check() {
     let policies = policies();
     let retry = headers(&[("idempotency-key", "abc-123")]);
-    let plan = policies.plan(&request("POST", "/login", "203.0.113.7", &retry));
+    // Without the body's digest, a key is not honoured: the request is charged as any other.
+    let undigested = policies.plan(&request("POST", "/login", "203.0.113.7", &retry));
+    let roles: Vec<Role> = undigested.enforced.iter().map(|item| item.role).collect();
+    assert_eq!(roles, [Role::Limit, Role::PenaltyBox]);
+    let mut digested = request("POST", "/login", "203.0.113.7", &retry);
+    digested.body_digest = Some([7; 32]);
+    let plan = policies.plan(&digested);
     let roles: Vec<Role> = plan.enforced.iter().map(|item| item.role).collect();
-    assert_eq!(roles, [Role::Limit, Role::PenaltyBox, Role::Idempotency]);
+    assert_eq!(
+        roles,
+        [
+            Role::Limit,
+            Role::PenaltyBox,
+            Role::Idempotency,
+            Role::IdempotencyKeys
+        ]
+    );
     assert_eq!(
         plan.enforced[1].cost, 0,
         "the penalty box is looked at, never counted"
     );
-    assert_eq!(
-        plan.enforced[2].key,
-        "route:/login|ip:203.0.113.7|idempotency:abc-123"
+    let record = &plan.enforced[2].key;
+    assert!(
+        record.starts_with("route:/login|ip:203.0.113.7|idempotency:") && record.len() < 80,
+        "{record}"
     );
+    assert_eq!(plan.enforced[3].key, "route:/login|ip:203.0.113.7");
+    // The record is the request's fingerprint: another body, method or path is another record.
+    let record_of = |method: &str, path: &str, body: u8| {
+        let mut other = request(method, path, "203.0.113.7", &retry);
+        other.body_digest = Some([body; 32]);
+        policies
+            .plan(&other)
+            .enforced
+            .into_iter()
+            .find(|item| item.role == Role::Idempotency)
+            .map(|item| item.key)
+    };
+    assert_eq!(record_of("POST", "/login", 7).as_ref(), Some(record));
+    assert_ne!(record_of("POST", "/login", 8).as_ref(), Some(record));
+    assert_ne!(record_of("POST", "/login/", 7).as_ref(), Some(record));
     let none = headers(&[]);
     let api = policies.plan(&request("GET", "/api/x", "203.0.113.7", &none));
     assert_eq!(
