@@ -131,6 +131,15 @@ fn all_values() -> String {
         .to_owned()
 }
 
+/// The values docs/deploy/kubernetes.md installs with.
+fn production_values() -> String {
+    workspace()
+        .join("deploy/kubernetes/values-production.yaml")
+        .to_str()
+        .expect("a UTF-8 path")
+        .to_owned()
+}
+
 #[test]
 fn the_tools_are_the_pinned_versions() {
     let helm = text(&run(&chart_tool("helm"), &["version", "--short"], None));
@@ -155,6 +164,11 @@ fn the_chart_lints_strictly_with_the_defaults_and_with_every_option_on() {
     run(
         &helm,
         &["lint", "--strict", chart, "--values", &all_values()],
+        None,
+    );
+    run(
+        &helm,
+        &["lint", "--strict", chart, "--values", &production_values()],
         None,
     );
     // The values schema refuses what it should.
@@ -188,8 +202,10 @@ fn every_rendered_manifest_validates_against_the_kubernetes_schemas() {
     let directory = tempfile::tempdir().expect("a temporary directory");
     let defaults = directory.path().join("defaults.yaml");
     let everything = directory.path().join("everything.yaml");
+    let production = directory.path().join("production.yaml");
     std::fs::write(&defaults, render(&[])).expect("written");
     std::fs::write(&everything, render(&[&all_values()])).expect("written");
+    std::fs::write(&production, render(&[&production_values()])).expect("written");
     let script = workspace().join("crates/tollgate-server/tests/deploy/validate_manifests.py");
     let mut args = vec![script.to_str().expect("a UTF-8 path"), "--self-test"];
     for version in KUBERNETES_VERSIONS {
@@ -197,6 +213,7 @@ fn every_rendered_manifest_validates_against_the_kubernetes_schemas() {
     }
     args.push(defaults.to_str().expect("a UTF-8 path"));
     args.push(everything.to_str().expect("a UTF-8 path"));
+    args.push(production.to_str().expect("a UTF-8 path"));
     let printed = text(&run(&chart_tool("python"), &args, None));
     eprintln!("{printed}");
     assert!(printed.contains("self-test: every check refuses what it must"));
@@ -277,6 +294,18 @@ fn the_optional_parts_render_from_the_shipped_files() {
         let data = document["data"].to_string().to_lowercase();
         assert!(!data.contains("redis://"), "{data}");
     }
+}
+
+#[test]
+fn the_default_rate_limit_configuration_is_the_envoy_guides() {
+    let documents = documents(&render(&[]));
+    let configmap = documents
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "tollgate-ratelimit")
+        .expect("the rate limit ConfigMap");
+    let guide = std::fs::read_to_string(workspace().join("deploy/envoy/ratelimit/edge.yaml"))
+        .expect("deploy/envoy/ratelimit/edge.yaml");
+    assert_eq!(configmap["data"]["edge.yaml"], guide.as_str());
 }
 
 /// The documents of a YAML text, as JSON.

@@ -12,6 +12,9 @@ target/chart-tools. Each document is checked by its kind:
 - ServiceMonitor and PrometheusRule (prometheus-operator's monitoring.coreos.com/v1): against
   the operator's models (cloudcoil-models-prometheus-operator), with unknown fields refused;
   a PrometheusRule's spec is also a Prometheus rule file, so `promtool check rules` checks it.
+- EnvoyFilter (Istio's networking.istio.io/v1alpha3): against Istio's models
+  (cloudcoil-models-istio), unknown fields refused. A patch's value is Envoy configuration,
+  free-form to Istio: the guides' test applies the patches to a real Envoy.
 - Anything else: an error, until this script learns how to check it.
 
 --self-test shows that each check refuses what it should (a misspelt field, a wrong type, an
@@ -31,6 +34,7 @@ import pydantic
 import yaml
 from kubernetes_validate.utils import SchemaNotFoundError, ValidationError
 
+from cloudcoil.models.istio.networking import v1alpha3 as istio_networking
 from cloudcoil.models.prometheus_operator import v1 as monitoring
 
 
@@ -60,6 +64,7 @@ _forbid_unknown_fields()
 CUSTOM = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): monitoring.ServiceMonitor,
     ("monitoring.coreos.com/v1", "PrometheusRule"): monitoring.PrometheusRule,
+    ("networking.istio.io/v1alpha3", "EnvoyFilter"): istio_networking.EnvoyFilter,
 }
 
 
@@ -147,8 +152,14 @@ def self_test(versions):
         "metadata": {"name": "x"},
         "spec": {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "up == 0"}]}]},
     }
+    envoy_filter = {
+        "apiVersion": "networking.istio.io/v1alpha3",
+        "kind": "EnvoyFilter",
+        "metadata": {"name": "x"},
+        "spec": {"configPatches": [{"applyTo": "CLUSTER", "patch": {"operation": "ADD", "value": {"name": "c"}}}]},
+    }
     accepted = []
-    for good in (deployment, monitor, rule):
+    for good in (deployment, monitor, rule, envoy_filter):
         found = problems(good, versions)
         if found:
             accepted.append(f"a valid {good['kind']} was refused: {found}")
@@ -173,6 +184,10 @@ def self_test(versions):
         lambda d: d["spec"]["groups"][0].update(rulez=[]))
     bad("an alert expression that does not parse", rule,
         lambda d: d["spec"]["groups"][0]["rules"][0].update(expr="sum(rate(x[5m])"))
+    bad("a misspelt EnvoyFilter field", envoy_filter,
+        lambda d: d["spec"]["configPatches"][0].update(aplyTo="CLUSTER"))
+    bad("an EnvoyFilter patch operation Istio does not have", envoy_filter,
+        lambda d: d["spec"]["configPatches"][0]["patch"].update(operation="APPEND"))
     return accepted
 
 
