@@ -4,6 +4,7 @@
 //! Envoy is assigned, and when, does not depend on the machine.
 
 use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -68,9 +69,60 @@ fn paused_store() -> AnyStore {
     AnyStore::Memory(MemoryStore::builder().clock(Arc::new(clock)).build())
 }
 
+/// One end of an in-process pipe that says which peer it comes from, as a socket would.
+struct PeerPipe {
+    pipe: tokio::io::DuplexStream,
+    peer: Option<SocketAddr>,
+}
+
+impl tokio::io::AsyncRead for PeerPipe {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+        buffer: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.pipe).poll_read(context, buffer)
+    }
+}
+
+impl tokio::io::AsyncWrite for PeerPipe {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.pipe).poll_write(context, data)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.pipe).poll_flush(context)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.pipe).poll_shutdown(context)
+    }
+}
+
+impl tonic::transport::server::Connected for PeerPipe {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        tonic::transport::server::TcpConnectInfo {
+            local_addr: None,
+            remote_addr: self.peer,
+        }
+    }
+}
+
 /// A gRPC server for `rlqs` reached through in-process pipes: every connection is a new pipe.
 struct InProcess {
-    connections: mpsc::UnboundedSender<tokio::io::DuplexStream>,
+    connections: mpsc::UnboundedSender<PeerPipe>,
 }
 
 impl InProcess {
@@ -90,11 +142,16 @@ impl InProcess {
     }
 
     async fn channel(&self) -> Channel {
+        self.channel_from(None).await
+    }
+
+    /// A channel whose connections come from `peer` (none: each stream a client of its own).
+    async fn channel_from(&self, peer: Option<SocketAddr>) -> Channel {
         let connections = self.connections.clone();
         Endpoint::from_static("http://in-process")
             .connect_with_connector(tower::service_fn(move |_| {
                 let (client, server) = tokio::io::duplex(1 << 16);
-                let accepted = connections.send(server);
+                let accepted = connections.send(PeerPipe { pipe: server, peer });
                 async move {
                     accepted.map_err(|_| std::io::Error::other("the server stopped"))?;
                     Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(client))
@@ -266,7 +323,34 @@ fn in_force(log: &[(Instant, usize, Received)], id: &BucketId) -> (f64, BTreeMap
     (most, last)
 }
 
-/// Each Envoy's part of the limit by its demand, in requests a second.
+/// Each Envoy's max-min fair part of the limit on its demand, in requests a second: demands
+/// under an even part are met, the others share the rest evenly (each Envoy is a client of its
+/// own here).
+fn fair_parts(demands: &[u64]) -> Vec<f64> {
+    let mut parts = vec![0.0; demands.len()];
+    let mut open: Vec<usize> = (0..demands.len()).collect();
+    let mut left = LIMIT_PER_SECOND;
+    while !open.is_empty() {
+        let even = left / open.len() as f64;
+        let (met, rest): (Vec<usize>, Vec<usize>) =
+            open.iter().partition(|&&i| (demands[i] as f64) <= even);
+        if met.is_empty() {
+            for i in rest {
+                parts[i] = even;
+            }
+            break;
+        }
+        for i in met {
+            parts[i] = demands[i] as f64;
+            left -= demands[i] as f64;
+        }
+        open = rest;
+    }
+    parts
+}
+
+/// Each server's Envoys' part of the limit by their demand, in requests a second: across
+/// servers, the limit is split by the demand each reports.
 fn demand_parts(demands: &[u64]) -> Vec<f64> {
     let total: u64 = demands.iter().sum();
     demands
@@ -341,17 +425,18 @@ async fn assignments_follow_demand_and_never_add_up_to_more_than_the_limit() {
         envoys.push(Envoy::connect(server.channel().await, index, &log).await);
     }
     let tenant = bucket(&[("tenant", "acme")]);
-    // 16 requests a second against 10: shared 10 : 5 : 1.
+    // 16 requests a second against 10: the 1 is met, the 10 and the 5 get 4.5 each (max-min
+    // fair: claiming more than others gains nothing).
     let demands = [10, 5, 1];
     let started = Instant::now();
     for _ in 0..20 {
         one_second(&mut envoys, &demands, &tenant, &log).await;
     }
-    let targets = demand_parts(&demands);
+    let targets = fair_parts(&demands);
     let settled = settled_after(&log.lock().expect("the log"), &tenant, started, &targets)
         .expect("the shares settle");
     eprintln!(
-        "from the first report: shares within 5% of the demand-weighted parts after {:.1} s",
+        "from the first report: shares within 5% of the fair parts after {:.1} s",
         settled.as_secs_f64()
     );
     let (most, last) = in_force(&log.lock().expect("the log"), &tenant);
@@ -359,11 +444,10 @@ async fn assignments_follow_demand_and_never_add_up_to_more_than_the_limit() {
         most <= LIMIT_PER_SECOND + 1e-9,
         "assignments in force at once added up to {most} a second"
     );
-    for (envoy, demand) in demands.iter().enumerate() {
-        let expected = LIMIT_PER_SECOND * *demand as f64 / 16.0;
+    for (envoy, expected) in fair_parts(&demands).into_iter().enumerate() {
         assert!(
             within(last[&envoy], expected, 0.05),
-            "Envoy {envoy} is assigned {} a second, its demand's part is {expected}: {last:?}",
+            "Envoy {envoy} is assigned {} a second, its fair part is {expected}: {last:?}",
             last[&envoy]
         );
     }
@@ -375,18 +459,17 @@ async fn assignments_follow_demand_and_never_add_up_to_more_than_the_limit() {
     }
     let (most, last) = in_force(&log.lock().expect("the log"), &tenant);
     assert!(most <= LIMIT_PER_SECOND + 1e-9, "{most} a second at once");
-    let targets = demand_parts(&demands);
+    let targets = fair_parts(&demands);
     let settled = settled_after(&log.lock().expect("the log"), &tenant, turned, &targets)
         .expect("the shares settle");
     eprintln!(
-        "demand turned around: shares within 5% of the new demand-weighted parts after {:.1} s \
+        "demand turned around: shares within 5% of the new fair parts after {:.1} s \
          ({:.1} slots); the assignments in force never added up to more than {most} of {} a second",
         settled.as_secs_f64(),
         settled.as_secs_f64() / QuotaTuning::default().period.as_secs_f64(),
         LIMIT_PER_SECOND
     );
-    for (envoy, demand) in demands.iter().enumerate() {
-        let expected = LIMIT_PER_SECOND * *demand as f64 / 16.0;
+    for (envoy, expected) in fair_parts(&demands).into_iter().enumerate() {
         assert!(
             within(last[&envoy], expected, 0.05),
             "after the turn, Envoy {envoy} has {} a second, expected {expected}: {last:?}",
@@ -768,4 +851,109 @@ async fn a_blanket_assignment_never_lapses() {
             next - until
         );
     }
+}
+
+fn peer(last: u8) -> Option<SocketAddr> {
+    Some(SocketAddr::from(([10, 0, 0, last], 40_000)))
+}
+
+/// One client's streams and buckets used to fill the service-wide caps, after which another
+/// tenant's new bucket got DENY_ALL and a real Envoy's stream RESOURCE_EXHAUSTED. A client that
+/// holds less than an even part gets its place, taken from the client holding the most.
+#[tokio::test(start_paused = true)]
+async fn one_client_filling_the_caps_never_locks_another_out() {
+    let tuning = QuotaTuning {
+        max_streams: 10,
+        max_buckets: 20,
+        ..QuotaTuning::default()
+    };
+    let rlqs = quota_service(paused_store(), tuning);
+    let server = InProcess::serve(Arc::clone(&rlqs));
+    let log: Log = Arc::default();
+    let mut hog = Vec::new();
+    for index in 0..10 {
+        hog.push(Envoy::connect(server.channel_from(peer(66)).await, index, &log).await);
+    }
+    // One of the hog's streams reports 20 buckets: the service-wide bucket cap.
+    let buckets: Vec<BucketId> = (0..20)
+        .map(|n| bucket(&[("tenant", &format!("hog-{n}"))]))
+        .collect();
+    let usage: Vec<(BucketId, u64, u64)> = buckets.iter().map(|id| (id.clone(), 1, 0)).collect();
+    hog[9].report(&usage).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(rlqs.stats().buckets, 20);
+
+    // Another client: its stream takes the place of the hog's oldest, its bucket gets a share.
+    let mut honest = Envoy::connect(server.channel_from(peer(1)).await, 100, &log).await;
+    let tenant = bucket(&[("tenant", "acme")]);
+    honest.report(&[(tenant.clone(), 0, 0)]).await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let log_now = log.lock().expect("the log").clone();
+    let honest_rates: Vec<f64> = log_now
+        .iter()
+        .filter(|(_, envoy, _)| *envoy == 100)
+        .filter_map(|(_, _, received)| match received {
+            Received::Action(action) if action.bucket_id.as_ref() == Some(&tenant) => {
+                rate(action).map(|(rate, _)| rate)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        honest_rates.iter().any(|rate| *rate > 0.0),
+        "the honest tenant gets a share, not DENY_ALL: {honest_rates:?}"
+    );
+    let ended: Vec<usize> = log_now
+        .iter()
+        .filter(|(_, _, received)| matches!(received, Received::Ended(_)))
+        .map(|(_, envoy, _)| *envoy)
+        .collect();
+    assert!(
+        !ended.contains(&100),
+        "the honest stream is open: {ended:?}"
+    );
+
+    // The hog holds its part: one more stream of its own is refused, counted.
+    let mut more = Envoy::connect(server.channel_from(peer(66)).await, 200, &log).await;
+    more.report(&[(tenant.clone(), 0, 0)]).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let refused = log.lock().expect("the log").iter().any(|(_, envoy, received)| {
+        *envoy == 200
+            && matches!(received, Received::Ended(status) if status.code() == tonic::Code::ResourceExhausted)
+    });
+    assert!(refused, "the hog's extra stream is refused");
+    let stats = rlqs.stats();
+    assert!(stats.evicted_streams >= 1, "{stats:?}");
+    assert!(stats.evicted_buckets >= 1, "{stats:?}");
+    assert!(stats.refused_streams >= 1, "{stats:?}");
+    assert!(stats.streams <= 10 && stats.buckets <= 20, "{stats:?}");
+}
+
+/// 20 streams of one client reporting large demand used to cut an honest Envoy needing 5 of a
+/// 10 a second limit to 0.23 a second. Shares are split max-min fairly across clients, and a
+/// client's demand counts only as far as its admitted counts and share show it.
+#[tokio::test(start_paused = true)]
+async fn many_streams_claiming_demand_leave_an_honest_client_its_need() {
+    let rlqs = quota_service(paused_store(), QuotaTuning::default());
+    let server = InProcess::serve(rlqs);
+    let log: Log = Arc::default();
+    let mut liars = Vec::new();
+    for index in 0..20 {
+        liars.push(Envoy::connect(server.channel_from(peer(66)).await, index, &log).await);
+    }
+    let mut honest = vec![Envoy::connect(server.channel_from(peer(1)).await, 100, &log).await];
+    let tenant = bucket(&[("tenant", "acme")]);
+    for _ in 0..40 {
+        one_second(&mut honest, &[5], &tenant, &log).await;
+        for liar in &mut liars {
+            liar.report(&[(tenant.clone(), 1_000, 1_000_000)]).await;
+        }
+    }
+    let (most, last) = in_force(&log.lock().expect("the log"), &tenant);
+    assert!(most <= LIMIT_PER_SECOND + 1e-9, "{most} a second at once");
+    assert!(
+        last[&100] >= 4.75,
+        "the honest client has {} a second, it needs 5: {last:?}",
+        last[&100]
+    );
 }

@@ -271,7 +271,6 @@ policies:
     };
     // What is left once the settlements under way have landed, expected to become `expected`.
     let settles_to = |expected: u64| {
-        let call = call.clone();
         async move {
             let mut left = 0;
             for _ in 0..200 {

@@ -162,18 +162,40 @@ impl Target {
         Some((Self::of_rule(&rule, slot), counter))
     }
 
-    /// An Envoy's demand in requests per the limit's period, from `requests` over `elapsed`
-    /// (at most the whole limit: no report makes one Envoy weigh more than that), for a shared
-    /// limit and a time to measure it over.
-    pub(crate) fn demand(&self, requests: u64, elapsed: Duration) -> Option<f64> {
+    /// An Envoy's demand in requests per the limit's period, from what it reports it allowed
+    /// and denied over `elapsed`, bounded by what it can be shown to use: what it says it
+    /// allowed counts only up to what its `share` (when it has one) lets through in that time,
+    /// and its demand is at most twice its share (and a sixteenth of the limit, so that one
+    /// with little can grow) and at most the whole limit. A report cannot buy a larger share
+    /// than a doubling of what the Envoy was given. For a shared limit and a time to measure
+    /// over.
+    pub(crate) fn demand(
+        &self,
+        allowed: u64,
+        denied: u64,
+        elapsed: Duration,
+        share: Option<u64>,
+    ) -> Option<f64> {
         let Self::Share(shared) = self else {
             return None;
         };
         if elapsed.is_zero() {
             return None;
         }
-        let demand = requests as f64 * shared.period.as_secs_f64() / elapsed.as_secs_f64();
-        Some(demand.min(shared.quota as f64))
+        let period = shared.period.as_secs_f64();
+        let span = elapsed.as_secs_f64();
+        let (allowed, cap) = match share {
+            Some(share) => {
+                let share = share as f64;
+                // The token bucket of an assignment holds a second's worth, at least one.
+                let served = share * span / period + (share / period).ceil().max(1.0);
+                let cap = 2.0 * share + shared.quota as f64 / 16.0;
+                ((allowed as f64).min(served), cap)
+            }
+            None => (allowed as f64, f64::INFINITY),
+        };
+        let demand = (allowed + denied as f64) * period / span;
+        Some(demand.min(cap).min(shared.quota as f64))
     }
 
     fn of_rule(rule: &Rule, slot: Duration) -> Self {

@@ -75,6 +75,8 @@ pub(super) struct State {
 
 #[derive(Debug)]
 pub(super) struct Stream {
+    /// Who holds it.
+    pub(super) client: super::clients::ClientId,
     pub(super) domain: Option<String>,
     pub(super) outbox: Outbox,
     pub(super) buckets: HashSet<String>,
@@ -107,6 +109,7 @@ impl Bucket {
             .iter()
             .map(|(stream, envoy)| Part {
                 stream: *stream,
+                client: envoy.client,
                 share: envoy.share,
                 want: share::want(envoy.demand, shared.quota),
                 demand: envoy.demand,
@@ -121,6 +124,7 @@ impl Bucket {
 #[derive(Debug, Clone, Copy)]
 struct Part {
     stream: u64,
+    client: super::clients::ClientId,
     share: u64,
     want: u64,
     demand: f64,
@@ -136,17 +140,25 @@ struct Growth {
 }
 
 /// Each Envoy's target: this server's fair part of the limit (by its demand against every
-/// server's), split by demand, none above its want.
+/// server's), split fairly among its clients (see [`share::by_client`]), none above its want.
 fn targets(shared: &Shared, parts: &[Part], own: u64, total: u64) -> Vec<u64> {
     let fair = share::fair(shared.quota, own, total);
-    let demands: Vec<f64> = parts.iter().map(|part| part.demand).collect();
     let wants: Vec<u64> = parts.iter().map(|part| part.want).collect();
-    share::split(fair, &demands, &wants)
+    split_by_client(fair, parts, &wants)
+}
+
+/// `total` split among `parts` by [`share::by_client`], none above its cap in `caps`.
+fn split_by_client(total: u64, parts: &[Part], caps: &[u64]) -> Vec<u64> {
+    let clients: Vec<super::clients::ClientId> = parts.iter().map(|part| part.client).collect();
+    let demands: Vec<f64> = parts.iter().map(|part| part.demand).collect();
+    share::by_client(total, &clients, &demands, caps)
 }
 
 /// One Envoy's part of a bucket.
 #[derive(Debug)]
 pub(super) struct Envoy {
+    /// The client whose stream it is.
+    pub(super) client: super::clients::ClientId,
     /// Requests per the limit's period, smoothed over reports, at most the limit.
     pub(super) demand: f64,
     /// Units assigned and counted in the current slot.
@@ -472,8 +484,7 @@ impl Rlqs {
             bucket.demand_reported = true;
             bucket.exhausted = growth.exhausted;
             bucket.total_demand = growth.total_demand;
-            let demands: Vec<f64> = parts.iter().map(|part| part.demand).collect();
-            let extra = share::split(growth.granted, &demands, &growth.deficits);
+            let extra = split_by_client(growth.granted, &parts, &growth.deficits);
             for (part, extra) in parts.iter().zip(extra) {
                 if extra == 0 {
                     continue;
@@ -743,7 +754,7 @@ pub(super) fn assignment(name: &BucketName, strategy: Strategy, ttl: Duration) -
     }
 }
 
-fn abandon(name: &BucketName) -> BucketAction {
+pub(super) fn abandon(name: &BucketName) -> BucketAction {
     BucketAction {
         bucket_id: Some(name.id.clone()),
         bucket_action: Some(Action::AbandonAction(AbandonAction {})),

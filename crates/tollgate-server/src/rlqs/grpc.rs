@@ -40,9 +40,17 @@ impl RateLimitQuotaService for RlqsGrpc {
         &self,
         request: Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<Response<Assignments>, Status> {
+        // The peer, as the listener saw it (the accept loop's ConnectInfo) or as tonic's own
+        // transport does: its streams are one client.
+        let peer = request
+            .extensions()
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|info| info.0)
+            .or_else(|| request.remote_addr())
+            .map(|address| address.ip());
         let mut reports = request.into_inner();
         let (outbox, mut inbox) = mpsc::channel(STREAM_QUEUE);
-        let (stream, dropped) = self.rlqs.open(outbox.clone())?;
+        let (stream, dropped) = self.rlqs.open(outbox.clone(), peer)?;
         let rlqs = Arc::clone(&self.rlqs);
         tokio::spawn(async move {
             // Reports are read until Envoy ends the stream, it breaks, one is refused, or

@@ -5,6 +5,7 @@
 //! and every share is counted in the store first (see [`engine`]).
 
 mod bucket;
+mod clients;
 pub mod engine;
 mod grpc;
 mod share;

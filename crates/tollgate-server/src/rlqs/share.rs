@@ -66,6 +66,70 @@ pub(crate) fn split(total: u64, weights: &[f64], caps: &[u64]) -> Vec<u64> {
     parts
 }
 
+/// Splits `total` max-min fairly among parts none above its cap: every part below its cap gets
+/// at least as much as any other part does.
+pub(crate) fn max_min(total: u64, caps: &[u64]) -> Vec<u64> {
+    split(total, &vec![1.0; caps.len()], caps)
+}
+
+/// Splits `total` among parts grouped by `clients`, none above its cap: across clients,
+/// max-min fairly on their demand (a client's demand, at most its cap, is met as far as an
+/// even part allows), then what is left as headroom up to each client's cap, so that a client
+/// gains nothing by claiming more than it uses or by opening more streams; within a client, by
+/// its parts' demand.
+pub(crate) fn by_client<C: Copy + PartialEq>(
+    total: u64,
+    clients: &[C],
+    demands: &[f64],
+    caps: &[u64],
+) -> Vec<u64> {
+    let mut groups: Vec<(C, Vec<usize>)> = Vec::new();
+    for (index, client) in clients.iter().enumerate() {
+        match groups.iter_mut().find(|(known, _)| known == client) {
+            Some((_, members)) => members.push(index),
+            None => groups.push((*client, vec![index])),
+        }
+    }
+    let cap = |members: &[usize]| {
+        members.iter().fold(0u64, |sum, &i| {
+            sum.saturating_add(caps.get(i).copied().unwrap_or(0))
+        })
+    };
+    let group_caps: Vec<u64> = groups.iter().map(|(_, members)| cap(members)).collect();
+    let group_demands: Vec<u64> = groups
+        .iter()
+        .zip(&group_caps)
+        .map(|((_, members), cap)| {
+            let demand: f64 = members
+                .iter()
+                .map(|&i| demands.get(i).copied().unwrap_or(0.0).max(0.0))
+                .sum();
+            (demand.ceil() as u64).min(*cap)
+        })
+        .collect();
+    let first = max_min(total, &group_demands);
+    let left = total - first.iter().sum::<u64>();
+    let headroom: Vec<u64> = group_caps
+        .iter()
+        .zip(&first)
+        .map(|(cap, given)| cap - given)
+        .collect();
+    let extra = max_min(left, &headroom);
+    let mut parts = vec![0u64; caps.len()];
+    for ((_, members), given) in groups.iter().zip(first.iter().zip(&extra)) {
+        let member_demands: Vec<f64> = members.iter().map(|&i| demands[i]).collect();
+        let member_caps: Vec<u64> = members.iter().map(|&i| caps[i]).collect();
+        for (member, part) in
+            members
+                .iter()
+                .zip(split(given.0 + given.1, &member_demands, &member_caps))
+        {
+            parts[*member] = part;
+        }
+    }
+    parts
+}
+
 /// The token bucket Envoy enforces for a share of `share` requests per `period`, whose burst is
 /// what the share earns in a second (at least one request): a bucket starts full, and a burst
 /// of a second keeps what Envoys can admit at once close to the limit's rate.
@@ -137,6 +201,36 @@ mod tests {
         let parts = split(10, &[1.0, 1000.0, 1000.0], &[1, 1000, 1000]);
         assert_eq!(parts.iter().sum::<u64>(), 10);
         assert!(parts.iter().zip([1, 1000, 1000]).all(|(p, cap)| *p <= cap));
+    }
+
+    #[test]
+    fn clients_split_max_min_on_demand_then_headroom_and_gain_nothing_from_streams() {
+        // One client's 20 streams claiming the whole limit against another's honest 5 of 10:
+        // the honest client gets its 5.
+        let mut clients = vec![1; 20];
+        clients.push(2);
+        let mut demands = vec![10.0; 20];
+        demands.push(5.0);
+        let mut caps = vec![10; 20];
+        caps.push(7);
+        let parts = by_client(10, &clients, &demands, &caps);
+        assert_eq!(parts[20], 5);
+        assert_eq!(parts[..20].iter().sum::<u64>(), 5);
+        // Demand under the limit is met, and the rest is headroom up to the wants.
+        assert_eq!(
+            by_client(10, &[1, 2, 3], &[6.0, 3.0, 1.0], &[8, 4, 2]),
+            vec![6, 3, 1]
+        );
+        assert_eq!(
+            by_client(10, &[1, 2], &[2.0, 3.0], &[3, 5]),
+            vec![3, 5],
+            "headroom to the wants"
+        );
+        // Over the limit: the small demand is met, the large ones share the rest evenly.
+        assert_eq!(
+            by_client(10, &[1, 2, 3], &[10.0, 5.0, 1.0], &[10, 7, 2]),
+            vec![5, 4, 1]
+        );
     }
 
     #[test]

@@ -31,6 +31,12 @@ pub struct QuotaStats {
     pub abandoned: u64,
     /// Buckets denied whole because a cap was reached.
     pub refused_buckets: u64,
+    /// Streams refused because their client, or the service, was at its cap.
+    pub refused_streams: u64,
+    /// Streams closed to make room at the service's cap for a client holding less.
+    pub evicted_streams: u64,
+    /// Buckets abandoned to make room at the service's cap for a client holding less.
+    pub evicted_buckets: u64,
     /// Streams dropped because they did not read their assignments.
     pub streams_dropped: u64,
     /// Store calls counting shares and demand.
@@ -45,6 +51,9 @@ pub(crate) struct StatCounters {
     pub(crate) assignments: AtomicU64,
     pub(crate) abandoned: AtomicU64,
     pub(crate) refused_buckets: AtomicU64,
+    pub(crate) refused_streams: AtomicU64,
+    pub(crate) evicted_streams: AtomicU64,
+    pub(crate) evicted_buckets: AtomicU64,
     pub(crate) streams_dropped: AtomicU64,
     pub(crate) store_calls: AtomicU64,
     pub(crate) store_errors: AtomicU64,
@@ -58,6 +67,9 @@ impl StatCounters {
             assignments: read(&self.assignments),
             abandoned: read(&self.abandoned),
             refused_buckets: read(&self.refused_buckets),
+            refused_streams: read(&self.refused_streams),
+            evicted_streams: read(&self.evicted_streams),
+            evicted_buckets: read(&self.evicted_buckets),
             streams_dropped: read(&self.streams_dropped),
             store_calls: read(&self.store_calls),
             store_errors: read(&self.store_errors),
@@ -114,6 +126,21 @@ impl QuotaStats {
                 "refused_buckets",
                 "Buckets denied whole because a cap was reached",
                 self.refused_buckets,
+            ),
+            (
+                "refused_streams",
+                "Streams refused because their client, or the service, was at its cap",
+                self.refused_streams,
+            ),
+            (
+                "evicted_streams",
+                "Streams closed to make room at the service's cap for a client holding less",
+                self.evicted_streams,
+            ),
+            (
+                "evicted_buckets",
+                "Buckets abandoned to make room at the service's cap for a client holding less",
+                self.evicted_buckets,
             ),
             (
                 "streams_dropped",

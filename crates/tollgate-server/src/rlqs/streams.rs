@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tonic::Status;
 
 use super::bucket::{BucketName, Target, printable};
+use super::clients::{ClientId, even_part};
 use super::engine::{
     Bucket, Envoy, MAX_REPORTS_PER_MESSAGE, Outbox, Rlqs, State, Stream, assignment, blanket,
 };
@@ -21,7 +22,8 @@ use crate::rls::proto::types::rate_limit_strategy::{BlanketRule, Strategy};
 struct Usage {
     name: BucketName,
     elapsed: Duration,
-    requests: u64,
+    allowed: u64,
+    denied: u64,
 }
 
 /// Drops a stream from the state: its Envoy leaves its buckets (their shares are not renewed
@@ -42,21 +44,51 @@ pub(super) fn drop_stream(state: &mut State, stream: u64) {
 }
 
 impl Rlqs {
-    /// Opens a stream, or refuses it when the cap is reached. The notification tells the
-    /// stream's handler when the service drops it.
-    pub(crate) fn open(&self, outbox: Outbox) -> Result<(u64, Arc<Notify>), Status> {
+    /// Opens a stream for `client`, or refuses it when the client is at its cap. At the
+    /// service's cap, a client holding less than an even part takes the place of the oldest
+    /// stream of the client holding the most; one holding its part is refused. The notification
+    /// tells the stream's handler when the service drops it.
+    pub(crate) fn open(
+        &self,
+        outbox: Outbox,
+        peer: Option<std::net::IpAddr>,
+    ) -> Result<(u64, Arc<Notify>), Status> {
         let mut state = self.state();
-        if state.streams.len() >= self.tuning.max_streams {
-            return Err(Status::resource_exhausted(format!(
-                "{} quota streams are open, the maximum",
-                self.tuning.max_streams
-            )));
-        }
         let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        let client = peer.map_or(ClientId::Stream(id), ClientId::Peer);
+        let held = state.held_by(client).streams;
+        let refuse = |why: String| {
+            self.counters
+                .refused_streams
+                .fetch_add(1, Ordering::Relaxed);
+            Err(Status::resource_exhausted(why))
+        };
+        if held >= self.tuning.max_streams_per_client {
+            return refuse(format!(
+                "this client holds {held} quota streams, the most one client may"
+            ));
+        }
+        if state.streams.len() >= self.tuning.max_streams {
+            let clients = state.held().len() + usize::from(held == 0);
+            let victim = (held < even_part(self.tuning.max_streams, clients))
+                .then(|| state.heaviest_but(client, |held| held.streams))
+                .flatten();
+            let Some((_, victim)) = victim else {
+                return refuse(format!(
+                    "{} quota streams are open, the maximum, and this client holds its part",
+                    self.tuning.max_streams
+                ));
+            };
+            drop_stream(&mut state, victim.oldest);
+            self.counters
+                .evicted_streams
+                .fetch_add(1, Ordering::Relaxed);
+        }
         let dropped = Arc::new(Notify::new());
         state.streams.insert(
             id,
             Stream {
+                client,
                 domain: None,
                 outbox,
                 buckets: HashSet::new(),
@@ -65,6 +97,64 @@ impl Rlqs {
         );
         self.counters.streams_opened.fetch_add(1, Ordering::Relaxed);
         Ok((id, dropped))
+    }
+
+    /// Whether `stream` may subscribe to the bucket `key`, which it does not hold yet: within
+    /// its stream's and its client's caps, and within the service's cap on buckets, where a
+    /// client holding less than an even part gets its place from the client holding the most
+    /// (one of whose buckets is abandoned for it).
+    fn admits_bucket(&self, state: &mut State, stream: u64, key: &str) -> bool {
+        let Some(open) = state.streams.get(&stream) else {
+            return false;
+        };
+        let client = open.client;
+        if open.buckets.len() >= self.tuning.max_buckets_per_stream
+            || state.held_by(client).subscriptions >= self.tuning.max_buckets_per_client
+        {
+            return false;
+        }
+        if state.buckets.contains_key(key) || state.buckets.len() < self.tuning.max_buckets {
+            return true;
+        }
+        let clients = state.held().len();
+        if state.held_by(client).subscriptions >= even_part(self.tuning.max_buckets, clients) {
+            return false;
+        }
+        let Some((heaviest, _)) = state.heaviest_but(client, |held| held.subscriptions) else {
+            return false;
+        };
+        self.abandon_one_of(state, heaviest)
+    }
+
+    /// Abandons one bucket held by `client` alone, to make room: its subscribers are told.
+    fn abandon_one_of(&self, state: &mut State, client: ClientId) -> bool {
+        let streams = &state.streams;
+        let held_alone = state.buckets.iter().find(|(_, bucket)| {
+            bucket
+                .envoys
+                .keys()
+                .all(|subscriber| streams.get(subscriber).is_some_and(|s| s.client == client))
+        });
+        let Some((key, _)) = held_alone else {
+            return false;
+        };
+        let key = key.clone();
+        let Some(bucket) = state.buckets.remove(&key) else {
+            return false;
+        };
+        for subscriber in bucket.envoys.keys() {
+            if let Some(open) = state.streams.get_mut(subscriber) {
+                open.buckets.remove(&key);
+                let message = RateLimitQuotaResponse {
+                    bucket_action: vec![super::engine::abandon(&bucket.name)],
+                };
+                let _ = open.outbox.try_send(Ok(message));
+            }
+        }
+        self.counters
+            .evicted_buckets
+            .fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// Forgets a stream that ended.
@@ -128,13 +218,12 @@ impl Rlqs {
                     ))
                 })?,
             };
-            let requests = report
-                .num_requests_allowed
-                .saturating_add(report.num_requests_denied);
+            let (allowed, denied) = (report.num_requests_allowed, report.num_requests_denied);
             match seen.get(&name.key) {
                 Some(&at) => {
                     let merged = &mut usages[at];
-                    merged.requests = merged.requests.saturating_add(requests);
+                    merged.allowed = merged.allowed.saturating_add(allowed);
+                    merged.denied = merged.denied.saturating_add(denied);
                     merged.elapsed = merged.elapsed.max(elapsed);
                 }
                 None => {
@@ -142,7 +231,8 @@ impl Rlqs {
                     usages.push(Usage {
                         name,
                         elapsed,
-                        requests,
+                        allowed,
+                        denied,
                     });
                 }
             }
@@ -173,12 +263,11 @@ impl Rlqs {
         let mut immediate = Vec::new();
         let mut woken = false;
         for usage in usages {
-            let known = open.buckets.contains(&usage.name.key);
-            if !known
-                && (open.buckets.len() >= self.tuning.max_buckets_per_stream
-                    || (!state.buckets.contains_key(&usage.name.key)
-                        && state.buckets.len() >= self.tuning.max_buckets))
-            {
+            let known = state
+                .streams
+                .get(&stream)
+                .is_some_and(|open| open.buckets.contains(&usage.name.key));
+            if !known && !self.admits_bucket(state, stream, &usage.name.key) {
                 self.counters
                     .refused_buckets
                     .fetch_add(1, Ordering::Relaxed);
@@ -186,6 +275,9 @@ impl Rlqs {
                 immediate.push(assignment(&usage.name, deny, self.ttl()));
                 continue;
             }
+            let Some(open) = state.streams.get_mut(&stream) else {
+                break;
+            };
             let bucket = match state.buckets.entry(usage.name.key.clone()) {
                 std::collections::hash_map::Entry::Occupied(found) => found.into_mut(),
                 std::collections::hash_map::Entry::Vacant(free) => {
@@ -212,11 +304,16 @@ impl Rlqs {
                     // The time is the longer of what Envoy says and what passed here since
                     // its last report, so that a short time cannot inflate its demand.
                     let elapsed = usage.elapsed.max(now.duration_since(envoy.last_report));
-                    if let Some(demand) = bucket.target.demand(usage.requests, elapsed) {
+                    let share = envoy.assigned.then_some(envoy.share);
+                    if let Some(demand) =
+                        bucket
+                            .target
+                            .demand(usage.allowed, usage.denied, elapsed, share)
+                    {
                         envoy.demand = (envoy.demand + demand) / 2.0;
                     }
                     envoy.last_report = now;
-                    if usage.requests > 0 {
+                    if usage.allowed > 0 || usage.denied > 0 {
                         envoy.last_active = now;
                     }
                 }
@@ -236,6 +333,7 @@ impl Rlqs {
                     bucket.envoys.insert(
                         stream,
                         Envoy {
+                            client: open.client,
                             demand,
                             share: 0,
                             last_active: now,

@@ -17,6 +17,10 @@ pub struct QuotaTuning {
     pub max_buckets: usize,
     /// The most buckets one stream may report.
     pub max_buckets_per_stream: usize,
+    /// The most streams one client (one peer address) may hold.
+    pub max_streams_per_client: usize,
+    /// The most bucket subscriptions one client may hold, over its streams.
+    pub max_buckets_per_client: usize,
 }
 
 impl Default for QuotaTuning {
@@ -28,6 +32,8 @@ impl Default for QuotaTuning {
             max_streams: 10_000,
             max_buckets: 100_000,
             max_buckets_per_stream: 1_000,
+            max_streams_per_client: 64,
+            max_buckets_per_client: 10_000,
         }
     }
 }
@@ -45,7 +51,14 @@ impl QuotaTuning {
                 self.period
             ));
         }
-        if self.max_streams == 0 || self.max_buckets == 0 || self.max_buckets_per_stream == 0 {
+        let caps = [
+            self.max_streams,
+            self.max_buckets,
+            self.max_buckets_per_stream,
+            self.max_streams_per_client,
+            self.max_buckets_per_client,
+        ];
+        if caps.contains(&0) {
             return Err("the quota service's caps must be above zero".to_owned());
         }
         Ok(())

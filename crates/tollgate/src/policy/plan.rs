@@ -126,12 +126,12 @@ impl Policies {
     /// Whether the request's nearest hop is a trusted proxy: only then are headers that name
     /// an identity or a tier read, so that a client cannot pick its own bucket, spend another
     /// user's quota or choose its plan by sending them.
-    fn from_trusted_proxy(&self, request: &Request<'_>) -> bool {
+    fn comes_through_trusted_proxy(&self, request: &Request<'_>) -> bool {
         request.peer.is_some_and(|peer| self.trusted.contains(peer))
     }
 
     fn who<'r>(&self, request: &'r Request<'r>) -> Who<'r> {
-        let from_trusted_proxy = self.from_trusted_proxy(request);
+        let from_trusted_proxy = self.comes_through_trusted_proxy(request);
         let from = |value: Option<&'r str>, header: &Option<String>| {
             value.map(Cow::Borrowed).or_else(|| {
                 header
