@@ -23,6 +23,7 @@ unknown kind, a bad alert expression), so that a check that accepts everything c
 
 import argparse
 import copy
+import importlib
 import inspect
 import os
 import subprocess
@@ -34,12 +35,13 @@ import pydantic
 import yaml
 from kubernetes_validate.utils import SchemaNotFoundError, ValidationError
 
-from cloudcoil.models.istio.networking import v1alpha3 as istio_networking
-from cloudcoil.models.prometheus_operator import v1 as monitoring
+
+
+_forbidden = set()
 
 
 def _forbid_unknown_fields():
-    """The operator's models ignore unknown fields; make every one of them refuse them."""
+    """The models ignore unknown fields; make every one of them refuse them."""
     models = set()
     for name, module in list(sys.modules.items()):
         if not name.startswith("cloudcoil"):
@@ -51,6 +53,9 @@ def _forbid_unknown_fields():
                 and value is not pydantic.BaseModel
             ):
                 models.add(value)
+    if models <= _forbidden:
+        return
+    _forbidden.update(models)
     for model in models:
         model.model_config["extra"] = "forbid"
     # A model's schema embeds those of the models it holds: rebuild until all have the change.
@@ -59,12 +64,30 @@ def _forbid_unknown_fields():
             model.model_rebuild(force=True)
 
 
-_forbid_unknown_fields()
+_MODULES = ("cloudcoil.models.prometheus_operator.v1", "cloudcoil.models.istio.networking.v1alpha3")
+
+
+def _model(module, name):
+    """The model `name` of the cloudcoil module, imported when first needed (they are slow to
+    import), refusing unknown fields."""
+
+    def load():
+        # All of them at once: the change of configuration must come after every import.
+        for each in _MODULES:
+            importlib.import_module(each)
+        _forbid_unknown_fields()
+        return getattr(importlib.import_module(module), name)
+
+    return load
+
 
 CUSTOM = {
-    ("monitoring.coreos.com/v1", "ServiceMonitor"): monitoring.ServiceMonitor,
-    ("monitoring.coreos.com/v1", "PrometheusRule"): monitoring.PrometheusRule,
-    ("networking.istio.io/v1alpha3", "EnvoyFilter"): istio_networking.EnvoyFilter,
+    ("monitoring.coreos.com/v1", "ServiceMonitor"):
+        _model("cloudcoil.models.prometheus_operator.v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"):
+        _model("cloudcoil.models.prometheus_operator.v1", "PrometheusRule"),
+    ("networking.istio.io/v1alpha3", "EnvoyFilter"):
+        _model("cloudcoil.models.istio.networking.v1alpha3", "EnvoyFilter"),
 }
 
 
@@ -93,7 +116,7 @@ def problems(document, versions):
     found = []
     if key in CUSTOM:
         try:
-            CUSTOM[key].model_validate(document)
+            CUSTOM[key]().model_validate(document)
         except pydantic.ValidationError as error:
             found.append(f"{name}: {error}")
         if key[1] == "PrometheusRule":
