@@ -16,7 +16,7 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
 use tollgate::{Identity, Limiter, MemoryStore, Policies};
-use tollgate_tower::RateLimitLayer;
+use tollgate_tower::{BodyDigestLayer, RateLimitLayer};
 
 /// Stands in for an app's authentication: takes the user from `x-user` and the plan from
 /// `x-plan`, and hands them to the rate limiter as an `Identity` extension.
@@ -50,7 +50,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "/users/{id}/files",
             post(|body: axum::body::Bytes| async move { format!("stored {} bytes\n", body.len()) }),
         )
-        .layer(RateLimitLayer::new(limiter))
+        .layer(RateLimitLayer::new(limiter.clone()))
+        // Reads the body of a request with an Idempotency-Key, so that its replays are told
+        // apart from other requests: outside the rate limit layer.
+        .layer(BodyDigestLayer::new(limiter))
         .layer(middleware::from_fn(authenticate));
     let address: SocketAddr = std::env::var("ADDR")
         .unwrap_or_else(|_| "127.0.0.1:3000".to_owned())

@@ -4,8 +4,9 @@ use std::path::Path;
 
 use tollgate::Policies;
 
-/// The configuration `tollgate serve` runs with no `--config`: `examples/policies.yaml`.
-pub const BUILT_IN: &str = include_str!("../../../examples/policies.yaml");
+/// The configuration `tollgate serve` runs with no `--config`: `policies.yaml` in this crate
+/// (`examples/policies.yaml` links to it), so that the published package holds it.
+pub const BUILT_IN: &str = include_str!("../policies.yaml");
 
 /// Reads and compiles `path`, or the built-in example; errors list every problem.
 pub fn load(path: Option<&Path>) -> Result<Policies, String> {

@@ -135,9 +135,14 @@ async fn policies_are_decided_by_name_or_by_matching_attributes() {
     assert_eq!(post(&url, &other).await.2["allowed"], true);
 
     // Without a policy name, the policies that match the attributes apply; the tier comes from
-    // the plan header.
-    let api =
+    // the plan (a plan header from a caller that is no trusted proxy is not believed).
+    let claimed =
         json!({"attributes": {"user": "42", "path": "/api/things", "headers": {"X-Plan": "pro"}}});
+    assert_eq!(
+        post(&url, &claimed).await.2["decisions"][0]["limit"],
+        "free-rate"
+    );
+    let api = json!({"attributes": {"user": "43", "path": "/api/things", "plan": "pro"}});
     let (_, headers, answer) = post(&url, &api).await;
     assert_eq!(answer["matched_policies"], json!(["api"]));
     assert_eq!(answer["decisions"][0]["limit"], "pro-rate");

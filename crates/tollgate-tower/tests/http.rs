@@ -65,7 +65,8 @@ impl App {
                 post(|body: axum::body::Bytes| async move { body.len().to_string() }),
             )
             .fallback(any(count))
-            .layer(RateLimitLayer::new(limiter));
+            .layer(RateLimitLayer::new(limiter.clone()))
+            .layer(tollgate_tower::BodyDigestLayer::new(limiter));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("a loopback port");
@@ -512,6 +513,11 @@ policies:
     assert_eq!(
         app.statuses(4, "POST", "/pay", &key).await,
         [200, 200, 200, 200]
+    );
+    assert_eq!(
+        app.calls.load(Ordering::SeqCst),
+        1,
+        "replays get the first answer, never the app"
     );
     assert_eq!(
         app.statuses(2, "POST", "/pay", &[("idempotency-key", "order-18")])

@@ -270,18 +270,16 @@ policies:
         }
     };
     // What is left once the settlements under way have landed, expected to become `expected`.
-    let settles_to = |expected: u64| {
-        async move {
-            let mut left = 0;
-            for _ in 0..200 {
-                left = call("0", None, false).await;
-                if left == expected {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
+    let settles_to = |expected: u64| async move {
+        let mut left = 0;
+        for _ in 0..200 {
+            left = call("0", None, false).await;
+            if left == expected {
+                return;
             }
-            panic!("left {left}, expected {expected}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        panic!("left {left}, expected {expected}");
     };
     assert_eq!(call("300", None, false).await, 700);
     settles_to(1000 - 17).await;
