@@ -39,6 +39,9 @@ pub struct Item<'a> {
 pub struct Check<'a> {
     cost: u64,
     items: SmallVec<[Item<'a>; 4]>,
+    /// What the check is for, as metrics and logs name it (a policy and a limit, or Envoy's
+    /// domain and rule); checks of limits given directly have none.
+    labels: Option<(&'a str, &'a str)>,
 }
 
 /// Why a check cannot be decided as given.
@@ -117,7 +120,21 @@ impl<'a> Check<'a> {
         Self {
             cost,
             items: SmallVec::new(),
+            labels: None,
         }
+    }
+
+    /// Names what the check is for: `policy` and `limit` as metrics and observers report it
+    /// (Envoy's rate limit service names its domain and rule), from configuration, never from
+    /// what a client sends, so that their number stays bounded.
+    pub fn labelled(mut self, policy: &'a str, limit: &'a str) -> Self {
+        self.labels = Some((policy, limit));
+        self
+    }
+
+    /// The policy and limit the check is for, if it was [`labelled`](Self::labelled).
+    pub fn labels(&self) -> Option<(&'a str, &'a str)> {
+        self.labels
     }
 
     /// A check of one limit on one key, at a cost of 1.

@@ -11,11 +11,12 @@ use crate::rls::Rls;
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The limiter's metrics and, where this process serves them, the rate limit service's
-/// per-descriptor statistics and the quota service's.
+/// per-descriptor statistics, the quota service's, the proxy's, and the process's own.
 pub fn metrics_text(
     limiter: &Limiter<AnyStore>,
     rls: Option<&Rls>,
     quotas: Option<&Rlqs>,
+    proxy: Option<&prometheus_client::registry::Registry>,
 ) -> String {
     const EOF: &str = "# EOF\n";
     let mut text = limiter.metrics_text();
@@ -29,6 +30,10 @@ pub fn metrics_text(
     if let Some(quotas) = quotas {
         let _ = encode_registry(&mut text, &quotas.stats().registry());
     }
+    if let Some(proxy) = proxy {
+        let _ = encode_registry(&mut text, proxy);
+    }
+    let _ = encode_registry(&mut text, &crate::process_metrics::registry());
     let _ = encode_eof(&mut text);
     text
 }

@@ -213,12 +213,17 @@ pub struct Forwarder {
     client: Client<HttpsConnector<HttpConnector>, Body>,
     upstream: Upstream,
     settings: ForwardSettings,
+    metrics: Arc<crate::proxy_metrics::ProxyMetrics>,
 }
 
 impl Forwarder {
     /// A forwarder to `upstream`. An `https://` upstream is verified against the system's
     /// roots or `settings.upstream_ca`; an error says why neither can be used.
-    pub fn new(upstream: Upstream, settings: ForwardSettings) -> Result<Self, String> {
+    pub fn new(
+        upstream: Upstream,
+        settings: ForwardSettings,
+        metrics: Arc<crate::proxy_metrics::ProxyMetrics>,
+    ) -> Result<Self, String> {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(settings.timeout));
@@ -238,6 +243,7 @@ impl Forwarder {
             client,
             upstream,
             settings,
+            metrics,
         })
     }
 
@@ -277,7 +283,16 @@ impl Forwarder {
             axum::http::Version::HTTP_11
         };
         let outgoing = Request::from_parts(parts, body);
-        match tokio::time::timeout(self.settings.timeout, self.client.request(outgoing)).await {
+        let started = tokio::time::Instant::now();
+        let answered =
+            tokio::time::timeout(self.settings.timeout, self.client.request(outgoing)).await;
+        let status = match &answered {
+            Ok(Ok(response)) => Ok(response.status().as_u16()),
+            Ok(Err(_)) => Err("error"),
+            Err(_) => Err("timeout"),
+        };
+        self.metrics.upstream(status, started.elapsed());
+        match answered {
             Ok(Ok(response)) => {
                 let (mut parts, incoming) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers, false);

@@ -10,6 +10,66 @@ use tonic_health::ServingStatus;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::server::HealthReporter;
 
+/// When a pod counts as ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ReadinessMode {
+    /// Ready while it serves, the store up or not: a pod that answers by its policies'
+    /// failure modes is ready, so that a shared store going down does not take every pod out
+    /// of rotation at once.
+    #[default]
+    Serving,
+    /// Ready only while the store answers its probe.
+    Store,
+}
+
+/// `--readiness`, `--shutdown-delay` and `--store-probe-interval`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HealthArgs {
+    /// When `/readyz` says ready: `serving` (while the process serves, deciding by the
+    /// policies' failure modes when the store is down) or `store` (only while the store
+    /// answers).
+    #[arg(
+        long,
+        env = "TOLLGATE_READINESS",
+        value_enum,
+        default_value = "serving"
+    )]
+    pub readiness: ReadinessMode,
+    /// After SIGTERM, how long to keep serving while answering not ready, before closing the
+    /// listeners (set it to what your load balancer takes to notice; within the pod's grace
+    /// period together with --shutdown-timeout).
+    #[arg(long, env = "TOLLGATE_SHUTDOWN_DELAY", default_value = "0s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    pub shutdown_delay: std::time::Duration,
+    /// How often the store is probed for `tollgate_store_up`, `/readyz` and the store's logs.
+    #[arg(long, env = "TOLLGATE_STORE_PROBE_INTERVAL", default_value = "1s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    pub store_probe_interval: std::time::Duration,
+}
+
+/// Whether the process is ready for traffic.
+#[derive(Debug, Clone)]
+pub struct Readiness {
+    /// Set once the process is asked to stop.
+    pub stopping: Stopping,
+    /// The store's probe.
+    pub store: crate::store_health::StoreHealth,
+    /// What readiness asks for.
+    pub mode: ReadinessMode,
+}
+
+impl Readiness {
+    /// Why the process is not ready, if it is not.
+    pub fn problem(&self) -> Option<String> {
+        if self.stopping.is_set() {
+            return Some("the process is stopping".to_owned());
+        }
+        if self.mode == ReadinessMode::Store && !self.store.is_up() {
+            let error = self.store.error().unwrap_or_default();
+            return Some(format!("the store does not answer: {error}"));
+        }
+        None
+    }
+}
+
 /// The name envoyproxy/ratelimit registers, which its users' probes ask for.
 pub const SERVICE_NAME: &str = "ratelimit";
 
@@ -25,6 +85,17 @@ impl Stopping {
 
     fn set(&self) {
         self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// A flag set when `stop` resolves (for a process without the gRPC health service).
+    pub fn on(stop: impl Future<Output = ()> + Send + 'static) -> Self {
+        let stopping = Self::default();
+        let flag = stopping.clone();
+        tokio::spawn(async move {
+            stop.await;
+            flag.set();
+        });
+        stopping
     }
 }
 

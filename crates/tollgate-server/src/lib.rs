@@ -13,7 +13,9 @@ pub mod http_server;
 #[cfg(feature = "otel")]
 pub mod otel;
 pub mod policies;
+pub mod process_metrics;
 pub mod proxy;
+pub mod proxy_metrics;
 pub mod regions;
 pub mod reload;
 pub mod rlqs;
@@ -22,4 +24,5 @@ pub mod serve;
 pub mod shutdown;
 pub mod simulate;
 pub mod store;
+pub mod store_health;
 pub mod tls;

@@ -54,6 +54,8 @@ pub struct ProxyArgs {
     pub(crate) tls: crate::tls::TlsFlags,
     #[command(flatten)]
     pub(crate) admin: AdminArgs,
+    #[command(flatten)]
+    pub(crate) health: crate::health::HealthArgs,
     #[cfg(feature = "otel")]
     #[command(flatten)]
     pub(crate) otel: crate::otel::OtelFlags,
@@ -78,6 +80,8 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
         "tollgate proxying\n  listen: {scheme}://{address}\n  upstream: {upstream}\n  admin: {scheme}://{admin_address} (GET /dashboard, /metrics, /admin/...)\n  store: {store_description}\n  policies: {}",
         args.config.display()
     );
+    let shutdown = crate::shutdown::Shutdown::after_signal(args.health.shutdown_delay);
+    let proxy_metrics = Arc::new(crate::proxy_metrics::ProxyMetrics::new());
     let forwarder = Arc::new(Forwarder::new(
         upstream,
         ForwardSettings {
@@ -86,13 +90,19 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
             upstream_ca: args.upstream_ca.clone(),
             listener_tls: tls.is_some(),
         },
+        Arc::clone(&proxy_metrics),
     )?);
     let forward = tower::service_fn(move |request| {
         let forwarder = Arc::clone(&forwarder);
         async move { Ok::<_, std::convert::Infallible>(forwarder.forward(request).await) }
     });
+    let counted = Arc::clone(&proxy_metrics);
     let app = Router::new().fallback_service(
         tower::ServiceBuilder::new()
+            .map_response(move |response: axum::http::Response<_>| {
+                counted.answered(response.status().as_u16());
+                response
+            })
             .layer(tollgate_tower::BodyDigestLayer::new(limiter.clone()))
             .layer(RateLimitLayer::new(limiter.clone()))
             .service(forward),
@@ -109,25 +119,19 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
             rls: None,
             quotas: None,
             config: Some(args.config.clone()),
+            proxy_metrics: Some(proxy_metrics),
+            readiness: crate::health::Readiness {
+                stopping: crate::health::Stopping::on(crate::shutdown::signal()),
+                store: crate::store_health::watch(&limiter, args.health.store_probe_interval, None),
+                mode: args.health.readiness,
+            },
         },
         args.admin.admin_token.clone(),
         admin_hosts,
     );
     let tls = tls.as_ref();
-    let proxy_server = serve(
-        listener,
-        app,
-        &args.connections,
-        tls,
-        crate::shutdown::signal(),
-    );
-    let admin_server = serve(
-        admin,
-        admin_app,
-        &args.connections,
-        tls,
-        crate::shutdown::signal(),
-    );
+    let proxy_server = serve(listener, app, &args.connections, tls, shutdown.wait());
+    let admin_server = serve(admin, admin_app, &args.connections, tls, shutdown.wait());
     // Announced once the reload and stop signals have their handlers.
     println!("{banner}");
     tokio::join!(proxy_server, admin_server);

@@ -69,8 +69,16 @@ impl Reloader {
         self
     }
 
-    /// Reloads everything once.
+    /// Reloads everything once; `tollgate_config_last_reload_successful` says whether every
+    /// file was taken.
     pub fn reload(&self) {
+        let failed_before = self.failed.load(Ordering::Relaxed);
+        self.reload_each();
+        let all_taken = self.failed.load(Ordering::Relaxed) == failed_before;
+        self.limiter.metrics().set_last_reload_successful(all_taken);
+    }
+
+    fn reload_each(&self) {
         if let Some(path) = &self.config {
             let loaded = crate::policies::load(Some(path)).and_then(|policies| {
                 // Switching every limit off takes an explicit `policies: []`.
@@ -85,12 +93,16 @@ impl Reloader {
             });
             match loaded {
                 Ok(policies) => {
-                    let changed = self
-                        .limiter
-                        .policies()
+                    let old = self.limiter.policies();
+                    let changed = old
+                        .as_ref()
                         .is_none_or(|old| old.version() != policies.version());
                     if changed {
-                        tracing::info!(file = %path.display(), version = format!("{:016x}", policies.version()), "policies reloaded");
+                        let what = old.map_or_else(
+                            || "first load".to_owned(),
+                            |old| what_changed(old.config(), policies.config()),
+                        );
+                        tracing::info!(file = %path.display(), version = format!("{:016x}", policies.version()), "policies reloaded: {what}");
                         self.limiter.set_policies(policies);
                     }
                     self.succeeded.fetch_add(1, Ordering::Relaxed);
@@ -133,7 +145,8 @@ impl Reloader {
                 });
             match loaded {
                 Ok(config) => {
-                    tracing::info!(directory = %directory.display(), domains = config.domains().count(), "rate limit service configuration reloaded");
+                    let what = domains_changed(&rls.config(), &config);
+                    tracing::info!(directory = %directory.display(), domains = config.domains().count(), "rate limit service configuration reloaded: {what}");
                     rls.set_config(config);
                     self.succeeded.fetch_add(1, Ordering::Relaxed);
                     self.limiter.metrics().record_reload(true);
@@ -265,6 +278,70 @@ impl Reloader {
             self.reload();
         }
     }
+}
+
+/// What a reload changed in the policy file: the policies added, removed and changed by name,
+/// and whether the settings beside them did.
+fn what_changed(old: &tollgate::Config, new: &tollgate::Config) -> String {
+    let named = |config: &tollgate::Config| -> std::collections::BTreeMap<String, tollgate::policy::PolicyConfig> {
+        config
+            .policies
+            .iter()
+            .map(|policy| (policy.name.clone(), policy.clone()))
+            .collect()
+    };
+    let (before, after) = (named(old), named(new));
+    let added: Vec<&str> = after
+        .keys()
+        .filter(|name| !before.contains_key(*name))
+        .map(String::as_str)
+        .collect();
+    let removed: Vec<&str> = before
+        .keys()
+        .filter(|name| !after.contains_key(*name))
+        .map(String::as_str)
+        .collect();
+    let changed: Vec<&str> = after
+        .iter()
+        .filter(|(name, policy)| before.get(*name).is_some_and(|old| old != *policy))
+        .map(|(name, _)| name.as_str())
+        .collect();
+    let settings = {
+        let strip = |config: &tollgate::Config| tollgate::Config {
+            policies: Vec::new(),
+            ..config.clone()
+        };
+        strip(old) != strip(new)
+    };
+    let mut parts = Vec::new();
+    for (what, names) in [("added", added), ("removed", removed), ("changed", changed)] {
+        if !names.is_empty() {
+            parts.push(format!("{what} {}", names.join(", ")));
+        }
+    }
+    if settings {
+        parts.push("settings beside the policies changed".to_owned());
+    }
+    if parts.is_empty() {
+        return "the policies' order or wording changed, not what they do".to_owned();
+    }
+    parts.join("; ")
+}
+
+/// What a reload changed in the rate limit service's domains.
+fn domains_changed(old: &RlsConfig, new: &RlsConfig) -> String {
+    let before: std::collections::BTreeSet<&str> = old.domains().collect();
+    let after: std::collections::BTreeSet<&str> = new.domains().collect();
+    let added: Vec<&str> = after.difference(&before).copied().collect();
+    let removed: Vec<&str> = before.difference(&after).copied().collect();
+    let mut parts = vec![format!("{} domains", after.len())];
+    if !added.is_empty() {
+        parts.push(format!("added {}", added.join(", ")));
+    }
+    if !removed.is_empty() {
+        parts.push(format!("removed {}", removed.join(", ")));
+    }
+    parts.join("; ")
 }
 
 /// `file` with its directory made absolute and resolved; the file itself is kept as named.

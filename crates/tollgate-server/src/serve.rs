@@ -71,6 +71,8 @@ pub struct ServeArgs {
     pub(crate) admin: AdminArgs,
     #[command(flatten)]
     pub(crate) refunds: crate::api::RefundArgs,
+    #[command(flatten)]
+    pub(crate) health: crate::health::HealthArgs,
     /// Let a reload of the rate limit service's directory leave no domain (every Envoy limit
     /// switched off); without it such a reload is refused and the last configuration stays.
     #[arg(long, env = "TOLLGATE_RLS_ALLOW_EMPTY")]
@@ -167,12 +169,27 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     );
     Arc::clone(&reloader).start(!args.no_watch);
     let (health, stopping) = crate::health::service(crate::shutdown::signal()).await;
+    let shutdown = crate::shutdown::Shutdown::after_signal(args.health.shutdown_delay);
+    let rls_mode = match args.rls_on_store_error {
+        crate::rls::RlsFailureMode::Error => "UNAVAILABLE (Envoy's failure_mode_deny decides)",
+        crate::rls::RlsFailureMode::Allow => "OK to every descriptor",
+        crate::rls::RlsFailureMode::Deny => "OVER_LIMIT to every descriptor",
+    };
+    let readiness = crate::health::Readiness {
+        stopping,
+        store: crate::store_health::watch(
+            &limiter,
+            args.health.store_probe_interval,
+            Some(rls_mode),
+        ),
+        mode: args.health.readiness,
+    };
     let app = router(AppState::new(crate::api::Shared {
         limiter: limiter.clone(),
         rls: Arc::clone(&rls),
         quotas: Some(Arc::clone(&quotas)),
         charges,
-        stopping,
+        readiness: readiness.clone(),
     }));
     let admin_app = crate::admin::router(
         AdminState {
@@ -180,32 +197,22 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
             rls: Some(Arc::clone(&rls)),
             quotas: Some(Arc::clone(&quotas)),
             config: args.config.clone(),
+            readiness,
+            proxy_metrics: None,
         },
         args.admin.admin_token.clone(),
         admin_hosts,
     );
     let tls = tls.as_ref();
-    let http_server = serve(http, app, &args.connections, tls, crate::shutdown::signal());
-    let admin_server = serve(
-        admin,
-        admin_app,
-        &args.connections,
-        tls,
-        crate::shutdown::signal(),
-    );
+    let http_server = serve(http, app, &args.connections, tls, shutdown.wait());
+    let admin_server = serve(admin, admin_app, &args.connections, tls, shutdown.wait());
     // The gRPC services go through the same accept loop as HTTP, with the same bounds: a
     // connection cap, and a client that never sends its preface (or goes idle) is closed.
     let grpc_app = tonic::service::Routes::new(RlsGrpc::server(rls))
         .add_service(RlqsGrpc::server(quotas))
         .add_service(health)
         .into_axum_router();
-    let grpc_server = serve(
-        grpc,
-        grpc_app,
-        &args.connections,
-        tls,
-        crate::shutdown::signal(),
-    );
+    let grpc_server = serve(grpc, grpc_app, &args.connections, tls, shutdown.wait());
     // Announced once the reload and stop signals have their handlers.
     print_banner(
         &args,

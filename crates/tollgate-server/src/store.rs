@@ -335,13 +335,14 @@ pub async fn connect(
     if !redis.is_connected() {
         tracing::warn!(
             "{}: not connected yet; serving by each policy's on_store_error meanwhile and \
-             retrying in the background; /readyz answers 503 until connected",
+             retrying in the background (with --readiness store, /readyz answers 503 until \
+             connected)",
             describe(store)
         );
     } else if let Err(error) = probe(&redis).await {
         // Connected, yet a check fails: a Redis user without a command the checks need, say.
         tracing::error!(
-            "{}: connected, but a check fails: {error}; /readyz answers 503 while it does",
+            "{}: connected, but a check fails: {error}; tollgate_store_up is 0 while it does",
             describe(store)
         );
     }

@@ -130,6 +130,23 @@ async fn a_token_guards_the_admin_api_and_an_open_listener_needs_one() {
         .await
         .expect("an answer");
     assert_eq!(page.status(), StatusCode::OK);
+    // Probes reach the health routes without the token and by any host name (a kubelet asks
+    // by the pod's address); they tell nothing but whether the process lives and is ready.
+    let port = server.address("admin").port();
+    for path in ["/healthz", "/readyz"] {
+        let probed = get_with_host(&admin, path, &format!("10.1.2.3:{port}")).await;
+        assert_eq!(probed.status(), StatusCode::OK, "{path}");
+    }
+    let ready: Value = reqwest::get(format!("{admin}/readyz"))
+        .await
+        .expect("an answer")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(ready["status"], "ready", "{ready}");
+    // The rest of the admin API still asks for the token, whatever the host.
+    let guarded = get_with_host(&admin, "/metrics", &format!("127.0.0.1:{port}")).await;
+    assert_eq!(guarded.status(), StatusCode::UNAUTHORIZED);
 
     let (status, _, stderr) = run(&support::serve_args(&["--admin", "0.0.0.0:0"]));
     assert!(!status.success());

@@ -81,3 +81,41 @@ async fn once_asked_to_stop_both_say_not_serving() {
         );
     }
 }
+
+/// With `--shutdown-delay`, a SIGTERM turns readiness off at once while the listeners keep
+/// answering, so that load balancers move away before anything is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_the_shutdown_delay_the_server_is_unready_yet_answers() {
+    let mut server = Tollgate::serve(&["--shutdown-delay", "10m"]);
+    let base = server.http_url();
+    let admin = format!("http://{}", server.address("admin"));
+    server.signal("TERM");
+    server.wait_for_log("draining: not ready, still serving for 600s before closing");
+    for url in [format!("{base}/readyz"), format!("{admin}/readyz")] {
+        let unready = reqwest::get(&url).await.expect("an answer");
+        assert_eq!(unready.status(), 503, "{url}");
+        let problem: serde_json::Value = unready.json().await.expect("JSON");
+        assert_eq!(problem["detail"], "not ready: the process is stopping");
+    }
+    let upstream_probe = reqwest::get(format!("{base}/healthcheck"))
+        .await
+        .expect("an answer");
+    assert_eq!(upstream_probe.status(), 500);
+    let mut client = connect(&server.address("grpc").to_string()).await;
+    assert_eq!(
+        status(&mut client, "ratelimit").await,
+        Ok(ServingStatus::NotServing as i32)
+    );
+    // Checks are still decided, on a new connection too.
+    let answer = reqwest::Client::new()
+        .post(format!("{base}/v1/check"))
+        .json(&serde_json::json!({"limits": [{"key": "k", "algorithm": "gcra", "quota": "5/s"}]}))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(answer.status(), 200);
+    let answer: serde_json::Value = answer.json().await.expect("JSON");
+    assert_eq!(answer["allowed"], true);
+    server.signal("KILL");
+    let _ = tokio::task::spawn_blocking(move || server.wait()).await;
+}

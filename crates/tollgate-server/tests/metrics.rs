@@ -123,6 +123,76 @@ async fn decisions_latencies_and_reloads_are_counted() {
     .await;
 }
 
+/// Every series an alert or a dashboard reads exists before its first event, so that the first
+/// event is an increase from zero and `absent()` means a broken scrape, not a quiet instance.
+#[tokio::test]
+async fn a_fresh_server_exports_its_series_before_any_event() {
+    let server = Tollgate::serve(&[]);
+    let base = server.http_url();
+    eventually("the store's first probe", || async {
+        value(&scrape_metrics(&base).await, "tollgate_store_up", &[]) == Some(1.0)
+    })
+    .await;
+    let scrape = scrape_metrics(&base).await;
+    for kind in ["timeout", "unavailable", "circuit_open", "failed"] {
+        assert_eq!(
+            value(&scrape, "tollgate_store_errors_total", &[("kind", kind)]),
+            Some(0.0),
+            "{kind}"
+        );
+    }
+    for result in ["success", "failure"] {
+        assert_eq!(
+            value(
+                &scrape,
+                "tollgate_config_reloads_total",
+                &[("result", result)]
+            ),
+            Some(0.0),
+            "{result}"
+        );
+    }
+    assert_eq!(
+        value(&scrape, "tollgate_config_last_reload_successful", &[]),
+        Some(1.0)
+    );
+    // Each limit of the built-in policies, allowed and denied, before a request.
+    for outcome in ["allowed", "denied"] {
+        assert_eq!(
+            value(
+                &scrape,
+                "tollgate_decisions_total",
+                &[
+                    ("policy", "login"),
+                    ("limit", "login-per-minute"),
+                    ("outcome", outcome)
+                ],
+            ),
+            Some(0.0),
+            "{outcome}"
+        );
+    }
+    assert_eq!(
+        value(
+            &scrape,
+            "tollgate_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))]
+        ),
+        Some(1.0)
+    );
+    let resident = value(&scrape, "process_resident_memory_bytes", &[]).expect("resident memory");
+    assert!(resident > 1e6 && resident < 1e9, "{resident}");
+    assert!(value(&scrape, "process_open_fds", &[]).expect("open files") >= 3.0);
+    assert!(value(&scrape, "process_max_fds", &[]).expect("the file limit") >= 3.0);
+    let started = value(&scrape, "process_start_time_seconds", &[]).expect("a start time");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64();
+    assert!((now - started).abs() < 600.0, "{started} against {now}");
+    assert!(value(&scrape, "process_cpu_seconds_total", &[]).is_some());
+}
+
 #[tokio::test]
 async fn rate_limit_service_statistics_carry_upstream_names_with_a_prefix() {
     let directory = tempfile::tempdir().expect("a temporary directory");

@@ -313,6 +313,47 @@ async fn an_unreachable_or_silent_upstream_is_a_gateway_problem() {
         .expect("an answer");
     assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
     upstream.release.notify_one();
+    // The proxy's own metrics, on its admin listener: what the client got, what the upstream
+    // did (a timeout, here), and how long it took.
+    let metrics = reqwest::get(format!("http://{}/metrics", proxy.address("admin")))
+        .await
+        .expect("an answer")
+        .text()
+        .await
+        .expect("text");
+    let sample = |series: &str| -> Option<f64> {
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+    };
+    assert_eq!(
+        sample(r#"tollgate_proxy_requests_total{class="5xx"}"#),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(r#"tollgate_proxy_requests_total{class="2xx"}"#),
+        Some(0.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(r#"tollgate_proxy_upstream_requests_total{class="timeout"}"#),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample("tollgate_proxy_upstream_duration_seconds_count"),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(&format!(
+            r#"tollgate_build_info{{version="{}"}}"#,
+            env!("CARGO_PKG_VERSION")
+        )),
+        Some(1.0),
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

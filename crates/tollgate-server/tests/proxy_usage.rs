@@ -90,4 +90,19 @@ async fn an_llm_gateway_charges_what_each_stream_reports_and_a_cut_stream_its_es
     assert_eq!(after.status(), 200);
     after.text().await.expect("the whole stream");
     settles_at(&gateway, started, (42 + 4096 + 3, 90 + 300 + 7)).await;
+    // What the responses reported is counted by policy; the cut stream reported nothing.
+    let metrics = reqwest::get(format!("http://{}/metrics", proxy.address("admin")))
+        .await
+        .expect("an answer")
+        .text()
+        .await
+        .expect("text");
+    let units = |policy: &str| -> Option<f64> {
+        let series = format!(r#"tollgate_usage_units_total{{policy="{policy}"}}"#);
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(series.as_str())?.trim().parse().ok())
+    };
+    assert_eq!(units("output-tokens"), Some(42.0 + 3.0), "{metrics}");
+    assert_eq!(units("input-tokens"), Some(90.0 + 7.0), "{metrics}");
 }

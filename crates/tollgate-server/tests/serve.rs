@@ -854,6 +854,14 @@ async fn changed_files_are_reloaded_and_bad_ones_refused_keeping_the_last_good()
     })
     .await;
     assert!(!policy_exists(&base, "first").await);
+    // The log says what the reload changed, not only that it happened.
+    server.wait_for_log("policies reloaded: added second; removed first");
+    write(
+        &policies,
+        &format!("{POLICY_TWO}  - name: third\n    key: [ip]\n    limits: [{{ algorithm: gcra, quota: 1/s }}]\n")
+            .replace("10/s", "20/s"),
+    );
+    server.wait_for_log("policies reloaded: added third; changed second");
 
     write(
         &policies,
@@ -869,7 +877,23 @@ async fn changed_files_are_reloaded_and_bad_ones_refused_keeping_the_last_good()
         policy_exists(&base, "second").await,
         "the last good policies stay"
     );
+    eventually("the refused reload is shown by the gauge", || async {
+        reqwest::get(format!("{base}/metrics"))
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text")
+            .lines()
+            .any(|line| line == "tollgate_config_last_reload_successful 0")
+    })
+    .await;
 
+    write(
+        &rls.join("api.yaml"),
+        "domain: api\ndescriptors:\n  - key: a\n    rate_limit: { unit: second, requests_per_unit: 1 }\n",
+    );
+    server.wait_for_log("rate limit service configuration reloaded: 2 domains; added api");
     write(
         &rls.join("edge.yaml"),
         "domain: edge\ndescriptors:\n  - key: a\n    rate_limit: { unit: fortnight, requests_per_unit: 1 }\n",

@@ -52,16 +52,21 @@ async fn servers_on_one_redis_share_one_limit() {
 #[tokio::test]
 async fn a_redis_that_is_gone_makes_the_server_unready_and_checks_unavailable() {
     let mut redis = RedisServer::start();
-    let server = Tollgate::serve(&["--redis", &redis.url()]);
+    let server = Tollgate::serve(&["--redis", &redis.url(), "--readiness", "store"]);
     let base = server.http_url();
-    let ready = reqwest::get(format!("{base}/readyz"))
-        .await
-        .expect("an answer");
+    let ready = probed_readiness(&base).await;
     assert_eq!(ready.status(), StatusCode::OK);
     let ready: Value = ready.json().await.expect("JSON");
     assert_eq!(ready["store"], "redis");
+    assert_eq!(ready["store_up"], true);
 
     redis.kill();
+    support::eventually("the next store probe finds Redis gone", || async {
+        reqwest::get(format!("{base}/readyz"))
+            .await
+            .is_ok_and(|response| response.status() == StatusCode::SERVICE_UNAVAILABLE)
+    })
+    .await;
     let unready = reqwest::get(format!("{base}/readyz"))
         .await
         .expect("an answer");
@@ -89,6 +94,17 @@ async fn a_redis_that_is_gone_makes_the_server_unready_and_checks_unavailable() 
         "the process itself is fine"
     );
 
+    // The operator sees it without sending traffic: a gauge and one WARN naming the cause.
+    server.wait_for_log("the store is lost");
+    assert_eq!(store_up(&base).await, Some(0.0));
+    let logged = server.stderr();
+    let warning = logged
+        .lines()
+        .find(|line| line.contains("the store is lost"))
+        .expect("the WARN line");
+    assert!(warning.contains("WARN"), "{warning}");
+    assert!(warning.contains("until it answers again"), "{warning}");
+
     redis.restart(&[]);
     support::eventually("the server is ready again once Redis is back", || async {
         reqwest::get(format!("{base}/readyz"))
@@ -97,6 +113,46 @@ async fn a_redis_that_is_gone_makes_the_server_unready_and_checks_unavailable() 
     })
     .await;
     assert_eq!(check(&base, &body).await.1["allowed"], true);
+    server.wait_for_log("the store answers again after an outage of");
+    assert_eq!(store_up(&base).await, Some(1.0));
+    assert_eq!(
+        server.stderr().matches("the store is lost").count(),
+        1,
+        "one WARN per outage, not one per probe"
+    );
+}
+
+/// `/readyz` once the store has been probed (before the first probe, a pod that waits for its
+/// store is not ready, for want of knowing).
+async fn probed_readiness(base: &str) -> reqwest::Response {
+    support::eventually("the store's first probe", || async {
+        let answer = reqwest::get(format!("{base}/readyz"))
+            .await
+            .expect("an answer");
+        !answer
+            .text()
+            .await
+            .expect("a body")
+            .contains("not probed yet")
+    })
+    .await;
+    reqwest::get(format!("{base}/readyz"))
+        .await
+        .expect("an answer")
+}
+
+/// `tollgate_store_up` as `/metrics` shows it.
+async fn store_up(base: &str) -> Option<f64> {
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .expect("an answer")
+        .text()
+        .await
+        .expect("text");
+    text.lines()
+        .find(|line| line.starts_with("tollgate_store_up "))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
 }
 
 #[test]
@@ -138,7 +194,12 @@ async fn a_server_started_while_redis_is_down_serves_by_failure_mode_and_connect
     let port = tollgate_testkit::free_port();
     let directory = tempfile::tempdir().expect("a directory");
     let config = failure_modes(port, directory.path());
-    let server = Tollgate::serve(&["--config", config.to_str().expect("UTF-8")]);
+    let server = Tollgate::serve(&[
+        "--config",
+        config.to_str().expect("UTF-8"),
+        "--readiness",
+        "store",
+    ]);
     let base = server.http_url();
     assert!(
         server.printed["store"].contains("not connected yet"),
@@ -146,17 +207,26 @@ async fn a_server_started_while_redis_is_down_serves_by_failure_mode_and_connect
         server.printed
     );
 
-    let unready = reqwest::get(format!("{base}/readyz"))
-        .await
-        .expect("an answer");
-    assert_eq!(unready.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let problem: Value = unready.json().await.expect("JSON");
-    let detail = problem["detail"].as_str().expect("a detail");
-    assert!(
-        detail.contains(&format!(
-            "not connected to Redis at redis://127.0.0.1:{port} yet"
-        )),
-        "{detail}"
+    let not_connected = format!("not connected to Redis at redis://127.0.0.1:{port} yet");
+    support::eventually(
+        "/readyz says why once the first probe has failed",
+        || async {
+            let unready = reqwest::get(format!("{base}/readyz"))
+                .await
+                .expect("an answer");
+            assert_eq!(unready.status(), StatusCode::SERVICE_UNAVAILABLE);
+            let problem: Value = unready.json().await.expect("JSON");
+            problem["detail"]
+                .as_str()
+                .is_some_and(|detail| detail.contains(&not_connected))
+        },
+    )
+    .await;
+    // The operator is told what decides meanwhile, policy by policy.
+    server.wait_for_log("the store is lost");
+    server.wait_for_log(
+        "until it answers again policies closed fail closed (503); \
+         policies fallback decide by local limits; policies open fail open",
     );
 
     // Meanwhile every policy answers by its failure mode.
@@ -286,11 +356,14 @@ async fn a_redis_password_is_shown_nowhere() {
     );
     assert_ne!(with_redis, built_in);
     std::fs::write(&config, with_redis).expect("the policy file is written");
-    let server = Tollgate::serve(&["--config", config.to_str().expect("UTF-8")]);
+    let server = Tollgate::serve(&[
+        "--config",
+        config.to_str().expect("UTF-8"),
+        "--readiness",
+        "store",
+    ]);
     assert_eq!(server.printed["store"], format!("redis at {shown_url}"));
-    let ready = reqwest::get(format!("{}/readyz", server.http_url()))
-        .await
-        .expect("an answer");
+    let ready = probed_readiness(&server.http_url()).await;
     assert_eq!(ready.status(), StatusCode::OK, "the password works");
     let shown = everything_shown(&server).await;
     assert!(shown.contains(&format!("store: {shown_url}")), "{shown}");
@@ -308,11 +381,9 @@ async fn a_redis_password_is_shown_nowhere() {
             format!("redis://tollgate:***@127.0.0.1:{nowhere}"),
         ),
     ] {
-        let server = Tollgate::serve(&["--redis", &url]);
+        let server = Tollgate::serve(&["--redis", &url, "--readiness", "store"]);
         server.wait_for_log(&format!("cannot connect to Redis at {shown_url}"));
-        let unready = reqwest::get(format!("{}/readyz", server.http_url()))
-            .await
-            .expect("an answer");
+        let unready = probed_readiness(&server.http_url()).await;
         assert_eq!(unready.status(), StatusCode::SERVICE_UNAVAILABLE);
         let problem: Value = unready.json().await.expect("JSON");
         assert!(
@@ -416,10 +487,12 @@ async fn the_envoy_service_answers_by_its_failure_mode_while_the_breaker_rests_t
             .expect("an answer by the failure mode, not an error");
         assert_eq!(answer.into_inner().overall_code, Code::Ok as i32);
     }
+    // Serving by its failure mode, the server is ready (the default readiness): a shared store
+    // that goes down does not take every pod out of rotation.
     let ready = reqwest::get(format!("{}/readyz", server.http_url()))
         .await
         .expect("an answer");
-    assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(ready.status(), StatusCode::OK);
     let metrics = reqwest::get(format!("{}/metrics", server.http_url()))
         .await
         .expect("an answer")
@@ -435,12 +508,16 @@ async fn the_envoy_service_answers_by_its_failure_mode_while_the_breaker_rests_t
             .unwrap_or(0.0)
     };
     assert_eq!(
-        sample(r#"tollgate_decisions_total{policy="",limit="",outcome="allowed"}"#),
+        sample(
+            r#"tollgate_decisions_total{policy="edge",limit="remote_address",outcome="allowed"}"#
+        ),
         2.0,
         "{metrics}"
     );
     assert_eq!(
-        sample(r#"tollgate_decisions_total{policy="",limit="",outcome="failed_open"}"#),
+        sample(
+            r#"tollgate_decisions_total{policy="edge",limit="remote_address",outcome="failed_open"}"#
+        ),
         5.0,
         "{metrics}"
     );
@@ -449,6 +526,16 @@ async fn the_envoy_service_answers_by_its_failure_mode_while_the_breaker_rests_t
         "{metrics}"
     );
     assert_eq!(sample("tollgate_breaker_open "), 1.0, "{metrics}");
+    // The operator is told once, with the cause and what decides meanwhile.
+    server.wait_for_log("the circuit breaker opens: the store failed 1 times in a row");
+    let logged = server.stderr();
+    assert_eq!(
+        logged.matches("the circuit breaker opens").count(),
+        1,
+        "{logged}"
+    );
+    server.wait_for_log("the store is lost");
+    server.wait_for_log("the Envoy rate limit service answers OK to every descriptor");
 }
 
 /// A managed-Redis setup: TLS-only with a private CA, client certificates required, an ACL user,
@@ -566,14 +653,12 @@ async fn a_redis_user_missing_a_permission_is_reported_naming_the_command() {
         ]))
         .expect("the user is made");
     let url = format!("redis://limiter:{PASSWORD}@127.0.0.1:{}", redis.port());
-    let server = Tollgate::serve(&["--redis", &url]);
+    let server = Tollgate::serve(&["--redis", &url, "--readiness", "store"]);
     server.wait_for_log("connected, but a check fails");
     let logged = server.stderr();
     let named = |text: &str| text.contains("lacks a permission") && text.contains("TIME: ");
     assert!(named(&logged), "{logged}");
-    let ready = reqwest::get(format!("{}/readyz", server.http_url()))
-        .await
-        .expect("an answer");
+    let ready = probed_readiness(&server.http_url()).await;
     assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
     let detail = ready.text().await.expect("a body");
     assert!(named(&detail), "{detail}");

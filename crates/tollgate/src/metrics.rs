@@ -14,7 +14,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::check::Verdict;
+use crate::check::{Check, Verdict};
 use crate::layer::{GlobalStats, StoreObserver};
 use crate::observer::Observer;
 use crate::policy::{Action, DecidedBy, Evaluation, Request};
@@ -74,6 +74,14 @@ struct ErrorLabels {
 struct ReloadLabels {
     result: &'static str,
 }
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UsageLabels {
+    policy: String,
+}
+
+/// The kinds of store errors counted, each present from the start.
+const ERROR_KINDS: [&str; 4] = ["timeout", "unavailable", "circuit_open", "failed"];
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LeaseLabels {
@@ -221,6 +229,9 @@ pub struct Metrics {
     breaker_open: Gauge,
     deny_cache_hits: Counter,
     reloads: Family<ReloadLabels, Counter>,
+    last_reload_successful: Gauge,
+    store_up: Gauge,
+    usage_units: Family<UsageLabels, Counter>,
     memory_keys: Gauge,
     memory_max_keys: Gauge,
     memory_evictions: Counter,
@@ -292,6 +303,33 @@ impl Metrics {
             "Configuration reloads, by result",
             reloads.clone(),
         );
+        let last_reload_successful = Gauge::default();
+        registry.register(
+            "config_last_reload_successful",
+            "1 unless the last configuration reload was refused (the previous configuration then stays in force)",
+            last_reload_successful.clone(),
+        );
+        last_reload_successful.set(1);
+        let store_up = Gauge::default();
+        registry.register(
+            "store_up",
+            "1 while the store answers the server's periodic probe, 0 while it does not",
+            store_up.clone(),
+        );
+        let usage_units = Family::<UsageLabels, Counter>::default();
+        registry.register(
+            "usage_units",
+            "Units policies that charge by usage settled at, as responses reported them (tokens, bytes), by policy",
+            usage_units.clone(),
+        );
+        // Counters an alert reads with increase() exist from the start, so the first event is
+        // an increase from 0, not the appearance of a series.
+        for kind in ERROR_KINDS {
+            let _ = store_errors.get_or_create(&ErrorLabels { kind });
+        }
+        for result in ["success", "failure"] {
+            let _ = reloads.get_or_create(&ReloadLabels { result });
+        }
         let memory_keys = Gauge::default();
         registry.register(
             "memory_keys",
@@ -324,6 +362,9 @@ impl Metrics {
             breaker_open,
             deny_cache_hits,
             reloads,
+            last_reload_successful,
+            store_up,
+            usage_units,
             memory_keys,
             memory_max_keys,
             memory_evictions,
@@ -409,6 +450,61 @@ impl Metrics {
         self.reloads.get_or_create(&ReloadLabels { result }).inc();
     }
 
+    /// Says whether the last reload took every file (`tollgate_config_last_reload_successful`).
+    pub fn set_last_reload_successful(&self, succeeded: bool) {
+        self.last_reload_successful.set(i64::from(succeeded));
+    }
+
+    /// Says whether the store answers, as a periodic probe found it (`tollgate_store_up`).
+    pub fn set_store_up(&self, up: bool) {
+        self.store_up.set(i64::from(up));
+    }
+
+    /// Counts what a policy that charges by usage settled at.
+    pub(crate) fn record_usage(&self, policy: &str, units: u64) {
+        self.usage_units
+            .get_or_create(&UsageLabels {
+                policy: policy.to_owned(),
+            })
+            .inc_by(units);
+    }
+
+    /// Creates the allowed and denied counters of one labelled limit (`policy` and `limit` as
+    /// [`Check::labelled`] names them), so that the series exist before the first decision.
+    pub fn declare_limit(&self, policy: &str, limit: &str) {
+        for outcome in [MetricOutcome::Allowed, MetricOutcome::Denied] {
+            let _ = self.decisions.get_or_create(&DecisionLabels {
+                policy: policy.to_owned(),
+                limit: limit.to_owned(),
+                outcome: outcome.as_str(),
+            });
+        }
+    }
+
+    /// Creates the allowed and denied counters of every limit of `policies` (and of checks
+    /// with their own limits), so that each series exists from the start.
+    pub(crate) fn declare(&self, policies: &crate::Policies) {
+        for outcome in [MetricOutcome::Allowed, MetricOutcome::Denied] {
+            let _ = self.decisions.get_or_create(&DecisionLabels {
+                policy: String::new(),
+                limit: String::new(),
+                outcome: outcome.as_str(),
+            });
+            for (policy, limit) in policies.limits() {
+                let _ = self.decisions.get_or_create(&DecisionLabels {
+                    policy: policy.to_owned(),
+                    limit: limit.label.to_string(),
+                    outcome: outcome.as_str(),
+                });
+            }
+        }
+        for policy in policies.usage_policies() {
+            let _ = self.usage_units.get_or_create(&UsageLabels {
+                policy: policy.to_owned(),
+            });
+        }
+    }
+
     /// Copies the global tier's counts (see [`GlobalStats`]).
     pub(crate) fn set_global(&self, stats: &GlobalStats) {
         self.global.copy(stats);
@@ -462,8 +558,9 @@ impl StoreObserver for Metrics {
 
 impl Observer for Metrics {
     /// Checks name their limits themselves (the check API takes them from clients), so they
-    /// are counted without labels of their own.
-    fn checked(&self, verdict: &Verdict, took: Duration) {
+    /// are counted without labels of their own, unless the check is labelled from
+    /// configuration (Envoy's domain and rule).
+    fn checked(&self, check: &Check<'_>, verdict: &Verdict, took: Duration) {
         self.observe_check(took);
         let outcome = match verdict.outcome() {
             crate::Outcome::Allow => MetricOutcome::Allowed,
@@ -475,8 +572,9 @@ impl Observer for Metrics {
                 MetricOutcome::Denied
             }
         };
-        self.record_decision("", "", outcome);
-        self.record_policy("", outcome);
+        let (policy, limit) = check.labels().unwrap_or(("", ""));
+        self.record_decision(policy, limit, outcome);
+        self.record_policy(policy, outcome);
     }
 
     /// For an admitted request every limit that applied, for a refused one the limits (or

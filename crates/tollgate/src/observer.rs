@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::check::Verdict;
+use crate::check::{Check, Verdict};
 use crate::decision::Decision;
 use crate::layer::StoreObserver;
 use crate::limit::Limit;
@@ -35,7 +35,7 @@ pub struct Refused<'a> {
 /// them cheap and never block.
 pub trait Observer: StoreObserver {
     /// A check with its own limits was decided after `took`.
-    fn checked(&self, _verdict: &Verdict, _took: Duration) {}
+    fn checked(&self, _check: &Check<'_>, _verdict: &Verdict, _took: Duration) {}
     /// A request was decided by the policies after `took`.
     fn evaluated(&self, _request: &Request<'_>, _evaluation: &Evaluation, _took: Duration) {}
     /// A limit refused a request decided by the policies (once per refusing limit).
@@ -82,8 +82,8 @@ impl StoreObserver for Observers {
 }
 
 impl Observer for Observers {
-    fn checked(&self, verdict: &Verdict, took: Duration) {
-        self.0.iter().for_each(|o| o.checked(verdict, took));
+    fn checked(&self, check: &Check<'_>, verdict: &Verdict, took: Duration) {
+        self.0.iter().for_each(|o| o.checked(check, verdict, took));
     }
     fn evaluated(&self, request: &Request<'_>, evaluation: &Evaluation, took: Duration) {
         self.0

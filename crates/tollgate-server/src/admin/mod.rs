@@ -94,6 +94,10 @@ pub struct AdminState {
     pub quotas: Option<Arc<crate::rlqs::Rlqs>>,
     /// The policy file, if not the built-in example.
     pub config: Option<PathBuf>,
+    /// Whether the process is ready (`/readyz` on the admin listener).
+    pub readiness: crate::health::Readiness,
+    /// The proxy's own metrics, when this process is the proxy.
+    pub proxy_metrics: Option<Arc<crate::proxy_metrics::ProxyMetrics>>,
 }
 
 /// A key, as a policy sees it: the policy and the request attributes that make the key.
@@ -230,6 +234,10 @@ async fn metrics(State(state): State<AdminState>) -> Response {
             &state.limiter,
             state.rls.as_deref(),
             state.quotas.as_deref(),
+            state
+                .proxy_metrics
+                .as_ref()
+                .map(|metrics| metrics.registry()),
         ),
     )
         .into_response()
@@ -238,6 +246,17 @@ async fn metrics(State(state): State<AdminState>) -> Response {
 /// The admin routes: only for requests to one of `hosts` that no other web site could have
 /// made, and behind the token when there is one.
 pub fn router(state: AdminState, token: Option<String>, hosts: AllowedHosts) -> Router {
+    // Probes reach the health routes without the token and by any host name: they tell
+    // nothing but whether the process lives and is ready.
+    let health = Router::new()
+        .route("/healthz", get(crate::api::health::healthz))
+        .route(
+            "/readyz",
+            get(|State(state): State<AdminState>| async move {
+                crate::api::health::ready(&state.limiter, &state.readiness).map(Json)
+            }),
+        )
+        .with_state(state.clone());
     Router::new()
         .route(
             "/admin/inspect",
@@ -272,4 +291,5 @@ pub fn router(state: AdminState, token: Option<String>, hosts: AllowedHosts) -> 
             origin::same_site_only,
         ))
         .with_state(state)
+        .merge(health)
 }

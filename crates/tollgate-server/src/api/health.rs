@@ -5,7 +5,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde_json::json;
-use tollgate::Store;
+use tollgate::Store as _;
 
 use super::AppState;
 use super::problem::ApiError;
@@ -18,31 +18,42 @@ pub(crate) async fn healthz() -> &'static str {
 /// `GET /healthcheck`, as envoyproxy/ratelimit answers it: `200 OK` with the body `OK`, and
 /// `500` with no body once the process is stopping.
 pub(crate) async fn healthcheck(State(state): State<AppState>) -> (StatusCode, &'static str) {
-    if state.stopping.is_set() {
+    if state.readiness.stopping.is_set() {
         (StatusCode::INTERNAL_SERVER_ERROR, "")
     } else {
         (StatusCode::OK, "OK")
     }
 }
 
-/// `GET /readyz`: a look-only check through the store's guards proves it answers (a resting
-/// breaker is not ready).
+/// `GET /readyz`: ready while the process serves (with `--readiness store`, only while the
+/// store answers its probe), not once it is stopping.
 pub(crate) async fn readyz(
     State(state): State<AppState>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let store = state.limiter.guarded();
-    crate::store::probe(store).await.map_err(|error| ApiError {
-        status: StatusCode::SERVICE_UNAVAILABLE,
-        detail: format!("the store does not answer: {error}"),
-    })?;
-    let policies = state.limiter.policies().map(|p| p.version());
-    Ok(Json(json!({
+    let mut answer = ready(&state.limiter, &state.readiness)?;
+    answer["rls_domains"] = json!(state.rls.config().domains().count());
+    Ok(Json(answer))
+}
+
+/// The answer of a ready process, or why it is not ready (`503`).
+pub(crate) fn ready(
+    limiter: &tollgate::Limiter<tollgate::AnyStore>,
+    readiness: &crate::health::Readiness,
+) -> Result<serde_json::Value, ApiError> {
+    if let Some(problem) = readiness.problem() {
+        return Err(ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            detail: format!("not ready: {problem}"),
+        });
+    }
+    let policies = limiter.policies().map(|p| p.version());
+    Ok(json!({
         "status": "ready",
-        "store": store.kind(),
+        "store": limiter.store().kind(),
+        "store_up": readiness.store.is_up(),
         "config_version": policies.map(|v| format!("{v:016x}")),
-        "rls_domains": state.rls.config().domains().count(),
-        "store_resting": state.limiter.store_resting(),
-        "breaker_openings": state.limiter.breaker_openings(),
-        "deny_cache_hits": state.limiter.deny_cache_hits(),
-    })))
+        "store_resting": limiter.store_resting(),
+        "breaker_openings": limiter.breaker_openings(),
+        "deny_cache_hits": limiter.deny_cache_hits(),
+    }))
 }

@@ -4,7 +4,7 @@ mod answer;
 mod charge;
 pub(crate) mod check;
 mod envoy_json;
-mod health;
+pub(crate) mod health;
 pub(crate) mod problem;
 
 use std::sync::Arc;
@@ -52,8 +52,8 @@ pub struct Shared {
     pub quotas: Option<Arc<crate::rlqs::Rlqs>>,
     /// Issues and redeems the charge tokens refunds name.
     pub charges: Arc<Charges>,
-    /// Set once the process is asked to stop: `/healthcheck` then fails.
-    pub stopping: crate::health::Stopping,
+    /// Whether the process is ready: `/readyz`; `/healthcheck` fails once it is stopping.
+    pub readiness: crate::health::Readiness,
 }
 
 const OPENAPI: &str = include_str!("openapi.json");
@@ -64,7 +64,12 @@ async fn metrics(
 ) -> impl axum::response::IntoResponse {
     (
         [(header::CONTENT_TYPE, crate::exposition::CONTENT_TYPE)],
-        crate::exposition::metrics_text(&state.limiter, Some(&state.rls), state.quotas.as_deref()),
+        crate::exposition::metrics_text(
+            &state.limiter,
+            Some(&state.rls),
+            state.quotas.as_deref(),
+            None,
+        ),
     )
 }
 

@@ -22,7 +22,7 @@ impl StoreObserver for SpanObserver {
 }
 
 impl Observer for SpanObserver {
-    fn checked(&self, verdict: &Verdict, _took: Duration) {
+    fn checked(&self, _check: &tollgate::Check<'_>, verdict: &Verdict, _took: Duration) {
         let span = tracing::Span::current();
         match verdict.outcome() {
             Outcome::Allow => span.record("tollgate.decision", "allowed"),

@@ -208,6 +208,7 @@ impl Rls {
     pub fn new(limiter: Limiter<AnyStore>, config: RlsConfig, response_headers: bool) -> Self {
         let stats = RlsStats::default();
         stats.adopt(&config);
+        declare(&limiter, &config);
         Self {
             limiter,
             config: ArcSwap::from_pointee(config),
@@ -259,6 +260,7 @@ impl Rls {
     /// Replaces the configuration; requests under way finish with the old one.
     pub fn set_config(&self, config: RlsConfig) {
         self.stats.adopt(&config);
+        declare(&self.limiter, &config);
         self.config.store(Arc::new(config));
     }
 
@@ -509,12 +511,20 @@ impl Rls {
                 })
             })
             .collect();
-        let decided = join_all(pending.iter().map(|pending| self.decide(pending.as_ref()))).await;
+        let domain = request.domain.as_str();
+        let decided = join_all(
+            pending
+                .iter()
+                .map(|pending| self.decide(domain, pending.as_ref())),
+        )
+        .await;
         let mut statuses = Vec::with_capacity(decided.len());
         for (index, status) in decided.into_iter().enumerate() {
             match status {
                 Ok(status) => statuses.push(status),
-                Err(RlsError::Unavailable(error)) => return self.fail_over(request, error),
+                Err(RlsError::Unavailable(error)) => {
+                    return self.fail_over(request, &pending, error);
+                }
                 // A check the store refuses as malformed (a counter key over the size cap, say)
                 // is the caller's mistake, not an outage: Envoy must not apply its failure mode.
                 Err(RlsError::InvalidArgument(message)) => {
@@ -550,27 +560,26 @@ impl Rls {
         })
     }
 
-    /// The answer by the failure mode when the store could not decide, counted in the metrics.
+    /// The answer by the failure mode when the store could not decide, counted in the metrics
+    /// under the domain and each matched rule.
     fn fail_over(
         &self,
         request: &RateLimitRequest,
+        pending: &[Option<Pending>],
         error: StoreError,
     ) -> Result<RateLimitResponse, RlsError> {
         let metrics = self.limiter.metrics();
         let count = request.descriptors.len();
-        match self.failure_mode {
-            RlsFailureMode::Error => Err(RlsError::Unavailable(error)),
-            RlsFailureMode::Allow => {
-                metrics.record_decision("", "", MetricOutcome::FailedOpen);
-                metrics.record_policy("", MetricOutcome::FailedOpen);
-                Ok(Self::all_with(count, Code::Ok))
-            }
-            RlsFailureMode::Deny => {
-                metrics.record_decision("", "", MetricOutcome::FailedClosed);
-                metrics.record_policy("", MetricOutcome::FailedClosed);
-                Ok(Self::all_with(count, Code::OverLimit))
-            }
+        let (outcome, code) = match self.failure_mode {
+            RlsFailureMode::Error => return Err(RlsError::Unavailable(error)),
+            RlsFailureMode::Allow => (MetricOutcome::FailedOpen, Code::Ok),
+            RlsFailureMode::Deny => (MetricOutcome::FailedClosed, Code::OverLimit),
+        };
+        for pending in pending.iter().flatten() {
+            metrics.record_decision(&request.domain, &pending.rule.metric_label(), outcome);
         }
+        metrics.record_policy(&request.domain, outcome);
+        Ok(Self::all_with(count, code))
     }
 
     fn all_ok(count: usize) -> RateLimitResponse {
@@ -591,7 +600,11 @@ impl Rls {
         }
     }
 
-    async fn decide(&self, pending: Option<&Pending>) -> Result<DescriptorStatus, RlsError> {
+    async fn decide(
+        &self,
+        domain: &str,
+        pending: Option<&Pending>,
+    ) -> Result<DescriptorStatus, RlsError> {
         let ok = DescriptorStatus {
             code: Code::Ok as i32,
             ..DescriptorStatus::default()
@@ -614,7 +627,10 @@ impl Rls {
                 return Ok(blocked(rule, now));
             }
         };
-        let check = Check::new(pending.addend).limit(pending.key.as_str(), limit);
+        let label = rule.metric_label();
+        let check = Check::new(pending.addend)
+            .limit(pending.key.as_str(), limit)
+            .labelled(domain, &label);
         let verdict = match self.limiter.check(&check).await {
             Ok(verdict) => verdict,
             Err(tollgate::Error::Store(StoreError::Invalid(invalid))) => {
@@ -687,6 +703,20 @@ impl Rls {
             };
             self.stats.record(stats, counted);
         }
+    }
+}
+
+/// Creates the decision counters of every limited rule of `config`, by domain and rule, so
+/// that the series exist before the first hit.
+fn declare(limiter: &Limiter<AnyStore>, config: &RlsConfig) {
+    for (domain, root) in &config.domains {
+        tree::visit_rules(root, &mut |rule| {
+            if let Enforcement::Limit(_) = rule.enforcement {
+                limiter
+                    .metrics()
+                    .declare_limit(domain, &rule.metric_label());
+            }
+        });
     }
 }
 

@@ -14,7 +14,6 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
 use super::config::RlsConfig;
-use super::tree::Node;
 
 /// The statistics' flags.
 #[derive(Debug, Clone, Copy, PartialEq, clap::Args)]
@@ -155,20 +154,16 @@ impl RlsStats {
         let mut configured = self.configured.write().unwrap_or_else(|e| e.into_inner());
         let mut adopted = HashMap::new();
         for (domain, root) in &config.domains {
-            let mut pending = vec![root];
-            while let Some(node) = pending.pop() {
-                if let Some(rule) = &node.rule {
-                    let key = StatKey {
-                        domain: domain.clone(),
-                        path: rule.stat_path.clone(),
-                    };
-                    let stats = configured.get(&key).cloned().unwrap_or_default();
-                    // A rule already in force keeps the counts it has.
-                    let stats = rule.stats.get_or_init(|| stats).clone();
-                    adopted.insert(key, stats);
-                }
-                pending.extend(children(node));
-            }
+            super::tree::visit_rules(root, &mut |rule| {
+                let key = StatKey {
+                    domain: domain.clone(),
+                    path: rule.stat_path.clone(),
+                };
+                let stats = configured.get(&key).cloned().unwrap_or_default();
+                // A rule already in force keeps the counts it has.
+                let stats = rule.stats.get_or_init(|| stats).clone();
+                adopted.insert(key, stats);
+            });
         }
         *configured = adopted;
     }
@@ -273,14 +268,6 @@ impl RlsStats {
         );
         registry
     }
-}
-
-fn children(node: &Node) -> impl Iterator<Item = &Node> {
-    node.exact
-        .values()
-        .flat_map(HashMap::values)
-        .chain(node.wildcards.iter().map(|w| &w.node))
-        .chain(node.defaults.values())
 }
 
 /// A sample's labels: `domain`, `key1` and, for keys of two levels or more, `key2`.

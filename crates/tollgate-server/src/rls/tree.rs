@@ -38,6 +38,36 @@ pub(crate) struct Rule {
     pub(crate) stats: OnceLock<Arc<DescriptorStats>>,
 }
 
+/// Calls `visit` with every rule under `root`.
+pub(crate) fn visit_rules(root: &Node, visit: &mut impl FnMut(&Rule)) {
+    let mut pending = vec![root];
+    while let Some(node) = pending.pop() {
+        if let Some(rule) = &node.rule {
+            visit(rule);
+        }
+        pending.extend(
+            node.exact
+                .values()
+                .flat_map(HashMap::values)
+                .chain(node.wildcards.iter().map(|w| &w.node))
+                .chain(node.defaults.values()),
+        );
+    }
+}
+
+impl Rule {
+    /// What metrics call the rule under its domain: its name, else its place in the
+    /// configuration (`key_value.key`, as upstream's statistics name it), else `override` for
+    /// a request's own limit. From configuration only, so the label values stay bounded.
+    pub(crate) fn metric_label(&self) -> std::borrow::Cow<'_, str> {
+        match (&self.name, self.stat_path.is_empty()) {
+            (Some(name), _) => std::borrow::Cow::Borrowed(name),
+            (None, false) => std::borrow::Cow::Owned(self.stat_path.join(".")),
+            (None, true) => std::borrow::Cow::Borrowed("override"),
+        }
+    }
+}
+
 /// What a rule does with a hit.
 #[derive(Debug)]
 pub(crate) enum Enforcement {

@@ -41,6 +41,15 @@ enum Call {
     Skip,
 }
 
+/// A change of the breaker's state, for the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transition {
+    /// It opened after this many failures in a row.
+    Opened(u32),
+    /// It closed after being open this long.
+    Closed(Micros),
+}
+
 /// The breaker's state, lock-free; `open_until` is a clock time, and 0 means closed.
 #[derive(Debug)]
 struct State {
@@ -50,6 +59,8 @@ struct State {
     open_until: AtomicU64,
     probing: AtomicBool,
     opened: AtomicU64,
+    /// When it last opened.
+    opened_at: AtomicU64,
 }
 
 impl State {
@@ -61,6 +72,7 @@ impl State {
             open_until: AtomicU64::new(0),
             probing: AtomicBool::new(false),
             opened: AtomicU64::new(0),
+            opened_at: AtomicU64::new(0),
         }
     }
 
@@ -89,15 +101,17 @@ impl State {
         }
     }
 
-    /// Records how a call that went to the store ended.
-    fn record(&self, call: Call, succeeded: bool, now: Micros) {
+    /// Records how a call that went to the store ended; returns the change it made, if any.
+    fn record(&self, call: Call, succeeded: bool, now: Micros) -> Option<Transition> {
         if succeeded {
             self.failures.store(0, Ordering::Release);
             if call == Call::Probe || self.open_until.load(Ordering::Acquire) != 0 {
-                self.open_until.store(0, Ordering::Release);
+                let was_open = self.open_until.swap(0, Ordering::AcqRel) != 0;
                 self.probing.store(false, Ordering::Release);
+                let opened_at = self.opened_at.load(Ordering::Acquire);
+                return was_open.then(|| Transition::Closed(now.saturating_sub(opened_at)));
             }
-            return;
+            return None;
         }
         let failures = self
             .failures
@@ -108,11 +122,14 @@ impl State {
             let until = now
                 .saturating_add(self.cooldown_micros.load(Ordering::Acquire))
                 .max(1);
+            self.probing.store(false, Ordering::Release);
             if self.open_until.swap(until, Ordering::AcqRel) == 0 {
                 self.opened.fetch_add(1, Ordering::Relaxed);
+                self.opened_at.store(now, Ordering::Release);
+                return Some(Transition::Opened(failures));
             }
-            self.probing.store(false, Ordering::Release);
         }
+        None
     }
 }
 
@@ -186,7 +203,27 @@ impl<S: Store> Store for CircuitBreaker<S> {
         self.observer
             .store_called(watch.elapsed(), result.as_ref().err());
         let healthy = !matches!(&result, Err(error) if error.is_store_failure());
-        self.state.record(call, healthy, self.clock.now());
+        match self.state.record(call, healthy, self.clock.now()) {
+            Some(Transition::Opened(failures)) => {
+                let cause = result.as_ref().err().map(ToString::to_string);
+                tracing::warn!(
+                    failures,
+                    cooldown_ms = self.cooldown().as_millis() as u64,
+                    "the circuit breaker opens: the store failed {failures} times in a row ({}); \
+                     requests are decided by their policies' failure modes until a probe \
+                     after the cool-down succeeds",
+                    cause.as_deref().unwrap_or("unknown cause")
+                );
+            }
+            Some(Transition::Closed(open)) => {
+                let open = crate::clock::micros_to_duration(open);
+                tracing::info!(
+                    open_ms = open.as_millis() as u64,
+                    "the circuit breaker closes: the store answers again after {open:?}"
+                );
+            }
+            None => {}
+        }
         result
     }
 
@@ -250,5 +287,30 @@ mod tests {
             1,
             "a failed probe re-opens, it does not open anew"
         );
+    }
+
+    #[test]
+    fn it_reports_opening_once_and_closing_with_how_long_it_was_open() {
+        let state = state();
+        assert_eq!(state.record(Call::Normal, false, T), None);
+        assert_eq!(state.record(Call::Normal, false, T), None);
+        assert_eq!(
+            state.record(Call::Normal, false, T),
+            Some(Transition::Opened(3))
+        );
+        let after = T + 1_000_000;
+        assert_eq!(state.call(after), Call::Probe);
+        assert_eq!(
+            state.record(Call::Probe, false, after),
+            None,
+            "a failed probe is not a new opening to report"
+        );
+        let again = after + 1_000_000;
+        assert_eq!(state.call(again), Call::Probe);
+        assert_eq!(
+            state.record(Call::Probe, true, again),
+            Some(Transition::Closed(2_000_000))
+        );
+        assert_eq!(state.record(Call::Normal, true, again), None);
     }
 }

@@ -188,6 +188,7 @@ impl<S: Store> Limiter<S> {
         let options = &policies.config().redis;
         self.set_breaker(options.breaker);
         self.set_deny_cache(options.deny_cache && self.store().kind() != "memory");
+        self.inner.metrics.declare(&policies);
         self.inner.policies.store(Some(Arc::new(policies)));
     }
 
@@ -304,7 +305,9 @@ impl<S: Store> Limiter<S> {
     pub async fn check(&self, check: &Check<'_>) -> Result<Verdict, Error> {
         let watch = Stopwatch::start();
         let verdict = self.inner.store.check(check, None).await?;
-        self.inner.observers.checked(&verdict, watch.elapsed());
+        self.inner
+            .observers
+            .checked(check, &verdict, watch.elapsed());
         Ok(verdict)
     }
 

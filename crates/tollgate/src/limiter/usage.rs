@@ -12,8 +12,14 @@ impl<S: Store> Limiter<S> {
     /// difference refunded. Policies without a figure keep their estimate.
     pub async fn settle_usage(&self, evaluation: &Evaluation, usage: &Usage) -> Result<(), Error> {
         let mut settlement = Settlement::default();
+        // Each policy's usage is counted once, however many limits it settles.
+        let mut counted: Vec<&str> = Vec::new();
         for charge in evaluation.charges.iter().filter(|c| c.role == Role::Limit) {
             if let Some(actual) = usage.of(&charge.policy) {
+                if !counted.contains(&charge.policy.as_ref()) {
+                    counted.push(&charge.policy);
+                    self.inner.metrics.record_usage(&charge.policy, actual);
+                }
                 settlement.push(
                     &charge.key,
                     &charge.limit,

@@ -156,6 +156,21 @@ impl Policies {
         self.policies.is_empty() && !self.config.policies_listed
     }
 
+    /// Each policy's name and what it does while the store cannot decide.
+    pub fn failure_modes(&self) -> impl Iterator<Item = (&str, FailureMode)> {
+        self.policies
+            .iter()
+            .map(|policy| (&*policy.name, policy.on_store_error))
+    }
+
+    /// The names of the policies that charge by usage.
+    pub fn usage_policies(&self) -> impl Iterator<Item = &str> {
+        self.policies
+            .iter()
+            .filter(|policy| policy.usage.is_some())
+            .map(|policy| &*policy.name)
+    }
+
     /// Every limit of every policy (all tiers), for inspection.
     pub fn limits(&self) -> impl Iterator<Item = (&str, &PolicyLimit)> {
         self.policies.iter().flat_map(|policy| {
