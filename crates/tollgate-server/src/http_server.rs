@@ -86,6 +86,15 @@ pub struct ConnectionLimits {
     /// How long shutdown waits for requests under way before closing their connections.
     #[arg(long, env = "TOLLGATE_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
     pub shutdown_timeout: Duration,
+    /// How long a connection lives (give or take 10%, so that connections made together do
+    /// not all end together) before it is asked to close: an HTTP/2 client such as Envoy then
+    /// opens a new one, which may reach a pod added since. `0s` keeps connections for good.
+    #[arg(long, env = "TOLLGATE_MAX_CONNECTION_AGE", default_value = "10m", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    pub max_connection_age: Duration,
+    /// How long requests under way on a connection past its age may take (long-lived gRPC
+    /// streams included) before the connection is closed under them.
+    #[arg(long, env = "TOLLGATE_MAX_CONNECTION_AGE_GRACE", default_value = "30s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    pub max_connection_age_grace: Duration,
 }
 
 fn count_in(
@@ -131,6 +140,16 @@ impl ConnectionLimits {
 
     fn stack_header_fields(&self) -> usize {
         2 * self.max_header_fields + 100
+    }
+
+    /// When a connection accepted now is to be asked to close, with its jitter; `None` for
+    /// connections kept for good.
+    fn age_deadline(&self, accepted: Instant) -> Option<Instant> {
+        if self.max_connection_age.is_zero() {
+            return None;
+        }
+        let jitter = 0.9 + fastrand::f64() * 0.2;
+        Some(accepted + self.max_connection_age.mul_f64(jitter))
     }
 }
 
@@ -414,6 +433,8 @@ pub async fn serve(
             registry: Arc::clone(&registry),
             header_timeout,
             stopping: stopping.clone(),
+            aged_at: limits.age_deadline(Instant::now()),
+            age_grace: limits.max_connection_age_grace,
         };
         tokio::spawn(async move {
             match acceptor {
@@ -469,12 +490,17 @@ struct Watch {
     registry: Arc<Registry>,
     header_timeout: Duration,
     stopping: watch::Receiver<bool>,
+    /// When the connection is to be asked to close for its age.
+    aged_at: Option<Instant>,
+    /// How long requests under way may take after that.
+    age_grace: Duration,
 }
 
 impl Watch {
     /// Serves `connection` to its end: closed gracefully when idle past the header timeout,
-    /// when asked to make room at the cap, or at shutdown, and dropped if it does not close
-    /// within the grace period.
+    /// when asked to make room at the cap, at its age, or at shutdown, and dropped if it does
+    /// not close within the grace period (for its age, once requests under way have had
+    /// the age's grace).
     async fn drive<C>(mut self, connection: C)
     where
         C: GracefulConnection,
@@ -490,6 +516,8 @@ impl Watch {
         // a timeout later; an idle one is closed if it has been idle that long, else looked
         // at again when it will have been.
         let mut deadline = Instant::now() + header_timeout;
+        // Past its age and its grace, the connection goes, requests under way or not.
+        let mut cut_at: Option<Instant> = None;
         loop {
             tokio::select! {
                 // The connection first: a head that has arrived is read (and its request
@@ -499,6 +527,10 @@ impl Watch {
                     if let Err(error) = result {
                         tracing::debug!(peer = %self.peer, "connection ended: {error}");
                     }
+                    break;
+                }
+                () = sleep_until_some(cut_at), if cut_at.is_some() => {
+                    tracing::debug!(peer = %self.peer, "connection dropped: requests still under way past its age's grace");
                     break;
                 }
                 () = tokio::time::sleep_until(deadline) => {
@@ -530,6 +562,16 @@ impl Watch {
                     connection.as_mut().graceful_shutdown();
                     deadline = now + grace;
                 }
+                () = sleep_until_some(self.aged_at), if closing.is_none() && self.aged_at.is_some() => {
+                    tracing::debug!(peer = %self.peer, "closing a connection at its maximum age");
+                    let now = Instant::now();
+                    closing = Some(now);
+                    cut_at = Some(now + self.age_grace);
+                    connection.as_mut().graceful_shutdown();
+                    // Streams answered but still sending (a gRPC stream) are not counted as
+                    // under way: they too get the age's grace.
+                    deadline = now + self.age_grace;
+                }
                 _ = self.stopping.changed(), if closing.is_none() => {
                     let now = Instant::now();
                     closing = Some(now);
@@ -538,6 +580,14 @@ impl Watch {
                 }
             }
         }
+    }
+}
+
+/// Sleeps until `at`, or for ever without one.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -311,3 +311,76 @@ async fn silent_connections_to_the_grpc_listener_are_closed_too() {
     let answer = answer.expect("a descriptor without entries is answered, as upstream does");
     assert_eq!(answer.into_inner().overall_code, 1, "OK");
 }
+
+/// Envoy keeps its gRPC connections for good: without an age, pods added by a scale-out would
+/// get none of its traffic. A connection past its age is asked to close (GOAWAY), its
+/// long-lived streams get the grace, and the client's next call opens a new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_connections_are_closed_at_their_age_after_a_grace_for_their_streams() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+
+    let server = Tollgate::start_with_env(
+        &support::serve_args(&[
+            "--max-connection-age",
+            "1s",
+            "--max-connection-age-grace",
+            "2s",
+        ]),
+        &[DEBUG_LOG],
+    );
+    let address = server.address("grpc");
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .expect("a URL")
+        .connect()
+        .await
+        .expect("gRPC connects");
+    let mut client = HealthClient::new(channel);
+    let mut watch = client
+        .watch(HealthCheckRequest {
+            service: "ratelimit".to_owned(),
+        })
+        .await
+        .expect("a stream")
+        .into_inner();
+    let first = watch.message().await.expect("a status").expect("a status");
+    assert_eq!(first.status, 1, "SERVING");
+    logged(&server, "closing a connection at its maximum age").await;
+    // The stream outlives the GOAWAY, then the connection goes under it.
+    let ended = tokio::time::timeout(PATIENCE, watch.message())
+        .await
+        .expect("the stream ends within the grace");
+    assert!(!matches!(ended, Ok(Some(_))), "{ended:?}");
+    logged(
+        &server,
+        "connection dropped: requests still under way past its age's grace",
+    )
+    .await;
+    // The same client goes on, on a new connection.
+    let answer = client
+        .check(HealthCheckRequest {
+            service: "ratelimit".to_owned(),
+        })
+        .await
+        .expect("an answer on a new connection");
+    assert_eq!(answer.into_inner().status, 1);
+}
+
+/// A keep-alive HTTP/1 connection past its age is closed once its answer is sent.
+#[tokio::test]
+async fn keep_alive_connections_are_closed_at_their_age() {
+    let server = Tollgate::serve(&["--max-connection-age", "1s", "--header-timeout", "1h"]);
+    let mut stream = TcpStream::connect(server.address("http"))
+        .await
+        .expect("connects");
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .expect("writes");
+    let received = closed_by_server(stream, "a keep-alive connection past its age").await;
+    assert!(
+        received.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&received)
+    );
+}
