@@ -109,7 +109,7 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
     );
     #[cfg(feature = "otel")]
     let app = if crate::otel::enabled() {
-        app.layer(crate::otel::TraceLayer::propagating("tollgate.proxy"))
+        app.layer(crate::otel::TraceLayer::propagating())
     } else {
         app
     };

@@ -177,6 +177,8 @@ fn the_chart_lints_strictly_with_the_defaults_and_with_every_option_on() {
         "tollgate.rlsOnStoreError=sometimes",
         "redis.url=http://redis:6379",
         "replicaCont=3",
+        "tracing.otlpProtocol=zipkin",
+        "tollgate.readiness=sometimes",
     ] {
         let output = Command::new(&helm)
             .args(["template", "tollgate", chart, "--set", bad])
@@ -289,6 +291,22 @@ fn the_optional_parts_render_from_the_shipped_files() {
         redis["valueFrom"]["secretKeyRef"],
         serde_json::json!({"name": "tollgate-redis", "key": "url"})
     );
+    // Traces go to the collector named, by the protocol named, as the standard variables say.
+    let variable = |name: &str| -> String {
+        env.as_array()
+            .expect("env")
+            .iter()
+            .find(|e| e["name"] == name)
+            .and_then(|e| e["value"].as_str())
+            .unwrap_or_else(|| panic!("{name} in {env}"))
+            .to_owned()
+    };
+    assert_eq!(
+        variable("OTEL_EXPORTER_OTLP_ENDPOINT"),
+        "http://otel-collector.observability:4318"
+    );
+    assert_eq!(variable("OTEL_EXPORTER_OTLP_PROTOCOL"), "http/protobuf");
+    assert_eq!(variable("OTEL_SERVICE_NAME"), "tollgate");
     // Secrets are never in a ConfigMap.
     for document in documents.iter().filter(|d| d["kind"] == "ConfigMap") {
         let data = document["data"].to_string().to_lowercase();

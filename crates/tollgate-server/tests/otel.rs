@@ -72,8 +72,16 @@ impl TraceService for Collector {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        self.keep(request.into_inner());
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+impl Collector {
+    /// Keeps the spans of one export, however it came.
+    fn keep(&self, request: ExportTraceServiceRequest) {
         let mut spans = self.spans.lock().expect("not poisoned");
-        for resource in request.into_inner().resource_spans {
+        for resource in request.resource_spans {
             let service = resource.resource.as_ref().and_then(|resource| {
                 resource
                     .attributes
@@ -97,15 +105,39 @@ impl TraceService for Collector {
                 });
             }
         }
-        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
     }
-}
 
-impl Collector {
-    /// Starts the collector; its OTLP endpoint.
+    /// Starts the collector; its OTLP/gRPC endpoint.
     async fn start(&self) -> String {
         let routes = tonic::service::Routes::new(TraceServiceServer::new(self.clone()));
         format!("http://{}", support::serve_grpc(routes).await)
+    }
+
+    /// Starts the collector over OTLP/HTTP (protobuf bodies to `/v1/traces`); its endpoint,
+    /// the base the exporter adds `/v1/traces` to.
+    async fn start_http(&self) -> String {
+        let collector = self.clone();
+        let routes = Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |headers: HeaderMap, body: axum::body::Bytes| {
+                let collector = collector.clone();
+                async move {
+                    assert_eq!(headers["content-type"], "application/x-protobuf");
+                    let request = <ExportTraceServiceRequest as prost::Message>::decode(body)
+                        .expect("an OTLP export");
+                    collector.keep(request);
+                    let answer =
+                        prost::Message::encode_to_vec(&ExportTraceServiceResponse::default());
+                    ([("content-type", "application/x-protobuf")], answer)
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a free port");
+        let address = listener.local_addr().expect("an address");
+        tokio::spawn(async move { axum::serve(listener, routes).await });
+        format!("http://{address}")
     }
 
     /// Waits for a span named `name`.
@@ -170,12 +202,18 @@ async fn a_check_span_is_a_child_of_the_callers_trace_with_its_decision() {
         assert!(answer.status().is_success(), "{answer:?}");
     }
 
-    let spans = collector.spans_named("tollgate.check", 2).await;
+    let spans = collector.spans_named("POST /v1/check", 2).await;
     for span in &spans {
         assert_eq!(span.trace_id, TRACE_ID, "{span:?}");
         assert_eq!(span.parent_span_id, CALLER_SPAN, "{span:?}");
         assert_eq!(span.kind, SpanKind::Server as i32, "{span:?}");
         assert_eq!(span.service.as_deref(), Some("tollgate"), "{span:?}");
+        // Named and described as the semantic conventions have an HTTP server span.
+        assert_eq!(attribute(span, "http.request.method"), "POST");
+        assert_eq!(attribute(span, "http.route"), "/v1/check");
+        assert_eq!(attribute(span, "url.path"), "/v1/check");
+        assert_eq!(attribute(span, "http.response.status_code"), "200");
+        assert!(!span.attributes.contains_key("error.type"), "{span:?}");
         let store_micros: u64 = attribute(span, "tollgate.store.duration_us")
             .parse()
             .expect("a number of microseconds");
@@ -218,7 +256,7 @@ async fn a_policy_check_names_its_policy_and_a_malformed_traceparent_starts_a_tr
         .expect("the check is answered");
     assert!(answer.status().is_success(), "{answer:?}");
 
-    let span = collector.span("tollgate.check").await;
+    let span = collector.span("POST /v1/check").await;
     assert_eq!(attribute(&span, "tollgate.policy"), "login");
     assert_eq!(attribute(&span, "tollgate.decision"), "allowed");
     assert_eq!(attribute(&span, "tollgate.decided_by"), "store");
@@ -263,12 +301,21 @@ async fn a_rate_limit_service_call_is_a_child_of_the_grpc_callers_trace() {
     );
     client.should_rate_limit(request).await.expect("an answer");
 
-    let span = collector.span("tollgate.rls").await;
+    let span = collector
+        .span("envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+        .await;
     assert_eq!(span.trace_id, TRACE_ID, "{span:?}");
     assert_eq!(span.parent_span_id, CALLER_SPAN, "{span:?}");
     assert_eq!(attribute(&span, "tollgate.domain"), "edge");
     assert_eq!(attribute(&span, "tollgate.decision"), "allowed");
     attribute(&span, "tollgate.store.duration_us");
+    assert_eq!(attribute(&span, "rpc.system"), "grpc");
+    assert_eq!(
+        attribute(&span, "rpc.service"),
+        "envoy.service.ratelimit.v3.RateLimitService"
+    );
+    assert_eq!(attribute(&span, "rpc.method"), "ShouldRateLimit");
+    assert_eq!(attribute(&span, "rpc.grpc.status_code"), "0");
 
     // The same service over HTTP (`POST /json`), refused by a limit of zero.
     let answer = reqwest::Client::new()
@@ -279,7 +326,7 @@ async fn a_rate_limit_service_call_is_a_child_of_the_grpc_callers_trace() {
         .await
         .expect("the service answers");
     assert_eq!(answer.status(), reqwest::StatusCode::TOO_MANY_REQUESTS);
-    let span = collector.span("tollgate.rls.json").await;
+    let span = collector.span("POST /json").await;
     assert_eq!(span.trace_id, TRACE_ID, "{span:?}");
     assert_eq!(span.parent_span_id, CALLER_SPAN, "{span:?}");
     assert_eq!(attribute(&span, "tollgate.domain"), "edge");
@@ -329,11 +376,20 @@ async fn the_proxy_passes_its_spans_context_to_the_upstream() {
         .expect("the proxy answers");
     assert!(answer.status().is_success(), "{answer:?}");
 
-    let span = collector.span("tollgate.proxy").await;
+    let span = collector.span("GET").await;
     assert_eq!(span.trace_id, TRACE_ID, "{span:?}");
     assert_eq!(span.parent_span_id, CALLER_SPAN, "{span:?}");
     assert_eq!(attribute(&span, "tollgate.policy"), "everything");
     assert_eq!(attribute(&span, "tollgate.decision"), "allowed");
+    assert_eq!(attribute(&span, "http.request.method"), "GET");
+    // The proxy's paths are its clients' data: no path, no route.
+    assert!(!span.attributes.contains_key("url.path"), "{span:?}");
+    assert!(!span.attributes.contains_key("http.route"), "{span:?}");
+    assert!(
+        span.attributes.values().all(|value| !value.contains("hello")),
+        "{span:?}"
+    );
+    assert_eq!(attribute(&span, "http.response.status_code"), "200");
     let forwarded = seen.lock().expect("not poisoned")[0].clone();
     let traceparent = forwarded["traceparent"].to_str().expect("a text field");
     assert_eq!(
@@ -373,5 +429,78 @@ async fn spans_still_batched_are_sent_when_the_server_stops() {
     assert!(answer.status().is_success(), "{answer:?}");
     assert!(server.terminate().success(), "{}", server.stderr());
     let names: Vec<String> = collector.spans().into_iter().map(|s| s.name).collect();
-    assert_eq!(names, ["tollgate.check"], "{}", server.stderr());
+    assert_eq!(names, ["POST /v1/check"], "{}", server.stderr());
+}
+
+/// OTLP over HTTP, protobuf bodies to `/v1/traces` under the endpoint, for collectors that
+/// listen only on 4318.
+#[tokio::test]
+async fn spans_go_over_otlp_http_when_asked() {
+    let collector = Collector::default();
+    let endpoint = collector.start_http().await;
+    let server = Tollgate::start_with_env(
+        &serve_args(&[
+            "--otlp-endpoint",
+            &endpoint,
+            "--otlp-protocol",
+            "http/protobuf",
+        ]),
+        &QUICK_BATCHES,
+    );
+    let answer = reqwest::Client::new()
+        .post(format!("{}/v1/check", server.http_url()))
+        .header("traceparent", TRACEPARENT)
+        .json(&json!({"limits": [{"key": "k", "algorithm": "gcra", "quota": "5/m"}]}))
+        .send()
+        .await
+        .expect("the check is answered");
+    assert!(answer.status().is_success(), "{answer:?}");
+    let span = collector.span("POST /v1/check").await;
+    assert_eq!(span.trace_id, TRACE_ID, "{span:?}");
+    assert_eq!(span.parent_span_id, CALLER_SPAN, "{span:?}");
+    assert_eq!(span.service.as_deref(), Some("tollgate"), "{span:?}");
+}
+
+/// A log line written during a traced check (here the refusal's) carries the check span's
+/// trace and span ids, so that a trace leads to its logs and back.
+#[tokio::test]
+async fn json_log_lines_within_a_check_carry_its_trace_and_span_ids() {
+    let collector = Collector::default();
+    let endpoint = collector.start().await;
+    let server = Tollgate::start_with_env(
+        &serve_args(&["--otlp-endpoint", &endpoint, "--log-format", "json"]),
+        &QUICK_BATCHES,
+    );
+    // The built-in `login` policy admits 5 a minute.
+    let check = json!({"policy": "login", "attributes": {"ip": "203.0.113.7"}});
+    for _ in 0..6 {
+        reqwest::Client::new()
+            .post(format!("{}/v1/check", server.http_url()))
+            .header("traceparent", TRACEPARENT)
+            .json(&check)
+            .send()
+            .await
+            .expect("the check is answered");
+    }
+    let refused = collector
+        .spans_named("POST /v1/check", 6)
+        .await
+        .into_iter()
+        .find(|span| attribute(span, "tollgate.decision") == "refused")
+        .expect("the refused check's span");
+    server.wait_for_log(r#""message":"refused""#);
+    let line: serde_json::Value = server
+        .stderr()
+        .lines()
+        .find(|line| line.contains(r#""message":"refused""#))
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .expect("the refusal's line");
+    let ids = line["spans"]
+        .as_array()
+        .and_then(|spans| spans.iter().find(|span| span["name"] == "trace"))
+        .unwrap_or_else(|| panic!("no trace ids in {line}"));
+    assert_eq!(ids["trace_id"], TRACE_ID, "{line}");
+    assert_eq!(ids["span_id"], refused.span_id.as_str(), "{line}");
+    // The ids are for the logs: the exported span does not carry them as attributes.
+    assert!(!refused.attributes.contains_key("trace_id"), "{refused:?}");
 }

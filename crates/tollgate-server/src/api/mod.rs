@@ -73,12 +73,12 @@ async fn metrics(
     )
 }
 
-/// A decision route, in a check span named `name` when traces are exported.
+/// A decision route at `path`, in a check span when traces are exported.
 #[cfg_attr(not(feature = "otel"), allow(unused_variables))]
-fn traced(route: MethodRouter<AppState>, name: &'static str) -> MethodRouter<AppState> {
+fn traced(route: MethodRouter<AppState>, path: &'static str) -> MethodRouter<AppState> {
     #[cfg(feature = "otel")]
     if crate::otel::enabled() {
-        return route.layer(crate::otel::TraceLayer::new(name));
+        return route.layer(crate::otel::TraceLayer::new(path));
     }
     route
 }
@@ -86,16 +86,13 @@ fn traced(route: MethodRouter<AppState>, name: &'static str) -> MethodRouter<App
 /// The API's routes.
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/v1/check", traced(post(check::check), "tollgate.check"))
-        .route("/v1/refund", traced(post(check::refund), "tollgate.refund"))
-        .route("/v1/settle", traced(post(check::settle), "tollgate.settle"))
-        .route(
-            "/v1/release",
-            traced(post(check::release), "tollgate.release"),
-        )
+        .route("/v1/check", traced(post(check::check), "/v1/check"))
+        .route("/v1/refund", traced(post(check::refund), "/v1/refund"))
+        .route("/v1/settle", traced(post(check::settle), "/v1/settle"))
+        .route("/v1/release", traced(post(check::release), "/v1/release"))
         .route(
             "/json",
-            traced(post(envoy_json::should_rate_limit), "tollgate.rls.json"),
+            traced(post(envoy_json::should_rate_limit), "/json"),
         )
         .route("/healthz", get(health::healthz))
         .route("/healthcheck", get(health::healthcheck))

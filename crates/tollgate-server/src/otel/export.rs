@@ -1,21 +1,42 @@
-//! The exporter: spans batched and sent over OTLP/gRPC (on the workspace's tonic) to the
-//! collector `--otlp-endpoint` names, under the service name `tollgate`.
+//! The exporter: spans batched and sent over OTLP, by gRPC (on the workspace's tonic) or by
+//! HTTP with protobuf bodies (on its hyper), to the collector `--otlp-endpoint` names.
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{SpanExporter, WithExportConfig};
+use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::Layer;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::registry::LookupSpan;
 
+use super::http_client::RuntimeHttpClient;
+
+/// How spans reach the collector, as `OTEL_EXPORTER_OTLP_PROTOCOL` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OtlpProtocol {
+    /// OTLP/gRPC (a collector's port 4317).
+    Grpc,
+    /// OTLP/HTTP with protobuf bodies, to `ENDPOINT/v1/traces` (a collector's port 4318).
+    #[value(name = "http/protobuf")]
+    HttpProtobuf,
+}
+
 /// Flags of the exporter, for `serve` and `proxy`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct OtelFlags {
-    /// Export a span per check over OTLP/gRPC to this collector, e.g. http://127.0.0.1:4317.
-    /// Off unless set.
+    /// Export a span per check over OTLP to this collector, e.g. http://127.0.0.1:4317 (gRPC)
+    /// or http://127.0.0.1:4318 (HTTP, which sends to /v1/traces under it). Off unless set.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+    /// How spans are sent: `grpc` or `http/protobuf`.
+    #[arg(
+        long,
+        env = "OTEL_EXPORTER_OTLP_PROTOCOL",
+        value_enum,
+        default_value = "grpc",
+        value_name = "PROTOCOL"
+    )]
+    pub otlp_protocol: OtlpProtocol,
     /// The service name of the exported spans.
     #[arg(
         long,
@@ -34,7 +55,7 @@ pub struct Tracing {
 
 impl Tracing {
     /// Starts exporting when `flags` name an endpoint. Call within the Tokio runtime: the
-    /// gRPC channel lives on it.
+    /// exporter's connections live on it.
     pub fn start(flags: &OtelFlags) -> Result<Option<Self>, String> {
         let Some(endpoint) = flags.otlp_endpoint.as_deref().filter(|e| !e.is_empty()) else {
             return Ok(None);
@@ -45,11 +66,25 @@ impl Tracing {
                  without TLS, such as an agent on this host)"
             ));
         }
-        let exporter = SpanExporter::builder()
-            .with_tonic()
-            .with_endpoint(endpoint)
-            .build()
-            .map_err(|error| format!("--otlp-endpoint {endpoint:?}: {error}"))?;
+        let exporter = match flags.otlp_protocol {
+            OtlpProtocol::Grpc => SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(endpoint)
+                .build(),
+            // The endpoint is a base, as the OTLP specification has it for HTTP.
+            OtlpProtocol::HttpProtobuf => {
+                let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+                    "the OpenTelemetry exporter starts within the Tokio runtime".to_owned()
+                })?;
+                SpanExporter::builder()
+                    .with_http()
+                    .with_protocol(Protocol::HttpBinary)
+                    .with_http_client(RuntimeHttpClient::on(runtime))
+                    .with_endpoint(format!("{}/v1/traces", endpoint.trim_end_matches('/')))
+                    .build()
+            }
+        }
+        .map_err(|error| format!("--otlp-endpoint {endpoint:?}: {error}"))?;
         let resource = Resource::builder()
             .with_service_name(flags.otel_service_name.clone())
             .build();

@@ -56,7 +56,11 @@ async fn traced(
     use tracing::Instrument;
 
     let parent = crate::otel::parent_of(request.metadata().as_ref());
-    let span = crate::otel::check_span("tollgate.rls", parent);
+    let entry = crate::otel::Entry::Grpc {
+        service: "envoy.service.ratelimit.v3.RateLimitService",
+        method: "ShouldRateLimit",
+    };
+    let span = crate::otel::check_span(entry, parent);
     let request = request.get_ref();
     let answer = rls
         .should_rate_limit(request)
@@ -65,5 +69,10 @@ async fn traced(
     if let Ok(answer) = &answer {
         crate::otel::record_rls(&span, &request.domain, answer);
     }
-    answer.map(Response::new).map_err(status)
+    let answer = answer.map(Response::new).map_err(status);
+    let code = answer
+        .as_ref()
+        .map_or_else(Status::code, |_| tonic::Code::Ok);
+    crate::otel::record_grpc_status(&span, code);
+    answer
 }
