@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::TollgateClientBuilder;
+
 /// What went wrong calling the check API.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -23,6 +25,10 @@ pub enum ClientError {
     /// A refund or settlement of a check that took nothing: a denied check has no charge.
     #[error("nothing to refund or settle: the check took nothing (its answer carries no charge)")]
     NothingToRefund,
+    /// TLS settings that cannot be used: a CA or client certificate that does not parse, a key
+    /// that does not match its certificate, no CA to verify the server with.
+    #[error("TLS settings for Tollgate: {0}")]
+    Tls(String),
     /// The server refused the request (a 4xx or 5xx with a problem detail).
     #[error("Tollgate answered {status}: {detail}")]
     Status {
@@ -212,28 +218,22 @@ pub struct TollgateClient {
 
 impl TollgateClient {
     /// A client for the server at `base` (such as `http://127.0.0.1:8080`) with a timeout for
-    /// each call.
+    /// each call. For TLS settings, see [`builder`](Self::builder).
     pub fn new(base: &str, timeout: Duration) -> Result<Self, ClientError> {
-        let url = reqwest::Url::parse(base).map_err(|error| ClientError::Url {
-            url: base.to_owned(),
-            reason: error.to_string(),
-        })?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(ClientError::Url {
-                url: base.to_owned(),
-                reason: "give an http:// or https:// URL".to_owned(),
-            });
-        }
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .tcp_nodelay(true)
-            .build()
-            .map_err(ClientError::Transport)?;
-        Ok(Self {
-            http,
-            base: base.trim_end_matches('/').to_owned(),
-        })
+        Self::builder(base).timeout(timeout).build()
+    }
+
+    /// Settings for a client of the server at `base`: a timeout and, with the `rustls` feature,
+    /// the CA that signed the server's certificate and a client certificate.
+    pub fn builder(base: &str) -> TollgateClientBuilder {
+        TollgateClientBuilder::new(base)
+    }
+
+    /// A client for the server at `base` that calls it through `http`, a client of the
+    /// caller's own: its connection pool, proxy, TLS settings and timeouts are used as they are.
+    pub fn with_http_client(base: &str, http: reqwest::Client) -> Result<Self, ClientError> {
+        let (_, base) = base_url(base)?;
+        Ok(Self { http, base })
     }
 
     async fn post<T: serde::de::DeserializeOwned>(
@@ -443,4 +443,19 @@ impl TollgateClient {
 enum Checked<'a> {
     Limits(&'a [InlineLimit]),
     Policy(&'a str, &'a Attributes),
+}
+
+/// `base` as a URL, and as the prefix of every call's URL; only `http` and `https` are taken.
+pub(crate) fn base_url(base: &str) -> Result<(reqwest::Url, String), ClientError> {
+    let url = reqwest::Url::parse(base).map_err(|error| ClientError::Url {
+        url: base.to_owned(),
+        reason: error.to_string(),
+    })?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(ClientError::Url {
+            url: base.to_owned(),
+            reason: "give an http:// or https:// URL".to_owned(),
+        });
+    }
+    Ok((url, base.trim_end_matches('/').to_owned()))
 }
