@@ -2,10 +2,13 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+use http::Response;
 use tokio::sync::Semaphore;
 use tollgate::{Limiter, MemoryStore, Store};
 use tower::Layer;
 
+use crate::hooks::{Hooks, Refused};
 use crate::service::{RateLimitService, Shared};
 
 /// Applies a [`Limiter`]'s policies to every request of the services it wraps.
@@ -32,8 +35,44 @@ impl<S: Store> RateLimitLayer<S> {
                 limiter,
                 delayed: Arc::new(Semaphore::new(max_delayed)),
                 replays: Arc::default(),
+                hooks: Hooks::default(),
             },
         }
+    }
+
+    /// Answers the requests the layer refuses (over a limit, deny-listed, the store unable to
+    /// decide, ...) with `hook`'s response instead of Tollgate's problem+json: a page in the
+    /// site's own style, a JSON error in the API's own shape. The rate-limit fields
+    /// (`Retry-After`, `RateLimit`, ...) are added to it, except those it sets itself. gRPC
+    /// calls are still refused with a status.
+    ///
+    /// ```
+    /// use http::{Response, StatusCode};
+    /// use tollgate_tower::RateLimitLayer;
+    ///
+    /// # fn main() -> Result<(), tollgate_tower::BuildError> {
+    /// let layer = RateLimitLayer::per_minute(60).build()?.on_refusal(|refused| {
+    ///     Response::builder()
+    ///         .status(refused.status())
+    ///         .header("content-type", "text/plain")
+    ///         .body(format!("slow down: {}", refused.detail()))
+    ///         .unwrap_or_default()
+    /// });
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn on_refusal<F, B>(mut self, hook: F) -> Self
+    where
+        F: Fn(&Refused<'_>) -> Response<B> + Send + Sync + 'static,
+        B: Into<Bytes>,
+    {
+        self.shared.hooks.on_refusal = Some(Hooks::refusal_fn(hook));
+        self
+    }
+
+    pub(crate) fn with_hooks(mut self, hooks: Hooks) -> Self {
+        self.shared.hooks = hooks;
+        self
     }
 
     /// The limiter.

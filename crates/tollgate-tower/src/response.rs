@@ -10,6 +10,37 @@ use tollgate::policy::{Action, Reason, Refusal};
 use tollgate::problem::problem_json;
 
 use crate::body::RateLimitBody;
+use crate::hooks::{RefusalFn, Refused};
+
+/// How the layer answers a request it refuses: over gRPC with a status, else with the
+/// application's `on_refusal` hook when it has one, else with problem+json.
+#[derive(Clone, Copy)]
+pub(crate) struct Answering<'a> {
+    pub(crate) grpc: bool,
+    pub(crate) hook: Option<&'a RefusalFn>,
+    /// The refused request's head, for the hook.
+    pub(crate) request: &'a http::request::Parts,
+}
+
+impl Answering<'_> {
+    /// The hook's answer to `refusal` with `fields` added, each unless the hook set a field of
+    /// that name itself; `None` when the hook does not answer this request.
+    fn custom<B>(
+        &self,
+        refusal: &Refusal,
+        fields: &mut Vec<(&'static str, String)>,
+    ) -> Option<Response<RateLimitBody<B>>> {
+        let hook = self.hook.filter(|_| !self.grpc)?;
+        let (mut parts, body) = hook(&Refused {
+            refusal,
+            request: self.request,
+        })
+        .into_parts();
+        fields.retain(|(name, _)| !parts.headers.contains_key(*name));
+        add_fields(&mut parts.headers, std::mem::take(fields));
+        Some(Response::from_parts(parts, RateLimitBody::full(body)))
+    }
+}
 
 /// Adds `fields` (as the renderers in `tollgate::headers` give them) to a response's headers;
 /// each value's text becomes the header value without a copy, and values that are not valid
@@ -28,13 +59,16 @@ pub fn add_fields(headers: &mut http::HeaderMap, fields: Vec<(&'static str, Stri
 pub(crate) fn refusal<B>(
     evaluation: &Evaluation,
     families: &[HeaderFamily],
-    grpc: bool,
+    answering: Answering<'_>,
 ) -> Response<RateLimitBody<B>> {
     let Action::Refuse(refusal) = &evaluation.action else {
         unreachable!("refusal() is only called for refusals")
     };
     let mut fields = evaluation.header_fields(families);
-    if grpc {
+    if let Some(response) = answering.custom(refusal, &mut fields) {
+        return response;
+    }
+    if answering.grpc {
         let code = grpc_status(refusal.reason);
         let mut response = Response::new(RateLimitBody::full(Bytes::new()));
         fields.push(("content-type", "application/grpc".to_owned()));
@@ -78,7 +112,10 @@ fn grpc_status(reason: Reason) -> &'static str {
 /// keyed by client address, and no address: the server was not given `ConnectInfo` or a
 /// `PeerAddr`): `500` (`INTERNAL` over gRPC), and an error logged the first time, so that the
 /// mistake is seen at once rather than every client sharing one bucket.
-pub(crate) fn misconfigured<B>(error: &tollgate::Error, grpc: bool) -> Response<RateLimitBody<B>> {
+pub(crate) fn misconfigured<B>(
+    error: &tollgate::Error,
+    answering: Answering<'_>,
+) -> Response<RateLimitBody<B>> {
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
         tracing::error!("rate limiting is misconfigured, every such request fails: {error}");
@@ -88,22 +125,25 @@ pub(crate) fn misconfigured<B>(error: &tollgate::Error, grpc: bool) -> Response<
         retry_after: None,
         detail: format!("rate limiting is misconfigured: {error}"),
     };
-    undecided(&refusal, grpc)
+    undecided(&refusal, answering)
 }
 
 /// The response when the limiter cannot decide at all (its store failed).
-pub(crate) fn unavailable<B>(detail: &str, grpc: bool) -> Response<RateLimitBody<B>> {
+pub(crate) fn unavailable<B>(detail: &str, answering: Answering<'_>) -> Response<RateLimitBody<B>> {
     let refusal = Refusal {
         reason: Reason::Unavailable,
         retry_after: Some(Duration::from_secs(1)),
         detail: detail.to_owned(),
     };
-    undecided(&refusal, grpc)
+    undecided(&refusal, answering)
 }
 
 /// The answer to a request the limiter did not decide, refused as `refusal` says.
-pub(crate) fn undecided<B>(refusal: &Refusal, grpc: bool) -> Response<RateLimitBody<B>> {
-    if grpc {
+pub(crate) fn undecided<B>(
+    refusal: &Refusal,
+    answering: Answering<'_>,
+) -> Response<RateLimitBody<B>> {
+    if answering.grpc {
         let mut response = Response::new(RateLimitBody::full(Bytes::new()));
         add_fields(
             response.headers_mut(),
@@ -115,10 +155,6 @@ pub(crate) fn undecided<B>(refusal: &Refusal, grpc: bool) -> Response<RateLimitB
         );
         return response;
     }
-    let body = problem_json(refusal, &[]);
-    let mut response = Response::new(RateLimitBody::full(Bytes::from(body)));
-    *response.status_mut() =
-        StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
     let mut fields = decision_fields(
         &[],
         &[],
@@ -128,6 +164,13 @@ pub(crate) fn undecided<B>(refusal: &Refusal, grpc: bool) -> Response<RateLimitB
             retry_after: refusal.retry_after,
         },
     );
+    if let Some(response) = answering.custom(refusal, &mut fields) {
+        return response;
+    }
+    let body = problem_json(refusal, &[]);
+    let mut response = Response::new(RateLimitBody::full(Bytes::from(body)));
+    *response.status_mut() =
+        StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
     fields.insert(0, ("content-type", "application/problem+json".to_owned()));
     add_fields(response.headers_mut(), fields);
     response

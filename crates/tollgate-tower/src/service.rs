@@ -15,10 +15,11 @@ use tollgate::{Limiter, Store};
 use tower::Service;
 
 use crate::body::{Completion, RateLimitBody};
+use crate::hooks::Hooks;
 use crate::replay::{Lookup, Replays};
 use crate::request::{Headers, attributes, is_grpc, normalize_path};
 use crate::response::{
-    add_fields, effective_status, misconfigured, refusal, unavailable, undecided,
+    Answering, add_fields, effective_status, misconfigured, refusal, unavailable, undecided,
 };
 
 /// The rate-limiting service around `Inner`; see [`RateLimitLayer`](crate::RateLimitLayer).
@@ -36,6 +37,8 @@ pub(crate) struct Shared<S> {
     pub(crate) delayed: Arc<Semaphore>,
     /// The first answers of idempotent requests, to replay.
     pub(crate) replays: Arc<Replays>,
+    /// The application's key function and refusal answer, if any.
+    pub(crate) hooks: Hooks,
 }
 
 impl<S> Clone for Shared<S> {
@@ -44,6 +47,7 @@ impl<S> Clone for Shared<S> {
             limiter: self.limiter.clone(),
             delayed: Arc::clone(&self.delayed),
             replays: Arc::clone(&self.replays),
+            hooks: self.hooks.clone(),
         }
     }
 }
@@ -90,11 +94,16 @@ where
             let (mut parts, body) = request.into_parts();
             normalize_path(&mut parts);
             let grpc = is_grpc(&parts);
+            let custom_key = layer.hooks.key.as_ref().and_then(|key| key(&parts));
             let headers = Headers(&parts.headers);
-            let outcome = layer
-                .limiter
-                .evaluate(&attributes(&parts, &headers, &body))
-                .await;
+            let mut request = attributes(&parts, &headers, &body);
+            request.custom_key = custom_key.as_deref();
+            let outcome = layer.limiter.evaluate(&request).await;
+            let answering = Answering {
+                grpc,
+                hook: layer.hooks.on_refusal.as_ref(),
+                request: &parts,
+            };
             let policies = layer.limiter.policies();
             let families = policies
                 .as_deref()
@@ -102,29 +111,31 @@ where
             let evaluation = match outcome {
                 Ok(evaluation) => Arc::new(evaluation),
                 Err(error @ tollgate::Error::NoClientAddress(_)) => {
-                    return Ok(misconfigured(&error, grpc));
+                    return Ok(misconfigured(&error, answering));
                 }
                 Err(error) => {
                     return Ok(unavailable(
                         &format!("the rate limiter cannot decide: {error}"),
-                        grpc,
+                        answering,
                     ));
                 }
             };
             if let Some(idempotent) = evaluation.idempotent.as_ref().filter(|i| i.replay) {
-                return Ok(replay(&layer.replays, &idempotent.key, grpc));
+                return Ok(replay(&layer.replays, &idempotent.key, answering));
             }
             // From here, a request that does not go ahead gives back what it took.
             let mut completion = Completion::new(layer.limiter.clone(), Arc::clone(&evaluation));
             let _permit = match &evaluation.action {
-                Action::Refuse(_) => return Ok(refusal(&evaluation, families, grpc)),
+                Action::Refuse(_) => return Ok(refusal(&evaluation, families, answering)),
                 Action::Allow => None,
                 Action::Delay(delay) => match Arc::clone(&layer.delayed).try_acquire_owned() {
                     Ok(permit) => {
                         tokio::time::sleep(*delay).await;
                         Some(permit)
                     }
-                    Err(_) => return Ok(too_many_waiting(&evaluation, *delay, families, grpc)),
+                    Err(_) => {
+                        return Ok(too_many_waiting(&evaluation, *delay, families, answering));
+                    }
                 },
             };
             completion.forwarded();
@@ -181,7 +192,7 @@ fn first_of_replays(
 
 /// The answer to a replay of an idempotent request: its first answer when it is kept here,
 /// else `409` (still under way, or not kept): never a fresh pass to the inner service.
-fn replay<B>(replays: &Replays, key: &str, grpc: bool) -> Response<RateLimitBody<B>> {
+fn replay<B>(replays: &Replays, key: &str, answering: Answering<'_>) -> Response<RateLimitBody<B>> {
     let detail = match replays.lookup(key) {
         Lookup::Answered(stored) => {
             let mut response = Response::new(RateLimitBody::full(stored.body.clone()));
@@ -206,7 +217,7 @@ fn replay<B>(replays: &Replays, key: &str, grpc: bool) -> Response<RateLimitBody
             retry_after: None,
             detail: detail.to_owned(),
         },
-        grpc,
+        answering,
     )
 }
 
@@ -215,7 +226,7 @@ fn too_many_waiting<B>(
     evaluation: &tollgate::Evaluation,
     delay: Duration,
     families: &[tollgate::policy::HeaderFamily],
-    grpc: bool,
+    answering: Answering<'_>,
 ) -> Response<RateLimitBody<B>> {
     let mut refused = evaluation.clone();
     refused.action = Action::Refuse(Refusal {
@@ -223,5 +234,5 @@ fn too_many_waiting<B>(
         retry_after: Some(delay),
         detail: "too many requests are already waiting for their turn".to_owned(),
     });
-    refusal(&refused, families, grpc)
+    refusal(&refused, families, answering)
 }

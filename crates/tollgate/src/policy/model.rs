@@ -231,6 +231,12 @@ pub enum KeyPart {
     Param(String),
     /// A constant: one limit for every request the policy matches (`global` is `const:global`).
     Const(String),
+    /// A value the application works out for each request ([`Request::custom_key`], such as
+    /// the tower layer's key function gives); a request without one counts by its client
+    /// address, as a missing identity does.
+    ///
+    /// [`Request::custom_key`]: crate::policy::Request::custom_key
+    Custom,
 }
 
 /// Where a policy's tier comes from.

@@ -344,6 +344,7 @@ fn key_of(
                     .into(),
             ),
             KeyPart::Const(value) => ("const".into(), value.as_str().into()),
+            KeyPart::Custom => identity_or_ip("custom", request.custom_key, client_key)?,
         };
         key::push(&mut built, &name, &value);
     }

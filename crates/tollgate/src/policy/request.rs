@@ -85,6 +85,9 @@ pub struct Request<'a> {
     pub plan: Option<&'a str>,
     /// The API key.
     pub api_key: Option<&'a str>,
+    /// The key the application works out for this request, for policies keyed by
+    /// [`KeyPart::Custom`](crate::policy::KeyPart::Custom).
+    pub custom_key: Option<&'a str>,
     /// The body size, when known in advance.
     pub content_length: Option<u64>,
     /// Whether the request has a body whose size is not known in advance (chunked), which a
@@ -121,6 +124,7 @@ impl<'a> Request<'a> {
             tenant: None,
             plan: None,
             api_key: None,
+            custom_key: None,
             content_length: None,
             length_unknown: false,
             body_digest: None,
