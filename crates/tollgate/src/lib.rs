@@ -41,6 +41,11 @@
 //! ```
 //!
 //! The six algorithms live in [`algorithm`], each a pure state transition; stores in [`store`].
+//!
+//! The optional parts are features, all on by default, so that an embedded user builds only
+//! what it uses: `redis` (the Redis, Redis Cluster and Sentinel stores), `yaml` (policies read
+//! from YAML; without it, policies are built in code: [`Config`], [`Policies::compile`]) and
+//! `metrics` (Prometheus metrics of the limiter).
 
 pub use tollgate_core::algorithm;
 use tollgate_core::{check, clock, decision, limit, quota, scope, spec};
@@ -48,6 +53,7 @@ mod error;
 pub mod headers;
 pub mod layer;
 mod limiter;
+#[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod observer;
 pub mod policy;

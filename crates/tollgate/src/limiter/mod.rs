@@ -20,6 +20,7 @@ use crate::clock::{Clock, Micros, Stopwatch, SystemClock};
 use crate::error::Error;
 use crate::layer::{BreakerConfig, GlobalLeases, Guards, LeaseTuning, StoreObserver, guard};
 use crate::limit::Limit;
+#[cfg(feature = "metrics")]
 use crate::metrics::Metrics;
 use crate::observer::{Observer, Observers};
 use crate::policy::Policies;
@@ -42,6 +43,7 @@ struct Inner<S> {
     store: Guards<S>,
     /// Decides for policies whose failure mode is `local` while the store cannot.
     local: MemoryStore,
+    #[cfg(feature = "metrics")]
     metrics: Arc<Metrics>,
     denials: Arc<Denials>,
     /// Everything that watches decisions: the metrics, the denials, and the caller's own.
@@ -104,7 +106,8 @@ impl<S: Store> LimiterBuilder<S> {
         self
     }
 
-    /// Adds an observer of decisions, called after the limiter's own metrics.
+    /// Adds an observer of decisions, called after the limiter's own metrics (with the
+    /// `metrics` feature).
     pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
         self.observers.push(observer);
         self
@@ -118,9 +121,11 @@ impl<S: Store> LimiterBuilder<S> {
                 .cloned()
                 .unwrap_or_else(|| Arc::new(SystemClock::new()))
         });
-        let metrics = Arc::new(Metrics::new());
         let denials = Arc::new(Denials::new());
         let mut observers = Observers::new();
+        #[cfg(feature = "metrics")]
+        let metrics = Arc::new(Metrics::new());
+        #[cfg(feature = "metrics")]
         observers.push(Arc::clone(&metrics) as Arc<dyn Observer>);
         observers.push(Arc::clone(&denials) as Arc<dyn Observer>);
         observers.extend(self.observers);
@@ -137,6 +142,7 @@ impl<S: Store> LimiterBuilder<S> {
             inner: Arc::new(Inner {
                 store,
                 local: MemoryStore::builder().clock(clock).build(),
+                #[cfg(feature = "metrics")]
                 metrics,
                 denials,
                 observers,
@@ -188,6 +194,7 @@ impl<S: Store> Limiter<S> {
         let options = &policies.config().redis;
         self.set_breaker(options.breaker);
         self.set_deny_cache(options.deny_cache && self.store().kind() != "memory");
+        #[cfg(feature = "metrics")]
         self.inner.metrics.declare(&policies);
         self.inner.policies.store(Some(Arc::new(policies)));
     }
@@ -266,11 +273,13 @@ impl<S: Store> Limiter<S> {
     }
 
     /// The limiter's metrics.
+    #[cfg(feature = "metrics")]
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
     }
 
     /// The metrics in Prometheus' text format, with the gauges read now.
+    #[cfg(feature = "metrics")]
     pub fn metrics_text(&self) -> String {
         self.inner
             .metrics

@@ -18,6 +18,7 @@ impl<S: Store> Limiter<S> {
             if let Some(actual) = usage.of(&charge.policy) {
                 if !counted.contains(&charge.policy.as_ref()) {
                     counted.push(&charge.policy);
+                    #[cfg(feature = "metrics")]
                     self.inner.metrics.record_usage(&charge.policy, actual);
                 }
                 settlement.push(

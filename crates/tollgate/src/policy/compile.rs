@@ -126,6 +126,7 @@ impl Policies {
     }
 
     /// Reads and compiles a YAML configuration; `source` names the file in error messages.
+    #[cfg(feature = "yaml")]
     pub fn from_yaml(source: &str, text: &str) -> Result<Policies, ConfigErrors> {
         Self::compile(Config::from_yaml(source, text)?, source)
     }

@@ -31,6 +31,7 @@ pub(crate) struct Matcher {
 }
 
 /// Checks a path template: `{name}` only as a whole segment, names unique and non-empty.
+#[cfg(any(feature = "yaml", test))]
 pub(crate) fn check_template(template: &str) -> Result<(), String> {
     let mut names = Vec::new();
     for segment in template.split('/') {

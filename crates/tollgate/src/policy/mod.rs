@@ -1,6 +1,6 @@
 //! Policies: from an HTTP request to a check, and from a verdict to an answer.
 //!
-//! A [`Config`] (YAML or code) lists policies; each matches some requests, counts them by a key
+//! A [`Config`] (YAML with the `yaml` feature, or code) lists policies; each matches some requests, counts them by a key
 //! (client address, user, API key, tenant, route, header, constant, or a composite), and applies
 //! limits, possibly chosen by plan tier. [`Policies`] is a checked, compiled configuration;
 //! [`Limiter::evaluate`](crate::Limiter::evaluate) decides a [`Request`] against it and returns
@@ -13,6 +13,7 @@ mod key;
 mod lists;
 mod matcher;
 mod model;
+#[cfg(feature = "yaml")]
 mod parse;
 mod path;
 mod plan;
@@ -30,6 +31,7 @@ pub use model::{
     PenaltyConfig, PolicyConfig, RedisOptions, SoftLimit, StatusRange, StoreConfig, TierSource,
     UsageConfig, UsageSource,
 };
+#[cfg(feature = "yaml")]
 pub use parse::{MAX_LIMITS_PER_POLICY, MAX_LIST_ENTRIES, MAX_POLICIES};
 pub use path::{AmbiguousPath, normalize as normalize_path};
 pub use plan::{Gate, Plan, Planned, Role, Scope};

@@ -465,4 +465,5 @@ fn internal(index: usize, policy: &Policy, limit: &Limit, key: String, cost: u64
 }
 
 #[cfg(test)]
+#[cfg(feature = "yaml")]
 mod tests;

@@ -1,15 +1,21 @@
-//! Reading YAML configuration files: errors that say where, and a reader that finds them all.
+//! Configuration errors that say where, and (with the `yaml` feature) the reader of YAML files
+//! that finds them all.
 //!
 //! A configuration is read in one pass that keeps going after a problem, so a file with five
 //! mistakes reports five errors, each as `file:line:column: what was wrong (what was expected)`.
-//! Unknown fields are errors, never silently ignored.
+//! Unknown fields are errors, never silently ignored. Configuration built in code is checked
+//! with the same errors, without a line and column.
 
+#[cfg(feature = "yaml")]
+mod node;
 mod reader;
 
 use std::fmt;
 use std::sync::Arc;
 
-pub use reader::{Map, Node, Reader};
+#[cfg(feature = "yaml")]
+pub use node::{Map, Node};
+pub use reader::Reader;
 
 /// The largest configuration file read, in bytes.
 pub const MAX_CONFIG_BYTES: usize = 4 << 20;
@@ -78,6 +84,7 @@ impl fmt::Display for ConfigErrors {
 impl std::error::Error for ConfigErrors {}
 
 /// The closest of `candidates` to `word`, if it is close enough to be a likely typo.
+#[cfg(feature = "yaml")]
 pub(crate) fn suggestion<'c>(word: &str, candidates: &[&'c str]) -> Option<&'c str> {
     candidates
         .iter()
@@ -87,6 +94,7 @@ pub(crate) fn suggestion<'c>(word: &str, candidates: &[&'c str]) -> Option<&'c s
         .map(|(_, candidate)| candidate)
 }
 
+#[cfg(feature = "yaml")]
 fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut previous: Vec<usize> = (0..=b.len()).collect();
@@ -102,6 +110,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 #[cfg(test)]
+#[cfg(feature = "yaml")]
 mod tests {
     use super::*;
 
