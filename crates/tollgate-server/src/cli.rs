@@ -5,10 +5,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::serve::ServeArgs;
+
 use crate::bench::BenchArgs;
 use crate::proxy::ProxyArgs;
 use crate::regions::RegionsArgs;
-use crate::serve::ServeArgs;
 use crate::simulate::SimulateArgs;
 
 /// Tollgate: a distributed rate limiter.
@@ -25,9 +26,9 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve the HTTP check API and Envoy's rate limit service (gRPC).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Proxy to an upstream, applying the policies to every request.
-    Proxy(ProxyArgs),
+    Proxy(Box<ProxyArgs>),
     /// Drive the HTTP API, the gRPC service or the proxy with load and report latencies.
     Bench(BenchArgs),
     /// Replay a traffic pattern through the algorithms and chart what each admits.
@@ -54,9 +55,13 @@ enum ConfigAction {
     },
 }
 
-fn init_logging(format: &str, #[cfg(feature = "otel")] tracing: Option<&crate::otel::Tracing>) {
+fn init_logging(
+    format: &str,
+    default_filter: &str,
+    #[cfg(feature = "otel")] tracing: Option<&crate::otel::Tracing>,
+) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOLLGATE_LOG")
-        .unwrap_or_else(|_| "info".into());
+        .unwrap_or_else(|_| default_filter.into());
     // Colours only for a person at a terminal, not for log files and collectors.
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
     #[cfg(feature = "otel")]
@@ -133,9 +138,82 @@ fn config_check(files: &[PathBuf], rls: Option<&PathBuf>) -> ExitCode {
     }
 }
 
+/// The command line, as given or, for a binary named `ratelimit` (the image's
+/// `/bin/ratelimit`, which deployments of envoyproxy/ratelimit run), as `tollgate serve` with
+/// envoyproxy/ratelimit's environment; and whether it is the latter.
+fn command_line() -> (Vec<std::ffi::OsString>, bool) {
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let as_upstream = args
+        .first()
+        .and_then(|program| std::path::Path::new(program).file_name())
+        .is_some_and(|name| name == "ratelimit");
+    if as_upstream {
+        args.insert(1.min(args.len()), "serve".into());
+    }
+    (args, as_upstream)
+}
+
+/// For `serve`, envoyproxy/ratelimit's environment applied onto `args` when `--upstream-env`
+/// asks for it (or the binary runs as `ratelimit`).
+fn upstream_settings(
+    args: &mut ServeArgs,
+    matches: &clap::ArgMatches,
+    command: &clap::Command,
+    as_upstream: bool,
+) -> Result<Option<(crate::upstream::Applied, String)>, Vec<String>> {
+    use crate::upstream::UpstreamMode;
+
+    let lookup = |name: &str| std::env::var(name).ok();
+    let why = match (args.upstream.upstream_env, as_upstream) {
+        (UpstreamMode::Off, _) => return Ok(None),
+        (_, true) => "the binary runs as ratelimit".to_owned(),
+        (UpstreamMode::On, false) => "--upstream-env on".to_owned(),
+        (UpstreamMode::Auto, false) => match crate::upstream::telling_variable(&lookup) {
+            Some(name) => format!("{name} is set"),
+            None => return Ok(None),
+        },
+    };
+    let serve = command.find_subcommand("serve");
+    // Given: on the command line, or by Tollgate's own variable (not OTEL_* and the like,
+    // which upstream's settings decide over as upstream does).
+    let given = |id: &str| match matches.value_source(id) {
+        Some(clap::parser::ValueSource::CommandLine) => true,
+        Some(clap::parser::ValueSource::EnvVariable) => serve
+            .and_then(|serve| serve.get_arguments().find(|arg| arg.get_id() == id))
+            .and_then(clap::Arg::get_env)
+            .is_some_and(|env| env.to_string_lossy().starts_with("TOLLGATE_")),
+        _ => false,
+    };
+    crate::upstream::apply(args, &given, &lookup).map(|applied| Some((applied, why)))
+}
+
 /// Parses the command line and runs the command.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let (arguments, as_upstream) = command_line();
+    let command = <Cli as clap::CommandFactory>::command();
+    let matches = command
+        .clone()
+        .try_get_matches_from(&arguments)
+        .unwrap_or_else(|error| error.exit());
+    let mut cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches)
+        .unwrap_or_else(|error| error.exit());
+    let mut upstream = None;
+    if let (Command::Serve(args), Some(serve_matches)) =
+        (&mut cli.command, matches.subcommand_matches("serve"))
+    {
+        match upstream_settings(args, serve_matches, &command, as_upstream) {
+            Ok(applied) => upstream = applied,
+            Err(errors) => {
+                eprintln!(
+                    "tollgate: envoyproxy/ratelimit's environment cannot be served as it is:"
+                );
+                for error in errors {
+                    eprintln!("  {error}");
+                }
+                return ExitCode::from(2);
+            }
+        }
+    }
     if let Command::Config {
         action: ConfigAction::Check { files, rls },
     } = &cli.command
@@ -168,15 +246,43 @@ pub fn main() -> ExitCode {
             }
         }
     };
+    let format_given = matches!(
+        matches.value_source("log_format"),
+        Some(clap::parser::ValueSource::CommandLine | clap::parser::ValueSource::EnvVariable)
+    );
+    let (log_format, default_filter) = match &upstream {
+        Some((applied, _)) => (
+            applied
+                .log_format
+                .clone()
+                .filter(|_| !format_given)
+                .unwrap_or_else(|| cli.log_format.clone()),
+            applied
+                .log_filter
+                .clone()
+                .unwrap_or_else(|| "info".to_owned()),
+        ),
+        None => (cli.log_format.clone(), "info".to_owned()),
+    };
     init_logging(
-        &cli.log_format,
+        &log_format,
+        &default_filter,
         #[cfg(feature = "otel")]
         tracing.as_ref(),
     );
+    if let Some((applied, why)) = &upstream {
+        tracing::info!("reading envoyproxy/ratelimit's environment: {why}");
+        for note in &applied.notes {
+            tracing::info!("{note}");
+        }
+        for unused in &applied.unused {
+            tracing::warn!("{unused}");
+        }
+    }
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(args) => crate::serve::run(args).await,
-            Command::Proxy(args) => crate::proxy::run(args).await,
+            Command::Serve(args) => crate::serve::run(*args).await,
+            Command::Proxy(args) => crate::proxy::run(*args).await,
             Command::Bench(args) => crate::bench::run(args).await,
             Command::Simulate(args) => crate::simulate::run(args).await,
             Command::Regions(args) => crate::regions::run(args).await,

@@ -43,6 +43,10 @@ pub struct HealthArgs {
     /// How often the store is probed for `tollgate_store_up`, `/readyz` and the store's logs.
     #[arg(long, env = "TOLLGATE_STORE_PROBE_INTERVAL", default_value = "1s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
     pub store_probe_interval: std::time::Duration,
+    /// Not ready until the rate limit service has at least one domain, as
+    /// envoyproxy/ratelimit's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED.
+    #[arg(long, env = "TOLLGATE_READY_WITH_RLS_DOMAINS")]
+    pub ready_with_rls_domains: bool,
 }
 
 /// Whether the process is ready for traffic.
@@ -54,6 +58,8 @@ pub struct Readiness {
     pub store: crate::store_health::StoreHealth,
     /// What readiness asks for.
     pub mode: ReadinessMode,
+    /// The rate limit service, when readiness waits for it to have a domain.
+    pub rls_domains: Option<std::sync::Arc<crate::rls::Rls>>,
 }
 
 impl Readiness {
@@ -66,8 +72,38 @@ impl Readiness {
             let error = self.store.error().unwrap_or_default();
             return Some(format!("the store does not answer: {error}"));
         }
+        if let Some(rls) = &self.rls_domains
+            && rls.config().domains().next().is_none()
+        {
+            return Some("the rate limit service has no domain loaded yet".to_owned());
+        }
         None
     }
+}
+
+/// Keeps the gRPC health service's statuses in step with `readiness`, looked at every
+/// `every`, until the process ends.
+pub fn follow(reporter: HealthReporter, readiness: Readiness, every: std::time::Duration) {
+    tokio::spawn(async move {
+        let mut serving = true;
+        let mut interval = tokio::time::interval(every);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            let ready = readiness.problem().is_none();
+            if ready != serving {
+                serving = ready;
+                let status = if ready {
+                    ServingStatus::Serving
+                } else {
+                    ServingStatus::NotServing
+                };
+                for name in ["", SERVICE_NAME] {
+                    reporter.set_service_status(name, status).await;
+                }
+            }
+        }
+    });
 }
 
 /// The name envoyproxy/ratelimit registers, which its users' probes ask for.
@@ -99,23 +135,24 @@ impl Stopping {
     }
 }
 
-/// The gRPC health service, serving `""` and `ratelimit`, and the flag `/healthcheck` reads;
-/// both turn to not serving when `stop` resolves.
+/// The gRPC health service, serving `""` and `ratelimit`, the flag `/healthcheck` reads, and
+/// the reporter that sets its statuses; both turn to not serving when `stop` resolves.
 pub async fn service(
     stop: impl Future<Output = ()> + Send + 'static,
-) -> (HealthServer<impl Health>, Stopping) {
+) -> (HealthServer<impl Health>, Stopping, HealthReporter) {
     let (reporter, service) = tonic_health::server::health_reporter();
     reporter
         .set_service_status(SERVICE_NAME, ServingStatus::Serving)
         .await;
     let stopping = Stopping::default();
     let flag = stopping.clone();
+    let stopped = reporter.clone();
     tokio::spawn(async move {
         stop.await;
         flag.set();
-        not_serving(&reporter).await;
+        not_serving(&stopped).await;
     });
-    (service, stopping)
+    (service, stopping, reporter)
 }
 
 async fn not_serving(reporter: &HealthReporter) {

@@ -88,7 +88,7 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
             timeout: args.upstream_timeout,
             http2: args.upstream_http2,
             upstream_ca: args.upstream_ca.clone(),
-            listener_tls: tls.is_some(),
+            listener_tls: tls.is_some() && args.tls.covers(crate::tls::Listener::Http),
         },
         Arc::clone(&proxy_metrics),
     )?);
@@ -124,14 +124,27 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
                 stopping: crate::health::Stopping::on(crate::shutdown::signal()),
                 store: crate::store_health::watch(&limiter, args.health.store_probe_interval, None),
                 mode: args.health.readiness,
+                rls_domains: None,
             },
         },
         args.admin.admin_token.clone(),
         admin_hosts,
     );
-    let tls = tls.as_ref();
-    let proxy_server = serve(listener, app, &args.connections, tls, shutdown.wait());
-    let admin_server = serve(admin, admin_app, &args.connections, tls, shutdown.wait());
+    let tls_for = |listener| tls.as_ref().filter(|_| args.tls.covers(listener));
+    let proxy_server = serve(
+        listener,
+        app,
+        &args.connections,
+        tls_for(crate::tls::Listener::Http),
+        shutdown.wait(),
+    );
+    let admin_server = serve(
+        admin,
+        admin_app,
+        &args.connections,
+        tls_for(crate::tls::Listener::Admin),
+        shutdown.wait(),
+    );
     // Announced once the reload and stop signals have their handlers.
     println!("{banner}");
     tokio::join!(proxy_server, admin_server);

@@ -21,6 +21,8 @@ pub struct Reloader {
     pub(crate) rls: Option<Arc<Rls>>,
     pub(crate) config: Option<PathBuf>,
     pub(crate) rls_config: Option<PathBuf>,
+    /// A link above the RLS directory whose replacement reloads it (`following_root`).
+    pub(crate) rls_root: Option<PathBuf>,
     /// Whether a reload may leave the rate limit service with no domain (`--rls-allow-empty`).
     pub(crate) rls_empty_allowed: bool,
     /// The listeners' certificates, when they serve TLS.
@@ -47,11 +49,23 @@ impl Reloader {
             rls,
             config: config.map(|file| absolute_file(&file)),
             rls_config: rls_config.map(|directory| absolute_directory(&directory)),
+            rls_root: None,
             rls_empty_allowed: false,
             tls: None,
             succeeded: AtomicU64::new(0),
             failed: AtomicU64::new(0),
         }
+    }
+
+    /// Reloads when `root` is swapped for another (a link replaced, as envoyproxy/ratelimit's
+    /// RUNTIME_WATCH_ROOT has deployments do), reading `directory` through it as named.
+    #[must_use]
+    pub fn following_root(mut self, root: &Path, directory: &Path) -> Self {
+        let absolute =
+            |path: &Path| std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        self.rls_config = Some(absolute(directory));
+        self.rls_root = Some(absolute(root));
+        self
     }
 
     /// Lets a reload leave the rate limit service with no domain, which switches every Envoy
@@ -182,6 +196,7 @@ impl Reloader {
             .as_ref()
             .and_then(|file| file.file_name().map(ToOwned::to_owned));
         let rls_directory = self.rls_config.clone();
+        let rls_root = self.rls_root.clone();
         let tls_files: Vec<PathBuf> = self
             .tls
             .iter()
@@ -203,6 +218,7 @@ impl Reloader {
                     .as_ref()
                     .is_some_and(|directory| path.starts_with(directory))
                 || name.is_some_and(|name| tls_names.iter().any(|tls| tls == name))
+                || rls_root.as_deref() == Some(path)
         };
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
             if event.is_ok_and(|e| !e.kind.is_access() && e.paths.iter().any(|path| relevant(path)))
@@ -240,7 +256,11 @@ impl Reloader {
                     self.rls_config
                         .iter()
                         .map(|dir| (dir.clone(), RecursiveMode::Recursive)),
-                );
+                )
+                .chain(self.rls_root.iter().filter_map(|root| {
+                    root.parent()
+                        .map(|parent| (parent.to_path_buf(), RecursiveMode::NonRecursive))
+                }));
             let mut watched: Vec<PathBuf> = Vec::new();
             for (target, mode) in targets {
                 // Certificates often sit beside the policy file: one watch a directory.

@@ -12,6 +12,7 @@ use crate::reload::Reloader;
 use crate::rlqs::{Rlqs, RlqsGrpc};
 use crate::rls::{Rls, RlsConfig, RlsGrpc};
 use crate::store::{self, StoreFlags};
+use tollgate::{AnyStore, Limiter};
 
 /// `tollgate serve` flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -83,39 +84,57 @@ pub struct ServeArgs {
     #[cfg(feature = "otel")]
     #[command(flatten)]
     pub(crate) otel: crate::otel::OtelFlags,
+    #[command(flatten)]
+    pub(crate) side: crate::side_listeners::SideListeners,
+    #[command(flatten)]
+    pub(crate) upstream: crate::upstream::UpstreamFlags,
+    /// A link above --rls-config whose replacement reloads it (envoyproxy/ratelimit's
+    /// RUNTIME_ROOT with RUNTIME_WATCH_ROOT), from its environment.
+    #[arg(skip)]
+    pub(crate) rls_watch_root: Option<PathBuf>,
 }
 
 /// The start-up lines: where each listener is, what it serves, the store and the policies.
-fn print_banner(args: &ServeArgs, [http, grpc, admin]: [SocketAddr; 3], store: &str) {
+fn print_banner(args: &ServeArgs, bound: &Bound, store: &str) {
     let config = args.config.as_ref().map_or_else(
         || "built-in example (examples/policies.yaml)".to_owned(),
         |p| p.display().to_string(),
     );
-    let scheme = if args.tls.tls_cert.is_some() {
-        "https"
-    } else {
-        "http"
-    };
-    let over = if args.tls.tls_cert.is_some() {
+    let tls = |listener| args.tls.tls_cert.is_some() && args.tls.covers(listener);
+    let scheme = |listener| if tls(listener) { "https" } else { "http" };
+    let over = if tls(crate::tls::Listener::Grpc) {
         " over TLS"
     } else {
         ""
     };
     println!("tollgate serving");
     println!(
-        "  http: {scheme}://{http} (POST /v1/check, /v1/refund, /json; GET /healthz, /readyz, /metrics, /openapi.json)"
+        "  http: {}://{} (POST /v1/check, /v1/refund, /json; GET /healthz, /readyz, /metrics, /openapi.json)",
+        scheme(crate::tls::Listener::Http),
+        bound.http
     );
     println!(
-        "  grpc: {grpc} (envoy.service.ratelimit.v3.RateLimitService{over}, envoy.service.rate_limit_quota.v3.RateLimitQuotaService)"
+        "  grpc: {} (envoy.service.ratelimit.v3.RateLimitService{over}, envoy.service.rate_limit_quota.v3.RateLimitQuotaService)",
+        bound.grpc
     );
-    println!(
-        "  admin: {scheme}://{admin} (GET /dashboard, /admin/stats, /admin/top, /admin/config; POST /admin/inspect, /admin/reset, /admin/lift{})",
-        if args.admin.admin_token.is_some() {
-            "; token required"
-        } else {
-            ""
-        }
-    );
+    match bound.admin {
+        Some(admin) => println!(
+            "  admin: {}://{admin} (GET /dashboard, /admin/stats, /admin/top, /admin/config; POST /admin/inspect, /admin/reset, /admin/lift){}",
+            scheme(crate::tls::Listener::Admin),
+            if args.admin.admin_token.is_some() {
+                "; token required"
+            } else {
+                ""
+            }
+        ),
+        None => println!("  admin: off"),
+    }
+    if let Some(debug) = bound.debug {
+        println!("  debug: http://{debug} (GET /rlconfig, /stats)");
+    }
+    if let Some(metrics) = bound.metrics {
+        println!("  metrics: http://{metrics}{}", args.side.metrics_path);
+    }
     println!("  store: {store}");
     println!("  policies: {config}");
     if let Some(directory) = &args.rls_config {
@@ -126,24 +145,138 @@ fn print_banner(args: &ServeArgs, [http, grpc, admin]: [SocketAddr; 3], store: &
     }
 }
 
-/// Runs the server until SIGTERM or SIGINT.
-pub async fn run(args: ServeArgs) -> Result<(), String> {
+/// Where the listeners were bound.
+struct Bound {
+    http: SocketAddr,
+    grpc: SocketAddr,
+    admin: Option<SocketAddr>,
+    debug: Option<SocketAddr>,
+    metrics: Option<SocketAddr>,
+}
+
+/// The listening sockets, each with the address it was bound to.
+struct Listeners {
+    http: tokio::net::TcpListener,
+    grpc: tokio::net::TcpListener,
+    admin: Option<tokio::net::TcpListener>,
+    debug: Option<tokio::net::TcpListener>,
+    metrics: Option<tokio::net::TcpListener>,
+    bound: Bound,
+}
+
+/// Binds every listener the flags ask for.
+async fn bind(args: &ServeArgs) -> Result<Listeners, String> {
+    let optional = |address: Option<SocketAddr>, what: &'static str| async move {
+        match address {
+            Some(address) => listen(address, what).await.map(Some),
+            None => Ok(None),
+        }
+    };
+    let (http, http_address) = listen(args.http, "HTTP").await?;
+    let (grpc, grpc_address) = listen(args.grpc, "gRPC").await?;
+    let admin = optional(
+        (!args.side.no_admin).then_some(args.admin.admin),
+        "the admin API",
+    )
+    .await?;
+    let debug = optional(args.side.debug_listen, "the debug endpoints").await?;
+    let metrics = optional(args.side.metrics_listen, "the metrics").await?;
+    let address =
+        |bound: &Option<(tokio::net::TcpListener, SocketAddr)>| bound.as_ref().map(|b| b.1);
+    let bound = Bound {
+        http: http_address,
+        grpc: grpc_address,
+        admin: address(&admin),
+        debug: address(&debug),
+        metrics: address(&metrics),
+    };
+    Ok(Listeners {
+        http,
+        grpc,
+        admin: admin.map(|b| b.0),
+        debug: debug.map(|b| b.0),
+        metrics: metrics.map(|b| b.0),
+        bound,
+    })
+}
+
+/// The rate limit service on `limiter`, with the configuration the flags name.
+fn rate_limit_service(args: &ServeArgs, limiter: &Limiter<AnyStore>) -> Result<Arc<Rls>, String> {
     let rls_config = match &args.rls_config {
         Some(directory) => RlsConfig::load_dir_merging(directory, args.rls_modes.merge_domains)
             .map_err(|errors| errors.to_string())?,
         None => RlsConfig::default(),
     };
-    let (limiter, store_description) =
-        store::open_limiter(args.config.as_deref(), &args.store).await?;
-    store::sweep_expired(&limiter, std::time::Duration::from_secs(10));
-    let rls = Arc::new(
+    if args.rls_config.is_some() && rls_config.domains().next().is_none() {
+        tracing::warn!(
+            "the rate limit service's configuration holds no domain: every descriptor is answered OK until one is loaded"
+        );
+    }
+    Ok(Arc::new(
         Rls::new(limiter.clone(), rls_config, args.rls_response_headers)
             .with_failure_mode(args.rls_on_store_error)
             .with_limits(args.rls_limits)
             .with_modes(args.rls_modes)
             .with_header_names(args.rls_header_names.clone())
             .with_stats(args.rls_stats),
-    );
+    ))
+}
+
+/// The reloader of the policy file, the rate limit configuration and the certificates.
+fn reloader(
+    args: &ServeArgs,
+    limiter: &Limiter<AnyStore>,
+    rls: &Arc<Rls>,
+    tls: Option<&crate::tls::Tls>,
+) -> Arc<Reloader> {
+    let mut reloader = Reloader::new(
+        limiter.clone(),
+        Some(Arc::clone(rls)),
+        args.config.clone(),
+        args.rls_config.clone(),
+    )
+    .allowing_no_rls_domains(args.rls_allow_empty)
+    .with_tls(tls.cloned());
+    if let (Some(root), Some(directory)) = (&args.rls_watch_root, &args.rls_config) {
+        reloader = reloader.following_root(root, directory);
+    }
+    Arc::new(reloader)
+}
+
+/// What the rate limit service answers while the store cannot decide, for the store's logs.
+fn rls_failure_meaning(mode: crate::rls::RlsFailureMode) -> &'static str {
+    match mode {
+        crate::rls::RlsFailureMode::Error => "UNAVAILABLE (Envoy's failure_mode_deny decides)",
+        crate::rls::RlsFailureMode::Allow => "OK to every descriptor",
+        crate::rls::RlsFailureMode::Deny => "OVER_LIMIT to every descriptor",
+    }
+}
+
+/// Resolves with an error if the store has not answered `within` of start-up; never without
+/// a limit.
+async fn store_deadline(
+    store: crate::store_health::StoreHealth,
+    within: Option<std::time::Duration>,
+) -> Result<(), String> {
+    let Some(within) = within else {
+        return std::future::pending().await;
+    };
+    tokio::time::sleep(within).await;
+    if store.is_up() {
+        return std::future::pending().await;
+    }
+    Err(format!(
+        "the store did not answer within {within:?} of start-up (--redis-startup-timeout): {}",
+        store.error().unwrap_or_default()
+    ))
+}
+
+/// Runs the server until SIGTERM or SIGINT.
+pub async fn run(args: ServeArgs) -> Result<(), String> {
+    let (limiter, store_description) =
+        store::open_limiter(args.config.as_deref(), &args.store).await?;
+    store::sweep_expired(&limiter, std::time::Duration::from_secs(10));
+    let rls = rate_limit_service(&args, &limiter)?;
     let quotas = Arc::new(Rlqs::new(
         limiter.clone(),
         Arc::clone(&rls),
@@ -153,36 +286,30 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     args.admin.validate()?;
     let charges = Arc::new(args.refunds.charges()?);
     let tls = crate::tls::Tls::from_flags(&args.tls)?;
-    let (http, http_address) = listen(args.http, "HTTP").await?;
-    let (admin, admin_address) = listen(args.admin.admin, "the admin API").await?;
-    let admin_hosts = args.admin.allowed_hosts(admin_address)?;
-    let (grpc, grpc_address) = listen(args.grpc, "gRPC").await?;
-    let reloader = Arc::new(
-        Reloader::new(
-            limiter.clone(),
-            Some(Arc::clone(&rls)),
-            args.config.clone(),
-            args.rls_config.clone(),
-        )
-        .allowing_no_rls_domains(args.rls_allow_empty)
-        .with_tls(tls.clone()),
-    );
-    Arc::clone(&reloader).start(!args.no_watch);
-    let (health, stopping) = crate::health::service(crate::shutdown::signal()).await;
+    let listeners = bind(&args).await?;
+    Arc::clone(&reloader(&args, &limiter, &rls, tls.as_ref())).start(!args.no_watch);
+    let (health, stopping, reporter) = crate::health::service(crate::shutdown::signal()).await;
     let shutdown = crate::shutdown::Shutdown::after_signal(args.health.shutdown_delay);
-    let rls_mode = match args.rls_on_store_error {
-        crate::rls::RlsFailureMode::Error => "UNAVAILABLE (Envoy's failure_mode_deny decides)",
-        crate::rls::RlsFailureMode::Allow => "OK to every descriptor",
-        crate::rls::RlsFailureMode::Deny => "OVER_LIMIT to every descriptor",
-    };
+    let store_health = crate::store_health::watch(
+        &limiter,
+        args.health.store_probe_interval,
+        Some(rls_failure_meaning(args.rls_on_store_error)),
+    );
     let readiness = crate::health::Readiness {
         stopping,
-        store: crate::store_health::watch(
-            &limiter,
-            args.health.store_probe_interval,
-            Some(rls_mode),
-        ),
+        store: store_health.clone(),
         mode: args.health.readiness,
+        rls_domains: args.health.ready_with_rls_domains.then(|| Arc::clone(&rls)),
+    };
+    crate::health::follow(
+        reporter,
+        readiness.clone(),
+        std::time::Duration::from_secs(1),
+    );
+    let shown = crate::side_listeners::Shown {
+        limiter: limiter.clone(),
+        rls: Arc::clone(&rls),
+        quotas: Some(Arc::clone(&quotas)),
     };
     let app = router(AppState::new(crate::api::Shared {
         limiter: limiter.clone(),
@@ -191,37 +318,79 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         charges,
         readiness: readiness.clone(),
     }));
-    let admin_app = crate::admin::router(
-        AdminState {
-            limiter: limiter.clone(),
-            rls: Some(Arc::clone(&rls)),
-            quotas: Some(Arc::clone(&quotas)),
-            config: args.config.clone(),
-            readiness,
-            proxy_metrics: None,
-        },
-        args.admin.admin_token.clone(),
-        admin_hosts,
-    );
-    let tls = tls.as_ref();
-    let http_server = serve(http, app, &args.connections, tls, shutdown.wait());
-    let admin_server = serve(admin, admin_app, &args.connections, tls, shutdown.wait());
+    let tls_for = |listener| tls.as_ref().filter(|_| args.tls.covers(listener));
+    let admin_server = match listeners.admin {
+        Some(admin) => {
+            let admin_app = crate::admin::router(
+                AdminState {
+                    limiter: limiter.clone(),
+                    rls: Some(Arc::clone(&rls)),
+                    quotas: Some(Arc::clone(&quotas)),
+                    config: args.config.clone(),
+                    readiness,
+                    proxy_metrics: None,
+                },
+                args.admin.admin_token.clone(),
+                args.admin
+                    .allowed_hosts(listeners.bound.admin.unwrap_or(args.admin.admin))?,
+            );
+            let tls = tls_for(crate::tls::Listener::Admin);
+            Some(serve(
+                admin,
+                admin_app,
+                &args.connections,
+                tls,
+                shutdown.wait(),
+            ))
+        }
+        None => None,
+    };
     // The gRPC services go through the same accept loop as HTTP, with the same bounds: a
     // connection cap, and a client that never sends its preface (or goes idle) is closed.
     let grpc_app = tonic::service::Routes::new(RlsGrpc::server(rls))
-        .add_service(RlqsGrpc::server(quotas))
+        .add_service(RlqsGrpc::server(Arc::clone(&quotas)))
         .add_service(health)
         .into_axum_router();
-    let grpc_server = serve(grpc, grpc_app, &args.connections, tls, shutdown.wait());
-    // Announced once the reload and stop signals have their handlers.
-    print_banner(
-        &args,
-        [http_address, grpc_address, admin_address],
-        &store_description,
+    let side = |listener: Option<tokio::net::TcpListener>, app: axum::Router| {
+        listener.map(|listener| serve(listener, app, &args.connections, None, shutdown.wait()))
+    };
+    let servers = futures_util::future::join_all(
+        [
+            Some(serve(
+                listeners.http,
+                app,
+                &args.connections,
+                tls_for(crate::tls::Listener::Http),
+                shutdown.wait(),
+            )),
+            Some(serve(
+                listeners.grpc,
+                grpc_app,
+                &args.connections,
+                tls_for(crate::tls::Listener::Grpc),
+                shutdown.wait(),
+            )),
+            admin_server,
+            side(
+                listeners.debug,
+                crate::side_listeners::debug_router(shown.clone()),
+            ),
+            side(
+                listeners.metrics,
+                crate::side_listeners::metrics_router(shown, &args.side.metrics_path),
+            ),
+        ]
+        .into_iter()
+        .flatten(),
     );
-    tokio::join!(http_server, admin_server, grpc_server);
+    // Announced once the reload and stop signals have their handlers.
+    print_banner(&args, &listeners.bound, &store_description);
+    let outcome = tokio::select! {
+        _ = servers => Ok(()),
+        failed = store_deadline(store_health, args.store.redis_startup_timeout) => failed,
+    };
     assigning.abort();
     // Leased quota this node did not spend goes back for the other nodes.
     limiter.return_leases().await;
-    Ok(())
+    outcome
 }

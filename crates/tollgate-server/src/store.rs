@@ -124,6 +124,19 @@ pub struct StoreFlags {
     /// As `--redis-password-file`, for the global store.
     #[arg(long, env = "TOLLGATE_GLOBAL_REDIS_PASSWORD_FILE", value_name = "FILE")]
     pub global_redis_password_file: Option<std::path::PathBuf>,
+    /// How long connecting to a Redis node may take (overrides the configuration's
+    /// `redis.connect_timeout`).
+    #[arg(long, env = "TOLLGATE_REDIS_CONNECT_TIMEOUT", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    pub redis_connect_timeout: Option<std::time::Duration>,
+    /// Exit with an error if the store has not answered this long after start-up, as
+    /// envoyproxy/ratelimit's REDIS_STARTUP_MAX_ELAPSED_TIME (by default the server keeps
+    /// trying, answering by the failure modes meanwhile).
+    #[arg(long, env = "TOLLGATE_REDIS_STARTUP_TIMEOUT", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    pub redis_startup_timeout: Option<std::time::Duration>,
+    /// The Redis password given by a deployment's environment (envoyproxy/ratelimit's
+    /// REDIS_AUTH), not a flag: passwords stay out of process listings.
+    #[arg(skip)]
+    pub redis_password: Option<String>,
     /// How refused keys appear in the logs: plain, hashed (a keyed pseudonym) or none.
     #[arg(
         long,
@@ -158,7 +171,7 @@ impl StoreFlags {
 
     /// The Redis settings of `options` with the flags' certificates and credentials.
     pub fn redis_options(&self, options: &RedisOptions) -> Result<RedisOptions, String> {
-        Access {
+        let mut options = Access {
             flag: "--redis",
             env: "TOLLGATE_REDIS_PASSWORD",
             ca: &self.redis_ca,
@@ -166,8 +179,13 @@ impl StoreFlags {
             client_key: &self.redis_client_key,
             username: &self.redis_username,
             password_file: &self.redis_password_file,
+            password: self.redis_password.as_deref(),
         }
-        .apply(options)
+        .apply(options)?;
+        if let Some(timeout) = self.redis_connect_timeout {
+            options.config.connect_timeout = timeout;
+        }
+        Ok(options)
     }
 
     /// The global store's Redis settings of `options` with the flags' certificates and
@@ -181,6 +199,7 @@ impl StoreFlags {
             client_key: &self.global_redis_client_key,
             username: &self.global_redis_username,
             password_file: &self.global_redis_password_file,
+            password: None,
         }
         .apply(options)
     }
@@ -234,6 +253,8 @@ struct Access<'a> {
     client_key: &'a Option<std::path::PathBuf>,
     username: &'a Option<String>,
     password_file: &'a Option<std::path::PathBuf>,
+    /// A password given directly, used when neither the file nor the variable gives one.
+    password: Option<&'a str>,
 }
 
 impl Access<'_> {
@@ -261,7 +282,7 @@ impl Access<'_> {
                     .into_string()
                     .map_err(|_| format!("{} is not valid UTF-8", self.env))?,
             ),
-            (None, None) => None,
+            (None, None) => self.password.map(str::to_owned),
         };
         match (password, self.username) {
             (Some(password), username) => {

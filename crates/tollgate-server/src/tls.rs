@@ -40,6 +40,44 @@ pub struct TlsFlags {
         requires = "tls_cert"
     )]
     pub tls_client_ca: Option<PathBuf>,
+    /// With --tls-client-ca, also require the client certificate to name this DNS name, as
+    /// envoyproxy/ratelimit's GRPC_CLIENT_TLS_SAN.
+    #[arg(
+        long,
+        env = "TOLLGATE_TLS_CLIENT_SAN",
+        value_name = "NAME",
+        requires = "tls_client_ca"
+    )]
+    pub tls_client_san: Option<String>,
+    /// The listeners served over TLS, comma-separated: `http`, `grpc`, `admin` (all by
+    /// default; envoyproxy/ratelimit's GRPC_SERVER_USE_TLS is `grpc` alone).
+    #[arg(
+        long,
+        env = "TOLLGATE_TLS_LISTENERS",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "http,grpc,admin",
+        value_name = "LISTENERS"
+    )]
+    pub tls_listeners: Vec<Listener>,
+}
+
+/// A listener TLS may be on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Listener {
+    /// The HTTP API (and the proxy's listener).
+    Http,
+    /// Envoy's gRPC services.
+    Grpc,
+    /// The admin API and dashboard.
+    Admin,
+}
+
+impl TlsFlags {
+    /// Whether `listener` is served over TLS, when TLS is on.
+    pub fn covers(&self, listener: Listener) -> bool {
+        self.tls_listeners.contains(&listener)
+    }
 }
 
 /// The listeners' TLS settings as last loaded; cheap to clone.
@@ -54,6 +92,7 @@ struct TlsFiles {
     cert: PathBuf,
     key: PathBuf,
     client_ca: Option<PathBuf>,
+    client_san: Option<String>,
 }
 
 impl std::fmt::Debug for Tls {
@@ -74,6 +113,7 @@ impl Tls {
             cert: cert.clone(),
             key: key.clone(),
             client_ca: flags.tls_client_ca.clone(),
+            client_san: flags.tls_client_san.clone(),
         };
         let config = files.load()?;
         Ok(Some(Self {
@@ -114,7 +154,12 @@ impl TlsFiles {
                 let verifier = WebPkiClientVerifier::builder(Arc::new(roots))
                     .build()
                     .map_err(|error| format!("--tls-client-ca {}: {error}", path.display()))?;
-                builder.with_client_cert_verifier(verifier)
+                match &self.client_san {
+                    None => builder.with_client_cert_verifier(verifier),
+                    Some(name) => builder.with_client_cert_verifier(Arc::new(
+                        crate::tls_client_name::NamedClients::new(verifier, name)?,
+                    )),
+                }
             }
         };
         let mut config = builder.with_single_cert(chain, key).map_err(|error| {

@@ -426,27 +426,6 @@ fn every_dashboard_query_parses() {
     );
 }
 
-/// Writes `files` into `directory` as the kubelet mounts a ConfigMap: the files in a
-/// timestamped directory, `..data` a link to it, and each name a link through `..data`.
-/// Called again, it swaps `..data` atomically to a new directory, as an update does.
-fn project_configmap(directory: &Path, files: &[(String, String)], generation: u32) {
-    std::fs::create_dir_all(directory).expect("the mount point");
-    let timestamped = format!("..2026_01_01_00_00_00.{generation:09}");
-    std::fs::create_dir(directory.join(&timestamped)).expect("a new data directory");
-    for (name, content) in files {
-        std::fs::write(directory.join(&timestamped).join(name), content).expect("written");
-    }
-    let staging = directory.join("..data_tmp");
-    std::os::unix::fs::symlink(&timestamped, &staging).expect("a link");
-    std::fs::rename(&staging, directory.join("..data")).expect("..data swapped");
-    for (name, _) in files {
-        let link = directory.join(name);
-        if std::fs::symlink_metadata(&link).is_err() {
-            std::os::unix::fs::symlink(Path::new("..data").join(name), &link).expect("a link");
-        }
-    }
-}
-
 /// `POST path` with a JSON body on `address`: the status code and the body.
 fn post(address: std::net::SocketAddr, path: &str, body: &str) -> (u16, String) {
     let mut stream = std::net::TcpStream::connect(address).expect("connects");
@@ -508,7 +487,7 @@ fn the_charts_deployment_starts_the_binary_and_reloads_a_swapped_configmap() {
             .collect();
         let path = mount["mountPath"].as_str().expect("a path").to_owned();
         let local = directory.path().join(path.trim_start_matches('/'));
-        project_configmap(&local, &files, 1);
+        support::project_configmap(&local, &files, 1);
         mounts.push((path, local, files));
     }
     assert_eq!(mounts.len(), 2, "the policy and rate limit ConfigMaps");
@@ -601,7 +580,7 @@ fn the_charts_deployment_starts_the_binary_and_reloads_a_swapped_configmap() {
         })
         .collect();
     assert_ne!(&changed, files, "the test changes the limit");
-    project_configmap(ratelimit, &changed, 2);
+    support::project_configmap(ratelimit, &changed, 2);
     server.wait_for_log("rate limit service configuration reloaded");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

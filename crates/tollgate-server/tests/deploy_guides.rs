@@ -150,7 +150,11 @@ async fn six_logins(base: &str, upstream: &AtomicUsize) -> reqwest::Response {
 
 #[test]
 fn every_guide_includes_its_configuration_files_verbatim() {
-    let expected: [(&str, &[&str]); 4] = [
+    let expected: [(&str, &[&str]); 5] = [
+        (
+            "docs/deploy/from-envoy-ratelimit.md",
+            &["deploy/from-envoy-ratelimit/ratelimit.yaml"],
+        ),
         (
             "docs/deploy/envoy.md",
             &[
@@ -484,4 +488,103 @@ async fn the_proxy_sidecars_command_line_and_policies_refuse_the_sixth_login() {
 fn the_kubernetes_guides_secret_validates() {
     let said = validate("deploy/kubernetes/redis-secret.yaml");
     assert!(said.contains("1 Secret"), "{said}");
+}
+
+/// Istio's sample Deployment of envoyproxy/ratelimit, its image swapped for Tollgate's and
+/// nothing else: its command (`/bin/ratelimit`), its environment and its ConfigMap, mounted as
+/// the kubelet mounts it. The test moves only what a test must: the mount under a temporary
+/// root, the listeners to free loopback ports, Redis to the test's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deployment_written_for_upstreams_image_runs_tollgate_unchanged() {
+    let path = "deploy/from-envoy-ratelimit/ratelimit.yaml";
+    validate(path);
+    let documents = documents(path);
+    let kind = |kind: &str| {
+        documents
+            .iter()
+            .find(|d| d["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} in {path}"))
+    };
+    let container = &kind("Deployment")["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["command"], json!(["/bin/ratelimit"]));
+    let mount = container["volumeMounts"][0]["mountPath"]
+        .as_str()
+        .expect("a mount");
+    let files: Vec<(String, String)> = kind("ConfigMap")["data"]
+        .as_object()
+        .expect("data")
+        .iter()
+        .map(|(name, text)| (name.clone(), text.as_str().expect("text").to_owned()))
+        .collect();
+    let root = tempfile::tempdir().expect("a directory");
+    let moved = |path: &str| root.path().join(path.trim_start_matches('/'));
+    support::project_configmap(&moved(mount), &files, 1);
+
+    let redis = tollgate_testkit::RedisServer::start();
+    let http_port = tollgate_testkit::free_port();
+    let mut env: Vec<(String, String)> = container["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .map(|variable| {
+            let name = variable["name"].as_str().expect("a name").to_owned();
+            let value = variable["value"].as_str().expect("a value").to_owned();
+            let value = match name.as_str() {
+                "RUNTIME_ROOT" => moved(&value).to_string_lossy().into_owned(),
+                "REDIS_URL" => format!("127.0.0.1:{}", redis.port()),
+                "HOST" | "GRPC_HOST" => "127.0.0.1".to_owned(),
+                _ => value,
+            };
+            (name, value)
+        })
+        .collect();
+    env.extend([
+        ("PORT".to_owned(), http_port.to_string()),
+        (
+            "GRPC_PORT".to_owned(),
+            tollgate_testkit::free_port().to_string(),
+        ),
+        ("DEBUG_HOST".to_owned(), "127.0.0.1".to_owned()),
+        (
+            "DEBUG_PORT".to_owned(),
+            tollgate_testkit::free_port().to_string(),
+        ),
+    ]);
+    // The command, as the container runs it: the image's /bin/ratelimit is a link to tollgate.
+    let bin = tempfile::tempdir().expect("a directory");
+    let ratelimit = bin.path().join("ratelimit");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_tollgate"), &ratelimit).expect("linked");
+    let mut child = Command::new(&ratelimit)
+        .env_clear()
+        .envs(env.iter().map(|(n, v)| (n.as_str(), v.as_str())))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starts");
+    let base = format!("http://127.0.0.1:{http_port}");
+    let probe = container["readinessProbe"]["httpGet"]["path"]
+        .as_str()
+        .expect("a probe");
+    support::eventually("the readiness probe passes", || async {
+        reqwest::get(format!("{base}{probe}"))
+            .await
+            .is_ok_and(|answer| answer.status() == 200)
+    })
+    .await;
+    let ask = || async {
+        reqwest::Client::new()
+            .post(format!("{base}/json"))
+            .json(&json!({"domain": "ratelimit", "descriptors": [{"entries": [{"key": "PATH", "value": "/productpage"}]}]}))
+            .send()
+            .await
+            .expect("an answer")
+            .json::<Value>()
+            .await
+            .expect("JSON")["overallCode"]
+            .clone()
+    };
+    assert_eq!(ask().await, "OK");
+    assert_eq!(ask().await, "OVER_LIMIT", "1 a minute for /productpage");
+    let _ = child.kill();
+    let _ = child.wait();
 }

@@ -245,10 +245,39 @@ fn the_image_built_here_serves_healthz_from_its_own_filesystem_as_nonroot() {
         "not the image's root: {passwd}"
     );
     assert!(root.join("usr/local/bin/tollgate").is_file());
+    assert_eq!(
+        std::fs::read_link(root.join("bin/ratelimit")).expect("/bin/ratelimit is a link"),
+        Path::new("/usr/local/bin/tollgate"),
+        "envoyproxy/ratelimit's deployments run /bin/ratelimit"
+    );
     assert!(
         Path::new("/bin/sh").exists() && !root.join("bin/sh").exists(),
         "the image has a shell"
     );
+
+    // Run as Envoy Gateway runs envoyproxy/ratelimit's image (`command: [/bin/ratelimit]`),
+    // the binary is `tollgate serve` reading upstream's environment.
+    let help = run(
+        "podman",
+        &[
+            "--runtime",
+            "runc",
+            "run",
+            "--rm",
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=1024:1024",
+            "--network",
+            "none",
+            "--entrypoint",
+            "/bin/ratelimit",
+            &image,
+            "--help",
+        ],
+    );
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--upstream-env"), "{help}");
 
     // SIGTERM to PID 1 stops it cleanly.
     let stopped = Instant::now();

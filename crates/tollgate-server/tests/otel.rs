@@ -386,7 +386,9 @@ async fn the_proxy_passes_its_spans_context_to_the_upstream() {
     assert!(!span.attributes.contains_key("url.path"), "{span:?}");
     assert!(!span.attributes.contains_key("http.route"), "{span:?}");
     assert!(
-        span.attributes.values().all(|value| !value.contains("hello")),
+        span.attributes
+            .values()
+            .all(|value| !value.contains("hello")),
         "{span:?}"
     );
     assert_eq!(attribute(&span, "http.response.status_code"), "200");

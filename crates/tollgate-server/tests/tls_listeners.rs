@@ -295,3 +295,70 @@ async fn handshake_less_sockets_filling_the_cap_make_room_for_clients() {
         server.stderr()
     );
 }
+
+/// TLS on the gRPC listener alone, as envoyproxy/ratelimit's GRPC_SERVER_USE_TLS serves it,
+/// with client certificates that must also name one client (GRPC_CLIENT_TLS_SAN).
+#[tokio::test]
+async fn tls_on_grpc_alone_with_a_named_client() {
+    let certificates = Certificates::generate();
+    let grpc_check = |san: &'static str| {
+        let certificates = &certificates;
+        async move {
+            let server = Tollgate::serve(&[
+                "--tls-cert",
+                path(&certificates.server_cert),
+                "--tls-key",
+                path(&certificates.server_key),
+                "--tls-client-ca",
+                path(&certificates.ca),
+                "--tls-client-san",
+                san,
+                "--tls-listeners",
+                "grpc",
+            ]);
+            // The HTTP listener stays plain (probes, /json).
+            let health = reqwest::get(format!("http://{}/healthcheck", server.address("http")))
+                .await
+                .expect("a plain answer");
+            assert_eq!(health.status(), StatusCode::OK);
+            let identity = tonic::transport::Identity::from_pem(
+                std::fs::read(&certificates.client_cert).expect("the certificate"),
+                std::fs::read(&certificates.client_key).expect("the key"),
+            );
+            let channel = tonic::transport::Channel::from_shared(format!(
+                "https://localhost:{}",
+                server.address("grpc").port()
+            ))
+            .expect("a URI")
+            .tls_config(
+                tonic::transport::ClientTlsConfig::new()
+                    .ca_certificate(tonic::transport::Certificate::from_pem(
+                        std::fs::read(&certificates.ca).expect("the CA"),
+                    ))
+                    .identity(identity),
+            )
+            .expect("TLS for gRPC")
+            .connect()
+            .await;
+            match channel {
+                Err(_) => false,
+                Ok(channel) => RateLimitServiceClient::new(channel)
+                    .should_rate_limit(RateLimitRequest {
+                        domain: "none".to_owned(),
+                        descriptors: vec![Default::default()],
+                        hits_addend: 0,
+                    })
+                    .await
+                    .is_ok(),
+            }
+        }
+    };
+    assert!(
+        grpc_check("tollgate-client").await,
+        "the client certificate names tollgate-client"
+    );
+    assert!(
+        !grpc_check("envoy.example").await,
+        "a certificate from the CA that names another client is refused"
+    );
+}

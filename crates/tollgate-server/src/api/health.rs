@@ -16,9 +16,10 @@ pub(crate) async fn healthz() -> &'static str {
 }
 
 /// `GET /healthcheck`, as envoyproxy/ratelimit answers it: `200 OK` with the body `OK`, and
-/// `500` with no body once the process is stopping.
+/// `500` with no body while the process is not ready (stopping, or what `--readiness` and
+/// `--ready-with-rls-domains` wait for).
 pub(crate) async fn healthcheck(State(state): State<AppState>) -> (StatusCode, &'static str) {
-    if state.readiness.stopping.is_set() {
+    if state.readiness.problem().is_some() {
         (StatusCode::INTERNAL_SERVER_ERROR, "")
     } else {
         (StatusCode::OK, "OK")

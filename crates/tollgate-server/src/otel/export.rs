@@ -4,7 +4,7 @@
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use tracing_subscriber::Layer;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::registry::LookupSpan;
@@ -45,6 +45,24 @@ pub struct OtelFlags {
         value_name = "NAME"
     )]
     pub otel_service_name: String,
+    /// `service.namespace` of the exported spans.
+    #[arg(long, env = "TOLLGATE_OTEL_SERVICE_NAMESPACE", value_name = "NAME")]
+    pub otel_service_namespace: Option<String>,
+    /// `service.instance.id` of the exported spans (the pod's name, say).
+    #[arg(long, env = "TOLLGATE_OTEL_SERVICE_INSTANCE_ID", value_name = "ID")]
+    pub otel_service_instance_id: Option<String>,
+    /// The share of traces sampled, from 0 to 1, a caller's sampling decision kept (parent
+    /// based).
+    #[arg(long, env = "TOLLGATE_OTEL_SAMPLING_RATIO", default_value_t = 1.0, value_parser = sampling_ratio, value_name = "RATIO")]
+    pub otel_sampling_ratio: f64,
+}
+
+/// `--otel-sampling-ratio`: from 0 to 1.
+fn sampling_ratio(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(ratio) if (0.0..=1.0).contains(&ratio) => Ok(ratio),
+        _ => Err(format!("{text:?} is not a ratio from 0 to 1")),
+    }
 }
 
 /// The running exporter; [`shutdown`](Self::shutdown) sends what is still batched.
@@ -85,14 +103,27 @@ impl Tracing {
             }
         }
         .map_err(|error| format!("--otlp-endpoint {endpoint:?}: {error}"))?;
-        let resource = Resource::builder()
-            .with_service_name(flags.otel_service_name.clone())
-            .build();
-        // The batch processor reads OTEL_BSP_SCHEDULE_DELAY and its other standard variables.
-        let provider = SdkTracerProvider::builder()
+        let mut resource = Resource::builder().with_service_name(flags.otel_service_name.clone());
+        for (key, value) in [
+            ("service.namespace", &flags.otel_service_namespace),
+            ("service.instance.id", &flags.otel_service_instance_id),
+        ] {
+            if let Some(value) = value {
+                resource =
+                    resource.with_attribute(opentelemetry::KeyValue::new(key, value.clone()));
+            }
+        }
+        let mut provider = SdkTracerProvider::builder()
             .with_batch_exporter(exporter)
-            .with_resource(resource)
-            .build();
+            .with_resource(resource.build());
+        // Without a ratio given, the SDK's own sampler, which OTEL_TRACES_SAMPLER sets.
+        if flags.otel_sampling_ratio < 1.0 {
+            provider = provider.with_sampler(Sampler::ParentBased(Box::new(
+                Sampler::TraceIdRatioBased(flags.otel_sampling_ratio),
+            )));
+        }
+        // The batch processor reads OTEL_BSP_SCHEDULE_DELAY and its other standard variables.
+        let provider = provider.build();
         super::ENABLED.store(true, std::sync::atomic::Ordering::Relaxed);
         Ok(Some(Self { provider }))
     }

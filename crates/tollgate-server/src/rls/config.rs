@@ -48,6 +48,31 @@ impl RlsConfig {
         self.domains.keys().map(String::as_str)
     }
 
+    /// One line per limit, sorted, as envoyproxy/ratelimit's debug endpoint `/rlconfig` lists
+    /// them: `domain.key_value.key: unit=MINUTE requests_per_unit=10, shadow_mode: false,
+    /// quota_mode: false`.
+    pub fn describe_limits(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for (domain, root) in &self.domains {
+            super::tree::visit_rules(root, &mut |rule| {
+                let mut full_key = domain.clone();
+                for part in &rule.stat_path {
+                    full_key.push('.');
+                    full_key.push_str(part);
+                }
+                lines.push(format!(
+                    "{full_key}: unit={} requests_per_unit={}, shadow_mode: {}, quota_mode: {}",
+                    rule.unit.as_str_name(),
+                    rule.requests_per_unit,
+                    rule.shadow,
+                    rule.quota_mode
+                ));
+            });
+        }
+        lines.sort();
+        lines
+    }
+
     /// Reads every `.yaml` and `.yml` file under `directory` (recursively, in path order).
     /// Any problem in any file refuses the whole configuration, with every error located.
     pub fn load_dir(directory: &Path) -> Result<RlsConfig, ConfigErrors> {

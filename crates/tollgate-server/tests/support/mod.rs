@@ -8,6 +8,7 @@ pub mod envoy;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -320,4 +321,25 @@ pub async fn serve_grpc(routes: tonic::service::Routes) -> SocketAddr {
             .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
     );
     address
+}
+
+/// Writes `files` into `directory` as the kubelet mounts a ConfigMap: the files in a
+/// timestamped directory, `..data` a link to it, and each name a link through `..data`.
+/// Called again, it swaps `..data` atomically to a new directory, as an update does.
+pub fn project_configmap(directory: &Path, files: &[(String, String)], generation: u32) {
+    std::fs::create_dir_all(directory).expect("the mount point");
+    let timestamped = format!("..2026_01_01_00_00_00.{generation:09}");
+    std::fs::create_dir(directory.join(&timestamped)).expect("a new data directory");
+    for (name, content) in files {
+        std::fs::write(directory.join(&timestamped).join(name), content).expect("written");
+    }
+    let staging = directory.join("..data_tmp");
+    std::os::unix::fs::symlink(&timestamped, &staging).expect("a link");
+    std::fs::rename(&staging, directory.join("..data")).expect("..data swapped");
+    for (name, _) in files {
+        let link = directory.join(name);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(Path::new("..data").join(name), &link).expect("a link");
+        }
+    }
 }
