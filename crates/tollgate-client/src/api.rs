@@ -194,19 +194,19 @@ impl CheckAnswer {
 }
 
 #[derive(Debug, Serialize)]
-struct Body<'a> {
+pub(crate) struct Body<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
-    policy: Option<&'a str>,
+    pub(crate) policy: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    attributes: Option<&'a Attributes>,
+    pub(crate) attributes: Option<&'a Attributes>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    limits: Option<&'a [InlineLimit]>,
+    pub(crate) limits: Option<&'a [InlineLimit]>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    cost: Option<u64>,
+    pub(crate) cost: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    charge: Option<&'a str>,
+    pub(crate) charge: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    actual: Option<u64>,
+    pub(crate) actual: Option<u64>,
 }
 
 /// A client for one Tollgate server; cheap to clone, connections are pooled and reused.
@@ -236,7 +236,7 @@ impl TollgateClient {
         Ok(Self { http, base })
     }
 
-    async fn post<T: serde::de::DeserializeOwned>(
+    pub(crate) async fn post<T: serde::de::DeserializeOwned>(
         &self,
         path: &str,
         body: &Body<'_>,

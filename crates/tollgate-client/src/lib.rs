@@ -28,9 +28,11 @@ mod reqwest_retry;
 mod retry;
 #[cfg(feature = "rustls")]
 mod tls;
+mod usage;
 
 pub use api::{Attributes, CheckAnswer, ClientError, DecisionAnswer, InlineLimit, TollgateClient};
 pub use builder::{DEFAULT_TIMEOUT, TollgateClientBuilder};
 pub use pacing::{Pacer, PacingLayer, PacingService};
 pub use reqwest_retry::send_with_retry;
 pub use retry::{RetryLayer, RetryLog, RetryPolicy, RetryService};
+pub use usage::{LimitUsage, UsageAnswer, UsageRefused};

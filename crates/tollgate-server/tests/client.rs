@@ -160,6 +160,14 @@ async fn the_check_api_client_checks_refunds_and_reports_errors() {
         .await
         .expect("an answer");
     assert_eq!(peek.decisions[0].remaining, 88);
+    // A usage reading names what is used, and charges nothing.
+    for _ in 0..2 {
+        let usage = client.usage_limits(&tokens).await.expect("a reading");
+        assert_eq!(usage.limits[0].used, 12);
+        assert_eq!(usage.limits[0].remaining, 88);
+        assert_eq!(usage.limits[0].limit, 100);
+        assert!(usage.limits[0].window_start_ms.is_some());
+    }
 
     let attributes = tollgate_client::Attributes {
         ip: Some("203.0.113.7".into()),
@@ -170,6 +178,13 @@ async fn the_check_api_client_checks_refunds_and_reports_errors() {
         .await
         .expect("an answer");
     assert_eq!(login.decisions[0].policy.as_deref(), Some("login"));
+    let usage = client
+        .usage_policy("login", &attributes)
+        .await
+        .expect("a reading");
+    assert_eq!(usage.limits[0].policy.as_deref(), Some("login"));
+    assert_eq!(usage.limits[0].used, 1, "{usage:?}");
+    assert_eq!(usage.refused, None);
     match client.check_policy("nope", &attributes, None).await {
         Err(ClientError::Status {
             status: 404,

@@ -49,7 +49,7 @@ pub(crate) struct Attributes {
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct InlineLimit {
-    key: String,
+    pub(super) key: String,
     algorithm: Algorithm,
     quota: Quota,
     burst: Option<u64>,
@@ -70,14 +70,14 @@ pub(crate) struct InlineLimit {
 pub struct CheckRequest {
     policy: Option<String>,
     attributes: Option<Attributes>,
-    limits: Option<Vec<InlineLimit>>,
+    pub(super) limits: Option<Vec<InlineLimit>>,
     cost: Option<u64>,
     /// Refunds and settlements only: the charge token of the admitted check.
-    charge: Option<String>,
+    pub(super) charge: Option<String>,
     /// Settlements only: what the work really cost.
-    actual: Option<u64>,
+    pub(super) actual: Option<u64>,
     /// Refused with a message that points at `charge`, which replaced it.
-    at: Option<Micros>,
+    pub(super) at: Option<Micros>,
 }
 
 /// What a check asks, and nothing else: the bytes a charge token binds.
@@ -91,7 +91,7 @@ struct Canonical<'a> {
 
 impl CheckRequest {
     /// Reads and validates a check (or refund) body.
-    async fn read(body: axum::body::Body) -> Result<Self, ApiError> {
+    pub(super) async fn read(body: axum::body::Body) -> Result<Self, ApiError> {
         let bytes = read_body(body, MAX_BODY_BYTES).await?;
         // A body without the text `null` holds no null: it is read straight into its type. One
         // with it takes the slower way that names the path of the first null.
@@ -132,7 +132,7 @@ impl CheckRequest {
     }
 
     /// What the caller knows about the request (nothing, when no attributes were given).
-    fn attributes(&self) -> &Attributes {
+    pub(super) fn attributes(&self) -> &Attributes {
         static NONE: std::sync::LazyLock<Attributes> =
             std::sync::LazyLock::new(Attributes::default);
         self.attributes.as_ref().unwrap_or(&NONE)
@@ -157,7 +157,7 @@ impl CheckRequest {
     }
 
     /// The named policy, else every policy the attributes match.
-    fn scope(&self) -> Scope<'_> {
+    pub(super) fn scope(&self) -> Scope<'_> {
         self.policy
             .as_deref()
             .map_or(Scope::Matching, Scope::Policy)
@@ -290,7 +290,7 @@ fn sha256_hex(text: &str) -> Option<[u8; 32]> {
     Some(digest)
 }
 
-fn millis(micros: Micros) -> u64 {
+pub(super) fn millis(micros: Micros) -> u64 {
     micros.div_ceil(1_000)
 }
 
@@ -393,7 +393,11 @@ fn families(state: &AppState) -> Vec<HeaderFamily> {
     )
 }
 
-fn inline_check<'a>(limits: &'a [Limit], specs: &'a [InlineLimit], cost: u64) -> Check<'a> {
+pub(super) fn inline_check<'a>(
+    limits: &'a [Limit],
+    specs: &'a [InlineLimit],
+    cost: u64,
+) -> Check<'a> {
     let mut check = Check::new(cost);
     for (limit, spec) in limits.iter().zip(specs) {
         check.push(spec.key.as_str(), limit, spec.cost.unwrap_or(cost));
@@ -401,7 +405,7 @@ fn inline_check<'a>(limits: &'a [Limit], specs: &'a [InlineLimit], cost: u64) ->
     check
 }
 
-fn build_limits(specs: &[InlineLimit]) -> Result<Vec<Limit>, ApiError> {
+pub(super) fn build_limits(specs: &[InlineLimit]) -> Result<Vec<Limit>, ApiError> {
     if specs.is_empty() || specs.len() > MAX_ITEMS {
         return Err(ApiError::invalid(format!(
             "limits: give 1 to {MAX_ITEMS} limits"

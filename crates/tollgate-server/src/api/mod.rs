@@ -6,6 +6,7 @@ pub(crate) mod check;
 mod envoy_json;
 pub(crate) mod health;
 pub(crate) mod problem;
+mod usage;
 
 use std::sync::Arc;
 
@@ -90,6 +91,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/refund", traced(post(check::refund), "/v1/refund"))
         .route("/v1/settle", traced(post(check::settle), "/v1/settle"))
         .route("/v1/release", traced(post(check::release), "/v1/release"))
+        .route("/v1/usage", traced(post(usage::usage), "/v1/usage"))
         .route(
             "/json",
             traced(post(envoy_json::should_rate_limit), "/json"),

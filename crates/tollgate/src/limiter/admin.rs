@@ -8,11 +8,9 @@ use crate::policy::{Evaluation, Planned, Policies, Request, Role, Scope};
 use crate::store::Store;
 
 impl<S: Store> Limiter<S> {
-    /// The state of the request's key under `policy`: every limit's decision for a request of
-    /// cost 0, so nothing is counted, no metric moves and no penalty is earned.
+    /// The state of the request's key under `policy`, as [`look_in`](Self::look_in) reads it.
     pub async fn inspect(&self, policy: &str, request: &Request<'_>) -> Result<Evaluation, Error> {
-        self.decide_request(Scope::Policy(policy), request, Some(0))
-            .await
+        self.look_in(Scope::Policy(policy), request).await
     }
 
     /// The policies and the items `policy` plans for `request`.

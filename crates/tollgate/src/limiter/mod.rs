@@ -4,6 +4,7 @@
 mod admin;
 mod denial_log;
 mod denials;
+mod look;
 mod penalty;
 mod requests;
 mod usage;

@@ -17,13 +17,21 @@ use crate::error::Error;
 use crate::observer::{Observer, Refused};
 use crate::policy::partition_of;
 use crate::policy::{
-    Action, Applied, Charge, ChargeSet, DecidedBy, Evaluation, FailureMode, Gate, Planned,
+    Action, Applied, Charge, ChargeSet, DecidedBy, Evaluation, FailureMode, Gate, Plan, Planned,
     Policies, Reason, Receipt, Refusal, Request, Role, Scope,
 };
 use crate::refusal::seconds_to_wait;
 use crate::store::{Store, StoreError};
 
-fn check_of(items: &[Planned]) -> Check<'_> {
+/// A request planned under the policies, or already decided by its gate.
+pub(super) enum Planning {
+    /// Decided without the store: allow and deny lists, malformed requests, no policies.
+    Decided(Evaluation),
+    /// The policies in force and the plan to ask the store about.
+    Planned(Arc<Policies>, Plan),
+}
+
+pub(super) fn check_of(items: &[Planned]) -> Check<'_> {
     let mut check = Check::new(0);
     for item in items {
         check.push(item.key.as_str(), &item.limit, item.cost);
@@ -78,49 +86,10 @@ impl<S: Store> Limiter<S> {
         request: &Request<'_>,
         cost: Option<u64>,
     ) -> Result<Evaluation, Error> {
-        let Some(policies) = self.policies() else {
-            return Ok(Evaluation::plain(Action::Allow, Vec::new()));
+        let (policies, plan) = match self.planned_in(scope, request, cost)? {
+            Planning::Planned(policies, plan) => (policies, plan),
+            Planning::Decided(evaluation) => return Ok(evaluation),
         };
-        let Some(mut plan) = policies.plan_in(scope, request) else {
-            return Err(Error::UnknownPolicy(scope_name(scope)));
-        };
-        if let Some(cost) = cost {
-            plan.override_cost(cost);
-        }
-        match plan.gate {
-            Gate::Bypass => return Ok(Evaluation::plain(Action::Allow, plan.matched)),
-            Gate::Refuse(status) => {
-                let refusal = Refusal {
-                    reason: Reason::DenyListed { status },
-                    retry_after: None,
-                    detail: "the client is on the deny list".to_owned(),
-                };
-                return Ok(Evaluation::plain(Action::Refuse(refusal), plan.matched));
-            }
-            Gate::AmbiguousPath(ambiguous) => {
-                let refusal = Refusal {
-                    reason: Reason::BadRequest,
-                    retry_after: None,
-                    detail: ambiguous.to_string(),
-                };
-                return Ok(Evaluation::plain(Action::Refuse(refusal), plan.matched));
-            }
-            Gate::NoClientAddress(index) => {
-                let name = policies.policies[index].name.to_string();
-                return Err(Error::NoClientAddress(name));
-            }
-            Gate::LengthRequired => {
-                let refusal = Refusal {
-                    reason: Reason::LengthRequired,
-                    retry_after: None,
-                    detail:
-                        "a policy counts this request's body bytes: send it with a Content-Length"
-                            .to_owned(),
-                };
-                return Ok(Evaluation::plain(Action::Refuse(refusal), plan.matched));
-            }
-            Gate::Proceed => {}
-        }
         if plan.enforced.is_empty() && plan.shadow.is_empty() {
             return Ok(Evaluation::plain(Action::Allow, plan.matched));
         }
@@ -168,6 +137,61 @@ impl<S: Store> Limiter<S> {
             refusal.retry_after = refusal.retry_after.map(|wait| wait.max(block));
         }
         Ok(evaluation)
+    }
+
+    /// The policies in force and the request's plan under `scope` (with `cost` replacing the
+    /// policies' costs when given), or the evaluation its gate already decides (allow and deny
+    /// lists, malformed paths, a body without a length).
+    pub(super) fn planned_in(
+        &self,
+        scope: Scope<'_>,
+        request: &Request<'_>,
+        cost: Option<u64>,
+    ) -> Result<Planning, Error> {
+        let Some(policies) = self.policies() else {
+            return Ok(Planning::Decided(Evaluation::plain(
+                Action::Allow,
+                Vec::new(),
+            )));
+        };
+        let Some(mut plan) = policies.plan_in(scope, request) else {
+            return Err(Error::UnknownPolicy(scope_name(scope)));
+        };
+        if let Some(cost) = cost {
+            plan.override_cost(cost);
+        }
+        let refusal = |reason, detail: String| Refusal {
+            reason,
+            retry_after: None,
+            detail,
+        };
+        let refused = match plan.gate {
+            Gate::Bypass => {
+                return Ok(Planning::Decided(Evaluation::plain(
+                    Action::Allow,
+                    plan.matched,
+                )));
+            }
+            Gate::Refuse(status) => refusal(
+                Reason::DenyListed { status },
+                "the client is on the deny list".to_owned(),
+            ),
+            Gate::AmbiguousPath(ambiguous) => refusal(Reason::BadRequest, ambiguous.to_string()),
+            Gate::NoClientAddress(index) => {
+                let name = policies.policies[index].name.to_string();
+                return Err(Error::NoClientAddress(name));
+            }
+            Gate::LengthRequired => refusal(
+                Reason::LengthRequired,
+                "a policy counts this request's body bytes: send it with a Content-Length"
+                    .to_owned(),
+            ),
+            Gate::Proceed => return Ok(Planning::Planned(policies, plan)),
+        };
+        Ok(Planning::Decided(Evaluation::plain(
+            Action::Refuse(refused),
+            plan.matched,
+        )))
     }
 
     /// Tells the observers of each limit that refused.
@@ -245,7 +269,12 @@ impl<S: Store> Limiter<S> {
         })
     }
 
-    fn interpret(&self, policies: &Policies, items: &[Planned], verdict: &Verdict) -> Evaluation {
+    pub(super) fn interpret(
+        &self,
+        policies: &Policies,
+        items: &[Planned],
+        verdict: &Verdict,
+    ) -> Evaluation {
         let applied: Vec<Applied> = items
             .iter()
             .zip(verdict.decisions())
