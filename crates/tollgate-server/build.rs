@@ -1,4 +1,5 @@
-//! Compiles the trimmed Envoy protos with protox (pure Rust: no system protoc needed).
+//! Compiles the trimmed Envoy protos (the rate limit and quota services, and the xDS stream
+//! that brings the rate limit configuration) with protox (pure Rust: no system protoc needed).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
@@ -6,6 +7,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         [
             "envoy/service/ratelimit/v3/rls.proto",
             "envoy/service/rate_limit_quota/v3/rlqs.proto",
+            "envoy/service/discovery/v3/ads.proto",
+            "ratelimit/config/ratelimit/v3/rls_conf.proto",
         ],
         ["proto"],
     )?;

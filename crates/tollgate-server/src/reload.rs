@@ -349,7 +349,7 @@ fn what_changed(old: &tollgate::Config, new: &tollgate::Config) -> String {
 }
 
 /// What a reload changed in the rate limit service's domains.
-fn domains_changed(old: &RlsConfig, new: &RlsConfig) -> String {
+pub(crate) fn domains_changed(old: &RlsConfig, new: &RlsConfig) -> String {
     let before: std::collections::BTreeSet<&str> = old.domains().collect();
     let after: std::collections::BTreeSet<&str> = new.domains().collect();
     let added: Vec<&str> = after.difference(&before).copied().collect();

@@ -63,6 +63,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub(crate) rls_stats: crate::rls::RlsStatsFlags,
     #[command(flatten)]
+    pub(crate) rls_xds: crate::rls::xds::XdsFlags,
+    #[command(flatten)]
     pub(crate) quotas: crate::rlqs::QuotaFlags,
     #[command(flatten)]
     pub(crate) connections: ConnectionLimits,
@@ -141,6 +143,12 @@ fn print_banner(args: &ServeArgs, bound: &Bound, store: &str) {
         println!(
             "  rate limit service configuration: {}",
             directory.display()
+        );
+    }
+    if let Some(server) = &args.rls_xds.rls_xds_server {
+        println!(
+            "  rate limit service configuration: xDS from {server} as node {}",
+            args.rls_xds.rls_xds_node_id
         );
     }
 }
@@ -286,6 +294,13 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     args.admin.validate()?;
     let charges = Arc::new(args.refunds.charges()?);
     let tls = crate::tls::Tls::from_flags(&args.tls)?;
+    // Limits pushed over xDS: by default the listeners open once the first is in force.
+    if crate::rls::xds::subscribe(&args.rls_xds, &rls, &limiter)
+        .await?
+        .is_break()
+    {
+        return Ok(());
+    }
     let listeners = bind(&args).await?;
     Arc::clone(&reloader(&args, &limiter, &rls, tls.as_ref())).start(!args.no_watch);
     let (health, stopping, reporter) = crate::health::service(crate::shutdown::signal()).await;

@@ -188,7 +188,10 @@ pub(crate) fn root_store(path: &Path, flag: &str) -> Result<rustls::RootCertStor
 }
 
 /// Every certificate in a PEM file, at least one.
-fn certificates(path: &Path, flag: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+pub(crate) fn certificates(
+    path: &Path,
+    flag: &str,
+) -> Result<Vec<CertificateDer<'static>>, String> {
     let found = CertificateDer::pem_file_iter(path)
         .and_then(Iterator::collect::<Result<Vec<_>, _>>)
         .map_err(|error| format!("{flag} {}: {error}", path.display()))?;

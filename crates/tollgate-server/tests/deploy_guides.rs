@@ -15,6 +15,11 @@
 //!   runs `tollgate proxy` with its ConfigMap's policies in front of a real upstream.
 //! - Kubernetes (`deploy/kubernetes/*.yaml`): the Secret is validated; the values are rendered
 //!   and validated by tests/deploy_chart.rs.
+//! - Envoy Gateway (`deploy/envoy-gateway/*.yaml`): the ConfigMap is validated; its
+//!   EnvoyGateway document and the Helm values run the image the chart runs as the rate limit
+//!   deployment, with a Redis; every flag the guide names is one `tollgate serve` takes.
+//!   tests/rls_xds.rs runs the xDS subscription against a management server set up as Envoy
+//!   Gateway's (mutual TLS 1.3, HTTP/2, its node id).
 
 mod support;
 
@@ -150,7 +155,14 @@ async fn six_logins(base: &str, upstream: &AtomicUsize) -> reqwest::Response {
 
 #[test]
 fn every_guide_includes_its_configuration_files_verbatim() {
-    let expected: [(&str, &[&str]); 5] = [
+    let expected: [(&str, &[&str]); 6] = [
+        (
+            "docs/deploy/envoy-gateway.md",
+            &[
+                "deploy/envoy-gateway/values.yaml",
+                "deploy/envoy-gateway/envoy-gateway-config.yaml",
+            ],
+        ),
         (
             "docs/deploy/from-envoy-ratelimit.md",
             &["deploy/from-envoy-ratelimit/ratelimit.yaml"],
@@ -587,4 +599,78 @@ async fn the_deployment_written_for_upstreams_image_runs_tollgate_unchanged() {
     assert_eq!(ask().await, "OVER_LIMIT", "1 a minute for /productpage");
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// The image Tollgate's chart runs: `repository:appVersion`.
+fn tollgate_image() -> String {
+    let chart = &documents("deploy/helm/tollgate/Chart.yaml")[0];
+    let values = &documents("deploy/helm/tollgate/values.yaml")[0];
+    format!(
+        "{}:{}",
+        values["image"]["repository"]
+            .as_str()
+            .expect("a repository"),
+        chart["appVersion"].as_str().expect("an appVersion")
+    )
+}
+
+#[test]
+fn envoy_gateways_configuration_runs_tollgates_image_with_a_redis() {
+    let path = "deploy/envoy-gateway/envoy-gateway-config.yaml";
+    let said = validate(path);
+    assert!(said.contains("1 ConfigMap"), "{said}");
+    let config_map = &documents(path)[0];
+    assert_eq!(config_map["metadata"]["name"], "envoy-gateway-config");
+    let embedded = tempfile::tempdir().expect("a directory");
+    let file = embedded.path().join("envoy-gateway.yaml");
+    let text = config_map["data"]["envoy-gateway.yaml"]
+        .as_str()
+        .expect("the EnvoyGateway document");
+    std::fs::write(&file, text).expect("written");
+    let envoy_gateway = &documents(file.to_str().expect("UTF-8"))[0];
+    assert_eq!(
+        envoy_gateway["apiVersion"],
+        "gateway.envoyproxy.io/v1alpha1"
+    );
+    assert_eq!(envoy_gateway["kind"], "EnvoyGateway");
+    assert_eq!(envoy_gateway["provider"]["type"], "Kubernetes");
+    let image = tollgate_image();
+    assert_eq!(
+        envoy_gateway["provider"]["kubernetes"]["rateLimitDeployment"]["container"]["image"],
+        image.as_str()
+    );
+    let rate_limit = &envoy_gateway["rateLimit"];
+    assert_eq!(rate_limit["backend"]["type"], "Redis");
+    assert!(
+        rate_limit["backend"]["redis"]["url"]
+            .as_str()
+            .is_some_and(|url| !url.is_empty()),
+        "{rate_limit}"
+    );
+
+    let helm = &documents("deploy/envoy-gateway/values.yaml")[0];
+    assert_eq!(
+        helm["global"]["images"]["ratelimit"]["image"],
+        image.as_str()
+    );
+    assert_eq!(&helm["config"]["envoyGateway"]["rateLimit"], rate_limit);
+}
+
+#[test]
+fn every_flag_the_envoy_gateway_guide_names_is_tollgates() {
+    let guide = read("docs/deploy/envoy-gateway.md");
+    let (status, help, _) = support::run(&["serve", "--help"]);
+    assert!(status.success());
+    let flags: Vec<&str> = guide
+        .split('`')
+        .filter_map(|quoted| quoted.split_whitespace().next())
+        .filter(|word| word.starts_with("--"))
+        .collect();
+    assert!(flags.contains(&"--rls-xds-server"), "{flags:?}");
+    for flag in flags {
+        assert!(
+            help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")),
+            "the guide names {flag}, which tollgate serve does not take"
+        );
+    }
 }

@@ -103,51 +103,11 @@ impl RlsConfig {
         let mut errors = Vec::new();
         for file in &files {
             let source = file.display().to_string();
-            let text = match std::fs::read_to_string(file) {
-                Ok(text) => text,
+            match std::fs::read_to_string(file) {
+                Ok(text) => config.add(&source, &text, merge_domains, "file", &mut errors),
                 Err(error) => {
                     errors.extend(ConfigErrors::single(&source, format!("cannot read: {error}")).0);
-                    continue;
                 }
-            };
-            match parse(&source, &text) {
-                Ok(document) => match config.domains.entry(document.domain) {
-                    std::collections::hash_map::Entry::Occupied(mut taken) if merge_domains => {
-                        for duplicate in taken.get_mut().merge(document.root) {
-                            errors.extend(
-                                ConfigErrors::single(
-                                    &source,
-                                    format!(
-                                        "domain {:?}: descriptor {duplicate:?} is already configured by another file",
-                                        taken.key()
-                                    ),
-                                )
-                                .0,
-                            );
-                        }
-                        if let Some(rule) = document.unmatched_buckets {
-                            config.unmatched_buckets.insert(taken.key().clone(), rule);
-                        }
-                    }
-                    std::collections::hash_map::Entry::Occupied(taken) => errors.extend(
-                        ConfigErrors::single(
-                            &source,
-                            format!(
-                                "domain {:?} is already configured by another file \
-                                 (--rls-merge-domains merges them)",
-                                taken.key()
-                            ),
-                        )
-                        .0,
-                    ),
-                    std::collections::hash_map::Entry::Vacant(free) => {
-                        if let Some(rule) = document.unmatched_buckets {
-                            config.unmatched_buckets.insert(free.key().clone(), rule);
-                        }
-                        free.insert(document.root);
-                    }
-                },
-                Err(found) => errors.extend(found.0),
             }
         }
         config.files = files;
@@ -155,6 +115,81 @@ impl RlsConfig {
             Ok(config)
         } else {
             Err(ConfigErrors(errors))
+        }
+    }
+
+    /// Every domain of `documents`, each a `(source, text)` pair read as one file is (xDS
+    /// resources), merging a domain's documents with `merge_domains`; `noun` says what a
+    /// document is in messages.
+    pub(crate) fn from_sources<'t>(
+        documents: impl IntoIterator<Item = (&'t str, &'t str)>,
+        merge_domains: bool,
+        noun: &str,
+    ) -> Result<RlsConfig, ConfigErrors> {
+        let mut config = RlsConfig::default();
+        let mut errors = Vec::new();
+        for (source, text) in documents {
+            config.add(source, text, merge_domains, noun, &mut errors);
+        }
+        if errors.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigErrors(errors))
+        }
+    }
+
+    /// Adds one document's domain, as envoyproxy/ratelimit does: a domain already there is an
+    /// error, or with `merge_domains` gains the document's descriptors.
+    fn add(
+        &mut self,
+        source: &str,
+        text: &str,
+        merge_domains: bool,
+        noun: &str,
+        errors: &mut Vec<tollgate::yaml::ConfigError>,
+    ) {
+        let document = match parse(source, text) {
+            Ok(document) => document,
+            Err(found) => {
+                errors.extend(found.0);
+                return;
+            }
+        };
+        match self.domains.entry(document.domain) {
+            std::collections::hash_map::Entry::Occupied(mut taken) if merge_domains => {
+                for duplicate in taken.get_mut().merge(document.root) {
+                    errors.extend(
+                        ConfigErrors::single(
+                            source,
+                            format!(
+                                "domain {:?}: descriptor {duplicate:?} is already configured by another {noun}",
+                                taken.key()
+                            ),
+                        )
+                        .0,
+                    );
+                }
+                if let Some(rule) = document.unmatched_buckets {
+                    self.unmatched_buckets.insert(taken.key().clone(), rule);
+                }
+            }
+            std::collections::hash_map::Entry::Occupied(taken) => errors.extend(
+                ConfigErrors::single(
+                    source,
+                    format!(
+                        "domain {:?} is already configured by another {noun} \
+                         (--rls-merge-domains merges them)",
+                        taken.key()
+                    ),
+                )
+                .0,
+            ),
+            std::collections::hash_map::Entry::Vacant(free) => {
+                if let Some(rule) = document.unmatched_buckets {
+                    self.unmatched_buckets.insert(free.key().clone(), rule);
+                }
+                free.insert(document.root);
+            }
         }
     }
 

@@ -12,6 +12,7 @@ pub mod proto;
 mod stats;
 mod tree;
 mod unit;
+pub mod xds;
 
 pub use config::{MAX_DEPTH, MAX_FILES, RlsConfig};
 pub(crate) use decide::escape;
