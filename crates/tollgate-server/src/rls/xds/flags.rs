@@ -153,7 +153,8 @@ pub struct XdsServer {
 }
 
 impl XdsServer {
-    fn parse(text: &str) -> Result<Self, String> {
+    /// Parses an address as --rls-xds-server takes it (also for CONFIG_GRPC_XDS_SERVER_URL).
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
         let (rest, https) = match text.split_once("://") {
             Some(("https", rest)) => (rest, true),
             Some(("http", rest)) => (rest, false),
@@ -209,6 +210,11 @@ fn node_metadata(text: &str) -> Result<(String, String), String> {
 pub struct XdsHeader(Result<(AsciiMetadataKey, AsciiMetadataValue), String>);
 
 impl XdsHeader {
+    /// A `name:value` as --rls-xds-header takes it; a malformed one is kept with why.
+    pub(crate) fn parse(text: &str) -> Self {
+        Self(parse_header(text))
+    }
+
     /// The name and value, or why the flag is malformed.
     pub(crate) fn entry(&self) -> Result<(&AsciiMetadataKey, &AsciiMetadataValue), &str> {
         match &self.0 {
@@ -229,7 +235,7 @@ impl std::fmt::Debug for XdsHeader {
 
 /// One `name:value` of --rls-xds-header; never fails (see [`XdsHeader`]).
 fn header(text: &str) -> Result<XdsHeader, String> {
-    Ok(XdsHeader(parse_header(text)))
+    Ok(XdsHeader::parse(text))
 }
 
 fn parse_header(text: &str) -> Result<(AsciiMetadataKey, AsciiMetadataValue), String> {
