@@ -112,6 +112,30 @@ pub enum CheckError {
         /// The key's length.
         len: usize,
     },
+    /// A count of more counters than [`MAX_COUNTERS`](crate::counter::MAX_COUNTERS).
+    #[error(
+        "a count may hold at most {max} counters, this one holds {0}",
+        max = crate::counter::MAX_COUNTERS
+    )]
+    TooManyCounters(usize),
+    /// A counter key that is empty or above
+    /// [`MAX_COUNTER_KEY_BYTES`](crate::counter::MAX_COUNTER_KEY_BYTES).
+    #[error(
+        "counter {index}: the key is {len} bytes long, it must be 1 to {max} bytes",
+        max = crate::counter::MAX_COUNTER_KEY_BYTES
+    )]
+    CounterKeyLength {
+        /// Position of the counter in the count.
+        index: usize,
+        /// The key's length.
+        len: usize,
+    },
+    /// A counter of a window of no length.
+    #[error("counter {index}: the window is 0 seconds long")]
+    ZeroWindow {
+        /// Position of the counter in the count.
+        index: usize,
+    },
 }
 
 impl<'a> Check<'a> {

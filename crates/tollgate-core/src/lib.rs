@@ -16,11 +16,13 @@
 //! - [`spec`]: a limit as configuration states it, built by one set of rules;
 //! - [`algorithm`]: the six algorithms, each a pure state transition;
 //! - [`check`] and [`decision`]: the question (several limits, all-or-nothing) and the answers;
+//! - [`counter`]: envoyproxy/ratelimit's plain window counters, for sharing a Redis with it;
 //! - [`store`]: the `Store` trait and the sharded in-process store.
 
 pub mod algorithm;
 pub mod check;
 pub mod clock;
+pub mod counter;
 pub mod decision;
 pub mod limit;
 pub mod quota;

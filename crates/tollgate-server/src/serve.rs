@@ -57,6 +57,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub(crate) rls_limits: crate::rls::RlsLimits,
     #[command(flatten)]
+    pub(crate) rls_upstream_keys: crate::rls::UpstreamKeys,
+    #[command(flatten)]
     pub(crate) rls_modes: crate::rls::RlsModes,
     #[command(flatten)]
     pub(crate) rls_header_names: crate::rls::RlsHeaderNames,
@@ -220,13 +222,18 @@ fn rate_limit_service(args: &ServeArgs, limiter: &Limiter<AnyStore>) -> Result<A
             "the rate limit service's configuration holds no domain: every descriptor is answered OK until one is loaded"
         );
     }
+    // Started before an xDS server has pushed anything: an error until it has, as upstream.
+    let awaiting =
+        args.rls_xds.rls_xds_server.is_some() && args.rls_xds.rls_xds_start_without_config;
+    let rls = Rls::new(limiter.clone(), rls_config, args.rls_response_headers);
+    let rls = if awaiting { rls.awaiting_config() } else { rls };
     Ok(Arc::new(
-        Rls::new(limiter.clone(), rls_config, args.rls_response_headers)
-            .with_failure_mode(args.rls_on_store_error)
+        rls.with_failure_mode(args.rls_on_store_error)
             .with_limits(args.rls_limits)
             .with_modes(args.rls_modes)
             .with_header_names(args.rls_header_names.clone())
-            .with_stats(args.rls_stats),
+            .with_stats(args.rls_stats)
+            .with_upstream_keys(args.rls_upstream_keys.counting()),
     ))
 }
 
@@ -285,6 +292,9 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         store::open_limiter(args.config.as_deref(), &args.store).await?;
     store::sweep_expired(&limiter, std::time::Duration::from_secs(10));
     let rls = rate_limit_service(&args, &limiter)?;
+    args.rls_upstream_keys
+        .connect_per_second(&limiter, &args.store)
+        .await?;
     let quotas = Arc::new(Rlqs::new(
         limiter.clone(),
         Arc::clone(&rls),

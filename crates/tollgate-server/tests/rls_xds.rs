@@ -473,11 +473,13 @@ async fn started_without_configuration_it_is_ready_only_with_domains() {
     };
     let rls = Rls::connect(&server).await;
     assert_eq!(status().await, 503, "no domain yet");
-    assert_eq!(
-        rls.allowed("edge", "client", "a", 3).await,
-        4,
-        "no domain: no limit"
-    );
+    // Nothing pushed yet: an error Envoy's failure mode decides, not a silent OK.
+    let early = rls
+        .code("edge", "client", "a")
+        .await
+        .expect_err("no configuration yet");
+    assert_eq!(early.code(), tonic::Code::Unavailable);
+    assert_eq!(early.message(), "no rate limit configuration loaded");
 
     xds.request("the subscription of node early", |r| {
         r.request.version_info.is_empty()
@@ -502,6 +504,8 @@ async fn started_without_configuration_it_is_ready_only_with_domains() {
         status().await == 503
     })
     .await;
+    // A configuration of no domain is one: every descriptor is OK, as upstream answers it.
+    assert_eq!(rls.code("edge", "client", "c").await.ok(), Some(Code::Ok));
 }
 
 /// A management server as Envoy Gateway runs its own: TLS 1.3 only, a client certificate
@@ -603,4 +607,116 @@ async fn mutual_tls_to_the_management_server_as_envoy_gateway_requires_it() {
     xds.request("the ACK of version 1", |r| r.acks("1")).await;
     let rls = Rls::connect(&server).await;
     assert_eq!(rls.allowed("edge", "client", "a", 5).await, 1);
+}
+
+/// Envoy Gateway's rate limit Deployment with Tollgate's image: the binary run as
+/// `/bin/ratelimit` with nothing but the environment Envoy Gateway writes (its order and
+/// values; the addresses moved to loopback, Redis to the test's, and the xDS server's name
+/// given with CONFIG_GRPC_XDS_SERVER_TLS_SAN because `envoy-gateway` does not resolve here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_gateways_own_environment_runs_the_image_as_ratelimit() {
+    let xds_certificates = Certificates::for_server_names(&["envoy-gateway"]);
+    let own = Certificates::generate();
+    let xds = ManagementServer::start_on(
+        "127.0.0.1:0".parse::<SocketAddr>().expect("an address"),
+        Some(envoy_gateway_like(&xds_certificates)),
+    );
+    let redis = tollgate_testkit::RedisServer::start();
+    let path = |p: &std::path::Path| p.to_str().expect("UTF-8").to_owned();
+    let (http, grpc) = (tollgate_testkit::free_port(), tollgate_testkit::free_port());
+    let env: Vec<(&str, String)> = vec![
+        ("RUNTIME_ROOT", "/data".to_owned()),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit".to_owned()),
+        ("RUNTIME_IGNOREDOTFILES", "true".to_owned()),
+        ("RUNTIME_WATCH_ROOT", "false".to_owned()),
+        ("LOG_LEVEL", "info".to_owned()),
+        ("USE_STATSD", "false".to_owned()),
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW".to_owned()),
+        ("CONFIG_GRPC_XDS_SERVER_URL", xds.address().to_string()),
+        ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit".to_owned()),
+        ("GRPC_SERVER_USE_TLS", "true".to_owned()),
+        ("GRPC_SERVER_TLS_CERT", path(&own.server_cert)),
+        ("GRPC_SERVER_TLS_KEY", path(&own.server_key)),
+        ("GRPC_SERVER_TLS_CA_CERT", path(&own.ca)),
+        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true".to_owned()),
+        (
+            "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+            path(&xds_certificates.client_cert),
+        ),
+        (
+            "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+            path(&xds_certificates.client_key),
+        ),
+        (
+            "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+            path(&xds_certificates.ca),
+        ),
+        ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true".to_owned()),
+        ("REDIS_SOCKET_TYPE", "tcp".to_owned()),
+        ("REDIS_URL", format!("127.0.0.1:{}", redis.port())),
+        ("USE_PROMETHEUS", "true".to_owned()),
+        (
+            "PROMETHEUS_ADDR",
+            format!("127.0.0.1:{}", tollgate_testkit::free_port()),
+        ),
+        (
+            "PROMETHEUS_MAPPER_YAML",
+            "/etc/statsd-exporter/conf.yaml".to_owned(),
+        ),
+        ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "envoy-gateway".to_owned()),
+        ("HOST", "127.0.0.1".to_owned()),
+        ("PORT", http.to_string()),
+        ("GRPC_HOST", "127.0.0.1".to_owned()),
+        ("GRPC_PORT", grpc.to_string()),
+        ("DEBUG_HOST", "127.0.0.1".to_owned()),
+        ("DEBUG_PORT", tollgate_testkit::free_port().to_string()),
+    ];
+    let bin = tempfile::tempdir().expect("a directory");
+    let ratelimit = bin.path().join("ratelimit");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_tollgate"), &ratelimit).expect("linked");
+    let mut child = std::process::Command::new(&ratelimit)
+        .env_clear()
+        .envs(env.iter().map(|(name, value)| (*name, value.as_str())))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starts");
+    // Envoy Gateway's probes ask /healthcheck on port 8080, in plain HTTP.
+    let base = format!("http://127.0.0.1:{http}");
+    eventually("the health check answers", || async {
+        reqwest::get(format!("{base}/healthcheck"))
+            .await
+            .is_ok_and(|answer| answer.status() == 200)
+    })
+    .await;
+    xds.request("the subscription of node envoy-ratelimit", |r| {
+        r.request
+            .node
+            .as_ref()
+            .is_some_and(|node| node.id == "envoy-ratelimit")
+    })
+    .await;
+    xds.set(
+        "envoy-ratelimit",
+        "1",
+        &[domain(
+            "default/eg/http",
+            vec![limit("client", "", RateLimitUnit::Hour, 2)],
+        )],
+    );
+    xds.request("the ACK of version 1", |r| r.acks("1")).await;
+    // Envoy reaches the gRPC listener over TLS.
+    let channel = tonic::transport::Channel::from_shared(format!("https://localhost:{grpc}"))
+        .expect("a URI")
+        .tls_config(tonic::transport::ClientTlsConfig::new().ca_certificate(
+            tonic::transport::Certificate::from_pem(std::fs::read(&own.ca).expect("the CA")),
+        ))
+        .expect("TLS")
+        .connect()
+        .await
+        .expect("gRPC over TLS");
+    let rls = Rls(RateLimitServiceClient::new(channel));
+    assert_eq!(rls.allowed("default/eg/http", "client", "a", 5).await, 2);
+    let _ = child.kill();
+    let _ = child.wait();
 }

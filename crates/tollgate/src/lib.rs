@@ -40,7 +40,9 @@
 //! # }
 //! ```
 //!
-//! The six algorithms live in [`algorithm`], each a pure state transition; stores in [`store`].
+//! The six algorithms live in [`algorithm`], each a pure state transition; stores in [`store`];
+//! envoyproxy/ratelimit's plain window counters, for sharing its Redis, in [`counter`]
+//! ([`Limiter::count`]).
 //!
 //! The optional parts are features, all on by default, so that an embedded user builds only
 //! what it uses: `redis` (the Redis, Redis Cluster and Sentinel stores), `yaml` (policies read
@@ -48,6 +50,7 @@
 //! `metrics` (Prometheus metrics of the limiter).
 
 pub use tollgate_core::algorithm;
+pub use tollgate_core::counter;
 use tollgate_core::{check, clock, decision, limit, quota, scope, spec};
 mod error;
 pub mod headers;

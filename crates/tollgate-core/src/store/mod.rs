@@ -13,6 +13,7 @@ use std::time::Duration;
 use crate::algorithm::Adjustment;
 use crate::check::{Check, CheckError, Verdict};
 use crate::clock::{Clock, Micros};
+use crate::counter::CounterOp;
 
 pub use memory::MemoryStore;
 
@@ -81,6 +82,14 @@ pub trait Store: Send + Sync + 'static {
     /// resetting a key, lifting a penalty).
     fn forget(&self, check: &Check<'_>) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Reads or raises plain counters that expire, as envoyproxy/ratelimit keeps them (see
+    /// [`counter`](crate::counter)): for each op, the count after it (0 for a counter that
+    /// does not exist or has expired). The ops are not one atomic step, as upstream's are not.
+    fn counters(
+        &self,
+        ops: &[CounterOp<'_>],
+    ) -> impl Future<Output = Result<Vec<u64>, StoreError>> + Send;
+
     /// A short name for logs and metrics: `memory`, `redis`, `redis-cluster`.
     fn kind(&self) -> &'static str;
 
@@ -120,6 +129,13 @@ impl<S: Store> Store for Arc<S> {
 
     fn forget(&self, check: &Check<'_>) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).forget(check)
+    }
+
+    fn counters(
+        &self,
+        ops: &[CounterOp<'_>],
+    ) -> impl Future<Output = Result<Vec<u64>, StoreError>> + Send {
+        (**self).counters(ops)
     }
 
     fn kind(&self) -> &'static str {

@@ -13,9 +13,13 @@
 //! takes its part; if any slot denies, the parts taken are given back. While a reservation
 //! stands, another request may be denied that would have fitted (brief under-admission), but
 //! nothing is ever admitted beyond a limit.
+//!
+//! envoyproxy/ratelimit's plain counters (`Store::counters`) are not scripts: they are sent as
+//! upstream sends them, under its keys (see `counters`).
 
 mod batcher;
 mod connection;
+mod counters;
 mod keys;
 mod program;
 mod security;
@@ -44,6 +48,7 @@ use self::wire::{Part, PartItem, encode_adjustments};
 use tollgate_core::algorithm::Adjustment;
 use tollgate_core::check::{Check, Verdict};
 use tollgate_core::clock::Micros;
+use tollgate_core::counter::CounterOp;
 use tollgate_core::decision::Decision;
 use tollgate_core::limit::Limit;
 use tollgate_core::store::{Store, StoreError};
@@ -433,6 +438,19 @@ impl RedisStore {
         }
     }
 
+    /// Sends one pipeline of counter commands; the counts, 0 for a counter that is not there.
+    async fn send_counters(&self, ops: &[CounterOp<'_>]) -> Result<Vec<u64>, StoreError> {
+        let pipeline = counters::pipeline(ops);
+        let mut connection = self.shared.connection.clone();
+        let timeout = self.shared.config.timeout;
+        let call = pipeline.query_async::<Vec<Option<u64>>>(&mut connection);
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(counts)) => Ok(counts.into_iter().map(Option::unwrap_or_default).collect()),
+            Ok(Err(error)) => Err(store_error(&error, timeout)),
+            Err(_) => Err(StoreError::Timeout(timeout)),
+        }
+    }
+
     /// Gives back the parts a cross-slot check reserved when another part denied or failed, on
     /// the same clock the check used.
     async fn release(
@@ -546,6 +564,20 @@ impl Store for RedisStore {
             }
         }
         Ok(())
+    }
+
+    async fn counters(&self, ops: &[CounterOp<'_>]) -> Result<Vec<u64>, StoreError> {
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        if !self.shared.connection.is_cluster() {
+            return self.send_counters(ops).await;
+        }
+        let per_key = ops
+            .iter()
+            .map(|op| self.send_counters(std::slice::from_ref(op)));
+        let counts = futures_util::future::try_join_all(per_key).await?;
+        Ok(counts.into_iter().flatten().collect())
     }
 
     fn kind(&self) -> &'static str {

@@ -25,6 +25,10 @@ pub(crate) async fn should_rate_limit(
         .map_err(|error| match error {
             RlsError::InvalidArgument(message) => ApiError::bad_request(message),
             RlsError::Unavailable(store) => ApiError::from(tollgate::Error::Store(store)),
+            RlsError::NotConfigured => ApiError {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                detail: RlsError::NotConfigured.to_string(),
+            },
         })?;
     #[cfg(feature = "otel")]
     if crate::otel::enabled() {

@@ -9,6 +9,7 @@ use arc_swap::ArcSwap;
 use clap::builder::TypedValueParser as _;
 use futures_util::future::join_all;
 use sha2::{Digest, Sha256};
+use tollgate::counter::{Count, Counter, Tally};
 use tollgate::headers::envoy_fields;
 use tollgate::metrics::MetricOutcome;
 use tollgate::{
@@ -24,6 +25,7 @@ use super::proto::service::{RateLimitRequest, RateLimitResponse};
 use super::stats::{Counted, DescriptorStats, RlsStats, StatKey};
 use super::tree::{self, Enforcement, MetricValue, Rule};
 use super::unit;
+use super::upstream_keys::{self, UpstreamCounting};
 
 /// What one request may hold. The defaults are above what Envoy builds from real traffic
 /// (descriptors come from paths and headers, which can be long); they are there to bound memory.
@@ -138,6 +140,10 @@ pub enum RlsError {
     /// The store could not decide.
     #[error("the rate limit store failed: {0}")]
     Unavailable(StoreError),
+    /// No configuration has arrived yet from the xDS server, as envoyproxy/ratelimit says
+    /// then: not an answer of OK to everything, but an error Envoy's failure mode decides.
+    #[error("no rate limit configuration loaded")]
+    NotConfigured,
 }
 
 /// What the service answers when the store cannot decide (it is down, or resting behind the
@@ -164,6 +170,10 @@ pub struct Rls {
     modes: RlsModes,
     header_names: RlsHeaderNames,
     stats: RlsStats,
+    /// Classic fixed windows are counted in envoyproxy/ratelimit's keys.
+    upstream_keys: Option<UpstreamCounting>,
+    /// Set until the first configuration arrives from an xDS server.
+    awaiting_config: std::sync::atomic::AtomicBool,
 }
 
 /// A descriptor's rule, per entry the value its counter key takes from a wildcard match, and
@@ -186,6 +196,9 @@ enum StatSource {
 struct Pending {
     rule: Arc<Rule>,
     key: String,
+    /// The window in seconds of a counter kept in envoyproxy/ratelimit's key (then `key` is
+    /// that key before the window's start).
+    window: Option<u64>,
     addend: u64,
     stats: Option<Arc<DescriptorStats>>,
 }
@@ -218,7 +231,26 @@ impl Rls {
             modes: RlsModes::default(),
             header_names: RlsHeaderNames::default(),
             stats,
+            upstream_keys: None,
+            awaiting_config: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// The same service, answering every request with [`RlsError::NotConfigured`] until a
+    /// configuration is set (one pushed over xDS, the service having started without it).
+    #[must_use]
+    pub fn awaiting_config(self) -> Self {
+        self.awaiting_config
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self
+    }
+
+    /// The same service, counting classic fixed windows (a unit, every hit counted, no
+    /// `algorithm:`) as envoyproxy/ratelimit counts them in Redis when `counting` says so, so
+    /// that its pods and these share the counters; other rules keep Tollgate's own keys.
+    pub fn with_upstream_keys(mut self, counting: Option<UpstreamCounting>) -> Self {
+        self.upstream_keys = counting;
+        self
     }
 
     /// The same service, counting per-descriptor statistics by `flags`.
@@ -262,6 +294,8 @@ impl Rls {
         self.stats.adopt(&config);
         declare(&self.limiter, &config);
         self.config.store(Arc::new(config));
+        self.awaiting_config
+            .store(false, std::sync::atomic::Ordering::Release);
     }
 
     /// Whether its configuration files are read merging a domain's files.
@@ -461,6 +495,12 @@ impl Rls {
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, RlsError> {
         self.validate(request)?;
+        if self
+            .awaiting_config
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return Err(RlsError::NotConfigured);
+        }
         let config = self.config.load();
         let Some(root) = config.domains.get(&request.domain) else {
             return Ok(Self::all_ok(request.descriptors.len()));
@@ -487,13 +527,28 @@ impl Rls {
                 {
                     return None;
                 }
-                let mut key = request.domain.clone();
-                for (entry, shared) in descriptor.entries.iter().zip(shared) {
-                    key.push('|');
-                    escape(&mut key, &entry.key);
-                    key.push('=');
-                    escape(&mut key, shared.as_deref().unwrap_or(&entry.value));
-                }
+                let window = self
+                    .upstream_keys
+                    .as_ref()
+                    .and_then(|_| rule.upstream_window());
+                let key = match (&self.upstream_keys, window) {
+                    (Some(counting), Some(_)) => upstream_keys::counter_key(
+                        &counting.prefix,
+                        &request.domain,
+                        &descriptor.entries,
+                        shared,
+                    ),
+                    _ => {
+                        let mut key = request.domain.clone();
+                        for (entry, shared) in descriptor.entries.iter().zip(shared) {
+                            key.push('|');
+                            escape(&mut key, &entry.key);
+                            key.push('=');
+                            escape(&mut key, shared.as_deref().unwrap_or(&entry.value));
+                        }
+                        bounded_key(key)
+                    }
+                };
                 let addend = match &descriptor.hits_addend {
                     Some(addend) => *addend,
                     None => u64::from(request.hits_addend.max(1)),
@@ -505,19 +560,25 @@ impl Rls {
                 };
                 Some(Pending {
                     rule: Arc::clone(rule),
-                    key: bounded_key(key),
+                    key,
+                    window,
                     addend,
                     stats,
                 })
             })
             .collect();
         let domain = request.domain.as_str();
-        let decided = join_all(
-            pending
-                .iter()
-                .map(|pending| self.decide(domain, pending.as_ref())),
-        )
-        .await;
+        let decided = match &self.upstream_keys {
+            None => {
+                join_all(
+                    pending
+                        .iter()
+                        .map(|pending| self.decide(domain, pending.as_ref())),
+                )
+                .await
+            }
+            Some(counting) => self.decide_counted(counting, domain, &pending).await,
+        };
         let mut statuses = Vec::with_capacity(decided.len());
         for (index, status) in decided.into_iter().enumerate() {
             match status {
@@ -532,6 +593,7 @@ impl Rls {
                         "descriptors[{index}]: {message}"
                     )));
                 }
+                Err(RlsError::NotConfigured) => return Err(RlsError::NotConfigured),
             }
         }
         let over = self.over_overall(&pending, &statuses);
@@ -631,16 +693,7 @@ impl Rls {
         let check = Check::new(pending.addend)
             .limit(pending.key.as_str(), limit)
             .labelled(domain, &label);
-        let verdict = match self.limiter.check(&check).await {
-            Ok(verdict) => verdict,
-            Err(tollgate::Error::Store(StoreError::Invalid(invalid))) => {
-                return Err(RlsError::InvalidArgument(invalid.to_string()));
-            }
-            Err(tollgate::Error::Store(error)) if error.is_store_failure() => {
-                return Err(RlsError::Unavailable(error));
-            }
-            Err(other) => return Err(RlsError::InvalidArgument(other.to_string())),
-        };
+        let verdict = self.limiter.check(&check).await.map_err(rls_error)?;
         let allowed = verdict.is_admitted();
         if !allowed && rule.counts_refused && pending.addend > 0 {
             // envoyproxy/ratelimit counts every hit, over the limit too (and a usage report
@@ -691,6 +744,103 @@ impl Rls {
 }
 
 impl Rls {
+    /// Decides the descriptors whose counters are kept in envoyproxy/ratelimit's keys in one
+    /// count, as upstream counts a request, and the others one by one, all at once.
+    async fn decide_counted(
+        &self,
+        counting: &UpstreamCounting,
+        domain: &str,
+        pending: &[Option<Pending>],
+    ) -> Vec<Result<DescriptorStatus, RlsError>> {
+        let mut count = Count::new()
+            .stop_increment_over_limit(counting.stop_increment_over_limit)
+            .local_cache(counting.local_cache)
+            .expiration_jitter(counting.expiration_jitter);
+        for pending in pending.iter().flatten() {
+            if let Some(window) = pending.window {
+                count.push(Counter {
+                    key: pending.key.as_str().into(),
+                    window,
+                    limit: u64::from(pending.rule.requests_per_unit),
+                    hits: pending.addend,
+                });
+            }
+        }
+        let others = join_all(pending.iter().map(|pending| async move {
+            match pending {
+                Some(counted) if counted.window.is_some() => None,
+                other => Some(self.decide(domain, other.as_ref()).await),
+            }
+        }));
+        let (tallies, others) =
+            futures_util::future::join(self.limiter.count(&count), others).await;
+        let mut tallies = tallies.map(Vec::into_iter).map_err(rls_error);
+        pending
+            .iter()
+            .zip(others)
+            .map(
+                |(pending, decided)| match (pending, decided, &mut tallies) {
+                    (_, Some(decided), _) => decided,
+                    (Some(pending), None, Ok(tallies)) => {
+                        let tally = tallies.next().ok_or_else(|| {
+                            RlsError::Unavailable(StoreError::Failed(
+                                "the store answered fewer counts than asked".to_owned(),
+                            ))
+                        })?;
+                        Ok(self.counted(domain, pending, tally))
+                    }
+                    (_, None, Err(error)) => Err(error.clone()),
+                    (None, None, Ok(_)) => Ok(DescriptorStatus {
+                        code: Code::Ok as i32,
+                        ..DescriptorStatus::default()
+                    }),
+                },
+            )
+            .collect()
+    }
+
+    /// The status of a descriptor counted in envoyproxy/ratelimit's key, from its tally
+    /// (over its limit once the count passes it), counted in the statistics and metrics.
+    fn counted(&self, domain: &str, pending: &Pending, tally: Tally) -> DescriptorStatus {
+        let rule = &pending.rule;
+        let over = tally.is_over();
+        let limit = tally.limit();
+        // As upstream's statistics: a local-cache answer is all over the limit.
+        let before = if tally.from_cache() {
+            limit
+        } else {
+            tally.count().saturating_sub(pending.addend)
+        };
+        self.count(pending, limit, before, !over);
+        let outcome = if over {
+            MetricOutcome::Denied
+        } else {
+            MetricOutcome::Allowed
+        };
+        let metrics = self.limiter.metrics();
+        metrics.record_decision(domain, &rule.metric_label(), outcome);
+        metrics.record_policy(domain, outcome);
+        let code = if over && !rule.shadow {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        };
+        DescriptorStatus {
+            code: code as i32,
+            current_limit: Some(RateLimit {
+                name: rule.name.clone().unwrap_or_default(),
+                requests_per_unit: rule.requests_per_unit,
+                unit: rule.unit as i32,
+            }),
+            limit_remaining: u32::try_from(tally.remaining()).unwrap_or(u32::MAX),
+            duration_until_reset: Some(prost_types::Duration {
+                seconds: i64::try_from(tally.reset_after()).unwrap_or(i64::MAX),
+                nanos: 0,
+            }),
+            quota: None,
+        }
+    }
+
     /// Counts a descriptor's hits in its statistics, if it has any.
     fn count(&self, pending: &Pending, limit: u64, before: u64, admitted: bool) {
         if let Some(stats) = &pending.stats {
@@ -703,6 +853,18 @@ impl Rls {
             };
             self.stats.record(stats, counted);
         }
+    }
+}
+
+/// Why the limiter could not decide, as the service reports it: a malformed check is the
+/// caller's mistake, a store failure an outage.
+fn rls_error(error: tollgate::Error) -> RlsError {
+    match error {
+        tollgate::Error::Store(StoreError::Invalid(invalid)) => {
+            RlsError::InvalidArgument(invalid.to_string())
+        }
+        tollgate::Error::Store(error) if error.is_store_failure() => RlsError::Unavailable(error),
+        other => RlsError::InvalidArgument(other.to_string()),
     }
 }
 

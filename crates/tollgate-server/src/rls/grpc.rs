@@ -26,6 +26,7 @@ pub fn status(error: RlsError) -> Status {
     match error {
         RlsError::InvalidArgument(message) => Status::invalid_argument(message),
         RlsError::Unavailable(error) => Status::unavailable(error.to_string()),
+        RlsError::NotConfigured => Status::unavailable(RlsError::NotConfigured.to_string()),
     }
 }
 

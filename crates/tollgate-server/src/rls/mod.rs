@@ -12,6 +12,7 @@ pub mod proto;
 mod stats;
 mod tree;
 mod unit;
+mod upstream_keys;
 pub mod xds;
 
 pub use config::{MAX_DEPTH, MAX_FILES, RlsConfig};
@@ -20,3 +21,4 @@ pub use decide::{Rls, RlsError, RlsFailureMode, RlsHeaderNames, RlsLimits, RlsMo
 pub use grpc::{RlsGrpc, status};
 pub use stats::{RlsStats, RlsStatsFlags};
 pub(crate) use tree::{Enforcement, Rule, find};
+pub use upstream_keys::{UpstreamCounting, UpstreamKeys};

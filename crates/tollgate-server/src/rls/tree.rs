@@ -56,6 +56,19 @@ pub(crate) fn visit_rules(root: &Node, visit: &mut impl FnMut(&Rule)) {
 }
 
 impl Rule {
+    /// The window, in seconds, of a rule envoyproxy/ratelimit would count in its own key: a
+    /// classic fixed window of one of its units, or a rule of zero requests, refused hits
+    /// counted.
+    pub(crate) fn upstream_window(&self) -> Option<u64> {
+        if !self.classic || !self.counts_refused {
+            return None;
+        }
+        match self.enforcement {
+            Enforcement::Unlimited => None,
+            Enforcement::Blocked | Enforcement::Limit(_) => super::unit::seconds(self.unit),
+        }
+    }
+
     /// What metrics call the rule under its domain: its name, else its place in the
     /// configuration (`key_value.key`, as upstream's statistics name it), else `override` for
     /// a request's own limit. From configuration only, so the label values stay bounded.

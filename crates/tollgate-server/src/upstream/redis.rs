@@ -54,49 +54,19 @@ pub(super) fn apply(
         return;
     }
     let scheme = if tls { "rediss" } else { "redis" };
-    match kind.to_ascii_lowercase().as_str() {
-        "single" => match single(&url, &socket, scheme) {
-            Ok(url) => args.store.redis = Some(url),
-            Err(problem) => env.errors.push(problem),
-        },
-        "sentinel" => {
-            let mut parts = url.split(',');
-            let master = parts.next().unwrap_or_default().to_owned();
-            let sentinels: Vec<&str> = parts.collect();
-            if master.is_empty() || sentinels.is_empty() {
-                env.errors.push(format!(
-                    "REDIS_URL: {url:?} is not <master name>,<sentinel host:port>,... as REDIS_TYPE=sentinel asks"
-                ));
-                return;
-            }
-            let credentials = credentials(&sentinel_auth);
-            args.store.redis_sentinel = sentinels
-                .into_iter()
-                .map(|host| RedisUrl::new(format!("{scheme}://{credentials}{host}")))
-                .collect();
+    match locate(env, "REDIS_", &kind, &url, &socket, scheme, &sentinel_auth) {
+        Some(Located::Single(url)) => args.store.redis = Some(url),
+        Some(Located::Sentinel { sentinels, master }) => {
+            args.store.redis_sentinel = sentinels;
             args.store.redis_sentinel_master = Some(master);
         }
-        "cluster" => {
-            args.store.redis_cluster = url
-                .split(',')
-                .map(|host| RedisUrl::new(format!("{scheme}://{host}")))
-                .collect();
-        }
-        _ => {
-            env.errors.push(format!(
-                "REDIS_TYPE: {kind:?} is not single, sentinel or cluster"
-            ));
-            return;
-        }
+        Some(Located::Cluster(nodes)) => args.store.redis_cluster = nodes,
+        None => return,
     }
     if !auth.is_empty() && !given("redis_username") && !given("redis_password_file") {
-        match auth.split_once(':') {
-            Some((user, password)) => {
-                args.store.redis_username = Some(user.to_owned());
-                args.store.redis_password = Some(password.to_owned());
-            }
-            None => args.store.redis_password = Some(auth),
-        }
+        let (user, password) = user_and_password(&auth);
+        args.store.redis_username = user;
+        args.store.redis_password = Some(password);
     }
     if !tls && (!ca.is_empty() || !client_cert.is_empty()) {
         applied.unused.push(
@@ -113,17 +83,87 @@ pub(super) fn apply(
     }
 }
 
+/// Where upstream's `<prefix>TYPE` and `<prefix>URL` say the Redis is.
+pub(super) enum Located {
+    /// One server.
+    Single(RedisUrl),
+    /// A master known to these sentinels.
+    Sentinel {
+        sentinels: Vec<RedisUrl>,
+        master: String,
+    },
+    /// A Cluster reached through these nodes.
+    Cluster(Vec<RedisUrl>),
+}
+
+/// Reads `<prefix>TYPE`'s kind and `<prefix>URL` as upstream does; a problem is pushed to
+/// `env` and `None` returned.
+pub(super) fn locate(
+    env: &mut Env<'_>,
+    prefix: &str,
+    kind: &str,
+    url: &str,
+    socket: &str,
+    scheme: &str,
+    sentinel_auth: &str,
+) -> Option<Located> {
+    match kind.to_ascii_lowercase().as_str() {
+        "single" => match single(url, socket, scheme, prefix) {
+            Ok(url) => Some(Located::Single(url)),
+            Err(problem) => {
+                env.errors.push(problem);
+                None
+            }
+        },
+        "sentinel" => {
+            let mut parts = url.split(',');
+            let master = parts.next().unwrap_or_default().to_owned();
+            let sentinels: Vec<&str> = parts.collect();
+            if master.is_empty() || sentinels.is_empty() {
+                env.errors.push(format!(
+                    "{prefix}URL: {url:?} is not <master name>,<sentinel host:port>,... as {prefix}TYPE=sentinel asks"
+                ));
+                return None;
+            }
+            let credentials = credentials(sentinel_auth);
+            let sentinels = sentinels
+                .into_iter()
+                .map(|host| RedisUrl::new(format!("{scheme}://{credentials}{host}")))
+                .collect();
+            Some(Located::Sentinel { sentinels, master })
+        }
+        "cluster" => Some(Located::Cluster(
+            url.split(',')
+                .map(|host| RedisUrl::new(format!("{scheme}://{host}")))
+                .collect(),
+        )),
+        _ => {
+            env.errors.push(format!(
+                "{prefix}TYPE: {kind:?} is not single, sentinel or cluster"
+            ));
+            None
+        }
+    }
+}
+
+/// Upstream's `user:password` or bare password.
+pub(super) fn user_and_password(auth: &str) -> (Option<String>, String) {
+    match auth.split_once(':') {
+        Some((user, password)) => (Some(user.to_owned()), password.to_owned()),
+        None => (None, auth.to_owned()),
+    }
+}
+
 /// One server's URL: `host:port` over TCP, a socket path, or a `redis://` URL as written.
-fn single(url: &str, socket: &str, scheme: &str) -> Result<RedisUrl, String> {
+fn single(url: &str, socket: &str, scheme: &str, prefix: &str) -> Result<RedisUrl, String> {
     if let Some(rest) = url.strip_prefix("redis://") {
         return Ok(RedisUrl::new(format!("{scheme}://{rest}")));
     }
     if socket.eq_ignore_ascii_case("unix") || url.starts_with('/') {
         if scheme == "rediss" {
-            return Err(
-                "REDIS_TLS: TLS over a unix socket is not supported; use REDIS_SOCKET_TYPE=tcp"
-                    .to_owned(),
-            );
+            return Err(format!(
+                "{prefix}TLS: TLS over a unix socket is not supported; use {prefix}SOCKET_TYPE=tcp"
+            ));
         }
         return Ok(RedisUrl::new(format!("redis+unix://{url}")));
     }
@@ -131,7 +171,7 @@ fn single(url: &str, socket: &str, scheme: &str) -> Result<RedisUrl, String> {
         return Ok(RedisUrl::new(format!("{scheme}://{url}")));
     }
     Err(format!(
-        "REDIS_SOCKET_TYPE: {socket:?} is neither tcp nor unix"
+        "{prefix}SOCKET_TYPE: {socket:?} is neither tcp nor unix"
     ))
 }
 

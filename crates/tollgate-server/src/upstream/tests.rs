@@ -331,3 +331,165 @@ fn prometheus_is_served_where_upstream_serves_it() {
     assert_eq!(args.side.metrics_path, "/stats/prometheus");
     assert!(args.health.ready_with_rls_domains);
 }
+
+/// Envoy Gateway's environment for its rate limit Deployment: the limits from its xDS server.
+#[test]
+fn envoy_gateways_environment_subscribes_to_its_xds_server() {
+    let (args, applied) = applied(&[
+        ("RUNTIME_ROOT", "/data"),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+        ("RUNTIME_IGNOREDOTFILES", "true"),
+        ("RUNTIME_WATCH_ROOT", "false"),
+        ("LOG_LEVEL", "info"),
+        ("USE_STATSD", "false"),
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001"),
+        ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
+        ("CONFIG_GRPC_XDS_NODE_METADATA", "zone=a,team=edge"),
+        ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "x-tenant:acme"),
+        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt"),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key"),
+        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt"),
+        ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+        ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "2s"),
+    ])
+    .expect("applies");
+    let xds = &args.rls_xds;
+    assert_eq!(
+        xds.rls_xds_server
+            .as_ref()
+            .map(ToString::to_string)
+            .as_deref(),
+        Some("envoy-gateway:18001")
+    );
+    assert_eq!(xds.rls_xds_node_id, "envoy-ratelimit");
+    assert_eq!(
+        xds.rls_xds_node_metadata,
+        [
+            ("zone".to_owned(), "a".to_owned()),
+            ("team".to_owned(), "edge".to_owned())
+        ]
+    );
+    assert_eq!(xds.rls_xds_header.len(), 1);
+    assert!(xds.rls_xds_tls);
+    assert_eq!(xds.rls_xds_client_cert, Some("/certs/tls.crt".into()));
+    assert_eq!(xds.rls_xds_ca, Some("/certs/ca.crt".into()));
+    assert!(xds.rls_xds_start_without_config);
+    assert_eq!(
+        xds.rls_xds_backoff_initial,
+        std::time::Duration::from_secs(2)
+    );
+    // Nothing is read from the runtime directory, which Envoy Gateway does not mount.
+    assert_eq!(args.rls_config, None);
+    assert!(
+        applied
+            .unused
+            .iter()
+            .any(|line| line.contains("RUNTIME_ROOT") && line.contains("GRPC_XDS_SOTW")),
+        "{:?}",
+        applied.unused
+    );
+    let errors = super::tests::applied(&[
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("CONFIG_GRPC_XDS_NODE_METADATA", "zone"),
+        ("CONFIG_GRPC_XDS_SERVER_URL", "ftp://x:1"),
+    ])
+    .expect_err("refused");
+    let text = errors.join("\n");
+    assert!(
+        text.contains("CONFIG_GRPC_XDS_NODE_METADATA: \"zone\" is not KEY=VALUE"),
+        "{text}"
+    );
+    assert!(text.contains("CONFIG_GRPC_XDS_SERVER_URL:"), "{text}");
+}
+
+#[test]
+fn counters_are_kept_under_upstreams_keys_with_its_settings() {
+    let root = runtime();
+    let root_text = root.path().to_string_lossy().into_owned();
+    let base = [
+        ("RUNTIME_ROOT", root_text.as_str()),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+    ];
+    let (args, _) = applied(&base).expect("applies");
+    let keys = &args.rls_upstream_keys;
+    assert!(
+        keys.enabled,
+        "upstream's environment shares upstream's keys"
+    );
+    assert_eq!(
+        keys.counting(),
+        Some(crate::rls::UpstreamCounting::default()),
+        "with upstream's defaults"
+    );
+    assert!(keys.per_second_redis.is_none());
+    let mut vars = base.to_vec();
+    vars.extend_from_slice(&[
+        ("CACHE_KEY_PREFIX", "ratelimit:"),
+        ("EXPIRATION_JITTER_MAX_SECONDS", "0"),
+        ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
+        ("LOCAL_CACHE_SIZE_IN_BYTES", "1048576"),
+        ("REDIS_PERSECOND", "true"),
+        ("REDIS_PERSECOND_TYPE", "SENTINEL"),
+        ("REDIS_PERSECOND_URL", "persecond,s1:26379,s2:26379"),
+        ("REDIS_PERSECOND_AUTH", "fast:pw"),
+    ]);
+    let (args, _) = applied(&vars).expect("applies");
+    let keys = &args.rls_upstream_keys;
+    let counting = keys.counting().expect("on");
+    assert_eq!(counting.prefix, "ratelimit:");
+    assert_eq!(counting.expiration_jitter, std::time::Duration::ZERO);
+    assert!(counting.stop_increment_over_limit);
+    assert!(counting.local_cache);
+    assert_eq!(
+        keys.per_second_redis_sentinel_master.as_deref(),
+        Some("persecond")
+    );
+    let sentinels: Vec<&str> = keys
+        .per_second_redis_sentinel
+        .iter()
+        .map(tollgate::RedisUrl::expose)
+        .collect();
+    assert_eq!(sentinels, ["redis://s1:26379", "redis://s2:26379"]);
+    assert_eq!(keys.per_second_redis_username.as_deref(), Some("fast"));
+    assert_eq!(keys.per_second_redis_password.as_deref(), Some("pw"));
+
+    let mut vars = base.to_vec();
+    vars.extend_from_slice(&[
+        ("REDIS_PERSECOND", "true"),
+        ("REDIS_PERSECOND_SOCKET_TYPE", "tcp"),
+        ("REDIS_PERSECOND_URL", "fast-redis:6379"),
+    ]);
+    let (args, _) = applied(&vars).expect("applies");
+    assert_eq!(
+        args.rls_upstream_keys
+            .per_second_redis
+            .as_ref()
+            .map(tollgate::RedisUrl::expose),
+        Some("redis://fast-redis:6379")
+    );
+
+    let mut vars = base.to_vec();
+    vars.extend_from_slice(&[
+        ("EXPIRATION_JITTER_MAX_SECONDS", "-1"),
+        ("REDIS_PERSECOND", "true"),
+        ("REDIS_PERSECOND_TYPE", "ring"),
+    ]);
+    let problems = applied(&vars).expect_err("refused").join("\n");
+    assert!(
+        problems.contains("EXPIRATION_JITTER_MAX_SECONDS: -1"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("REDIS_PERSECOND_TYPE: \"ring\""),
+        "{problems}"
+    );
+
+    let given = |id: &str| id == "enabled";
+    let (args, _) = applied_given(&base, &given).expect("applies");
+    assert!(
+        !args.rls_upstream_keys.enabled,
+        "--rls-upstream-keys given (false by TOLLGATE_RLS_UPSTREAM_KEYS) wins"
+    );
+}

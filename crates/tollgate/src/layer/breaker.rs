@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::check::{Check, Verdict};
 use crate::clock::{Clock, Micros, Stopwatch, duration_to_micros};
+use crate::counter::CounterOp;
 use crate::store::{Store, StoreError};
 
 /// When the breaker opens and for how long.
@@ -191,21 +192,24 @@ impl<S: Store> CircuitBreaker<S> {
     }
 }
 
-impl<S: Store> Store for CircuitBreaker<S> {
-    async fn check(&self, check: &Check<'_>, at: Option<Micros>) -> Result<Verdict, StoreError> {
+impl<S: Store> CircuitBreaker<S> {
+    /// The kind of call the store may take now, or the open breaker's refusal.
+    fn admit(&self) -> Result<Call, StoreError> {
         let call = self.state.call(self.clock.now());
         if call == Call::Skip {
             self.observer.store_skipped();
             return Err(StoreError::CircuitOpen);
         }
-        let watch = Stopwatch::start();
-        let result = self.inner.check(check, at).await;
-        self.observer
-            .store_called(watch.elapsed(), result.as_ref().err());
-        let healthy = !matches!(&result, Err(error) if error.is_store_failure());
+        Ok(call)
+    }
+
+    /// Records how the store answered `call`, timed by `watch`.
+    fn record(&self, call: Call, watch: Stopwatch, error: Option<&StoreError>) {
+        self.observer.store_called(watch.elapsed(), error);
+        let healthy = !matches!(error, Some(error) if error.is_store_failure());
         match self.state.record(call, healthy, self.clock.now()) {
             Some(Transition::Opened(failures)) => {
-                let cause = result.as_ref().err().map(ToString::to_string);
+                let cause = error.map(ToString::to_string);
                 tracing::warn!(
                     failures,
                     cooldown_ms = self.cooldown().as_millis() as u64,
@@ -224,6 +228,23 @@ impl<S: Store> Store for CircuitBreaker<S> {
             }
             None => {}
         }
+    }
+}
+
+impl<S: Store> Store for CircuitBreaker<S> {
+    async fn check(&self, check: &Check<'_>, at: Option<Micros>) -> Result<Verdict, StoreError> {
+        let call = self.admit()?;
+        let watch = Stopwatch::start();
+        let result = self.inner.check(check, at).await;
+        self.record(call, watch, result.as_ref().err());
+        result
+    }
+
+    async fn counters(&self, ops: &[CounterOp<'_>]) -> Result<Vec<u64>, StoreError> {
+        let call = self.admit()?;
+        let watch = Stopwatch::start();
+        let result = self.inner.counters(ops).await;
+        self.record(call, watch, result.as_ref().err());
         result
     }
 

@@ -302,6 +302,8 @@ impl<S: Store> Store for Leasing<S> {
         self.inner.check(check, at).await
     }
 
+    pass_to_inner!(counters);
+
     pass_to_inner!(writes);
 
     pass_to_inner!(describe);

@@ -11,7 +11,8 @@
 //! the global tier, the over-limit cache, the breaker).
 
 /// The `Store` methods a layer hands unchanged to the store it wraps (`self.inner`): what it
-/// is and holds (`describe`), and refunds, charges and forgetting (`writes`).
+/// is and holds (`describe`), refunds, charges and forgetting (`writes`), and plain counters
+/// (`counters`).
 macro_rules! pass_to_inner {
     (describe) => {
         fn kind(&self) -> &'static str {
@@ -24,6 +25,14 @@ macro_rules! pass_to_inner {
 
         fn own_clock(&self) -> Option<&std::sync::Arc<dyn crate::clock::Clock>> {
             self.inner.own_clock()
+        }
+    };
+    (counters) => {
+        async fn counters(
+            &self,
+            ops: &[crate::counter::CounterOp<'_>],
+        ) -> Result<Vec<u64>, crate::store::StoreError> {
+            self.inner.counters(ops).await
         }
     };
     (writes) => {

@@ -10,6 +10,10 @@
 //! is held at most [`MAX_HOLD`] (then the store is asked again, and the denial cached anew if
 //! it stands): that is the longest the cache can deny a request the store would admit. Time
 //! comes from the injected clock.
+//!
+//! It also remembers envoyproxy/ratelimit's plain counters (see [`crate::counter`]) found over
+//! their limit, for counts that ask for it (upstream's local cache): such a counter only grows
+//! until its window ends, and its key names the window, so it is held until that end.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
@@ -46,6 +50,8 @@ pub struct OverLimitCache<S> {
     hasher: RandomState,
     shards: Vec<Mutex<HashMap<u64, Entry>>>,
     generations: Vec<AtomicU64>,
+    /// Plain counters over their limit: the hash of the key, and when its window ends.
+    counters: Vec<Mutex<HashMap<u64, Micros>>>,
     hits: AtomicU64,
     clock: Arc<dyn Clock>,
     observer: Arc<dyn super::StoreObserver>,
@@ -80,6 +86,7 @@ impl<S: Store> OverLimitCache<S> {
             hasher: RandomState::new(),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             generations: (0..GENERATIONS).map(|_| AtomicU64::new(0)).collect(),
+            counters: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hits: AtomicU64::new(0),
             clock,
             observer,
@@ -177,6 +184,45 @@ impl<S: Store> OverLimitCache<S> {
         );
     }
 
+    fn counter_shard(&self, id: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Micros>> {
+        self.counters[(id as usize) % SHARDS]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the plain counter under `key` (a key naming its window) was found over its
+    /// limit and its window has not ended at `now`; such an answer counts as a hit.
+    pub fn counter_over(&self, key: &str, now: Micros) -> bool {
+        let id = self.hasher.hash_one(key);
+        let mut shard = self.counter_shard(id);
+        match shard.get(&id) {
+            Some(&until) if now < until => {
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                self.observer.cache_hit();
+                true
+            }
+            Some(_) => {
+                shard.remove(&id);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Remembers that the plain counter under `key` is over its limit until `until`, when its
+    /// window ends.
+    pub fn remember_counter(&self, key: &str, until: Micros, now: Micros) {
+        let id = self.hasher.hash_one(key);
+        let mut shard = self.counter_shard(id);
+        if shard.len() >= MAX_ENTRIES_PER_SHARD {
+            shard.retain(|_, end| *end > now);
+            if shard.len() >= MAX_ENTRIES_PER_SHARD {
+                return;
+            }
+        }
+        shard.insert(id, until);
+    }
+
     /// Invalidates every entry holding one of `check`'s keys (after a refund or a charge).
     fn forget_keys(&self, check: &Check<'_>) {
         for item in check.items() {
@@ -215,6 +261,8 @@ impl<S: Store> Store for OverLimitCache<S> {
         self.forget_keys(check);
         self.inner.forget(check).await
     }
+
+    pass_to_inner!(counters);
 
     pass_to_inner!(describe);
 }

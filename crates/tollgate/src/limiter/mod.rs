@@ -2,6 +2,7 @@
 //! observers that watch decisions, shared by every clone.
 
 mod admin;
+mod counting;
 mod denial_log;
 mod denials;
 mod look;
@@ -44,6 +45,10 @@ struct Inner<S> {
     store: Guards<S>,
     /// Decides for policies whose failure mode is `local` while the store cannot.
     local: MemoryStore,
+    /// The clock the guards read, and plain counters take their window from.
+    clock: Arc<dyn Clock>,
+    /// Where plain counters of one-second windows go, when not to `store`.
+    per_second: ArcSwapOption<AnyStore>,
     #[cfg(feature = "metrics")]
     metrics: Arc<Metrics>,
     denials: Arc<Denials>,
@@ -142,7 +147,9 @@ impl<S: Store> LimiterBuilder<S> {
         Limiter {
             inner: Arc::new(Inner {
                 store,
-                local: MemoryStore::builder().clock(clock).build(),
+                local: MemoryStore::builder().clock(Arc::clone(&clock)).build(),
+                clock,
+                per_second: ArcSwapOption::empty(),
                 #[cfg(feature = "metrics")]
                 metrics,
                 denials,

@@ -45,6 +45,17 @@ impl Store for AnyStore {
         }
     }
 
+    async fn counters(
+        &self,
+        ops: &[crate::counter::CounterOp<'_>],
+    ) -> Result<Vec<u64>, StoreError> {
+        match self {
+            AnyStore::Memory(store) => store.counters(ops).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(store) => store.counters(ops).await,
+        }
+    }
+
     fn kind(&self) -> &'static str {
         match self {
             AnyStore::Memory(store) => store.kind(),

@@ -24,6 +24,7 @@ use super::{Store, StoreError};
 use crate::algorithm::{Adjustment, State};
 use crate::check::{Check, Item, Verdict};
 use crate::clock::{Clock, Micros, SystemClock};
+use crate::counter::CounterOp;
 use crate::decision::Decision;
 use crate::limit::Limit;
 
@@ -215,7 +216,18 @@ impl MemoryStore {
     /// (the SplitMix64 finaliser), so that one key under two limits never shares a slot and a
     /// key is hashed once however many limits it is checked against.
     fn slot_of(key_hash: u64, limit: &Limit) -> u64 {
-        let mut z = key_hash ^ limit.state_id();
+        Self::mix(key_hash ^ limit.state_id())
+    }
+
+    /// The slot of a plain counter (see [`crate::counter`]): its key's hash mixed as a
+    /// limit's would be, with an id of its own.
+    fn counter_slot(key_hash: u64) -> u64 {
+        /// "counters" in ASCII.
+        const COUNTERS: u64 = 0x636f_756e_7465_7273;
+        Self::mix(key_hash ^ COUNTERS)
+    }
+
+    fn mix(mut z: u64) -> u64 {
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
@@ -428,6 +440,21 @@ impl Store for MemoryStore {
             self.reset(&item.key, item.limit);
         }
         Ok(())
+    }
+
+    async fn counters(&self, ops: &[CounterOp<'_>]) -> Result<Vec<u64>, StoreError> {
+        let now = self.clock.now();
+        Ok(ops
+            .iter()
+            .map(|op| {
+                let slot = Self::counter_slot(self.key_hash(op.key));
+                let add = op.add.map(|add| {
+                    let ttl = add.ttl.saturating_mul(crate::clock::MICROS_PER_SECOND);
+                    (add.hits, now.saturating_add(ttl))
+                });
+                lock(&self.shards[self.shard_of(slot)].0).counter(slot, add, now)
+            })
+            .collect())
     }
 
     fn kind(&self) -> &'static str {

@@ -131,6 +131,27 @@ impl Shard {
         decision
     }
 
+    /// Reads a plain counter, or raises it by `add`'s hits and makes it expire at `add`'s
+    /// time. Kept as a fixed window's count, so that counters share the shard's bound and
+    /// eviction with every other state.
+    pub(super) fn counter(&mut self, slot: u64, add: Option<(u64, Micros)>, now: Micros) -> u64 {
+        let current = match self.slots.get(&slot) {
+            Some(Slot {
+                state: State::FixedWindow(window),
+                expires_at,
+                ..
+            }) if *expires_at > now => window.count,
+            _ => 0,
+        };
+        let Some((hits, expires_at)) = add else {
+            return current;
+        };
+        let count = current.saturating_add(hits);
+        let state = State::FixedWindow(crate::algorithm::fixed_window::State { start: 0, count });
+        self.put(slot, state, expires_at, now, false);
+        count
+    }
+
     /// Moves a state out for the length of a check, leaving a placeholder that only the lock
     /// holder can see and that [`Shard::put`] replaces.
     pub(super) fn take(&mut self, slot: u64) -> Option<State> {

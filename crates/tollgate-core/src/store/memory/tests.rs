@@ -258,3 +258,50 @@ fn adjustments_must_match_the_items() {
         "0 adjustments were given for a check of 1 items"
     );
 }
+
+/// Runs a store future that never waits (the memory store's never do).
+fn now_or_never<T>(future: impl std::future::Future<Output = T>) -> T {
+    let mut future = std::pin::pin!(future);
+    let waker = std::task::Waker::noop();
+    match future
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(waker))
+    {
+        std::task::Poll::Ready(value) => value,
+        std::task::Poll::Pending => unreachable!("the memory store does not wait"),
+    }
+}
+
+#[test]
+fn plain_counters_count_and_expire_as_redis_keys_do() {
+    use crate::counter::{CounterAdd, CounterOp};
+    let clock = ManualClock::new(1_000_000_000);
+    let store = store_at(&clock, 100);
+    let add = |hits| CounterOp {
+        key: "domain_key_value_1200",
+        add: Some(CounterAdd { hits, ttl: 60 }),
+    };
+    let read = CounterOp {
+        key: "domain_key_value_1200",
+        add: None,
+    };
+    let counters = |ops: &[CounterOp<'_>]| now_or_never(store.counters(ops)).unwrap();
+    assert_eq!(counters(&[read]), [0], "a counter nobody raised reads 0");
+    assert_eq!(counters(&[add(3), add(0), read]), [3, 3, 3]);
+    assert_eq!(
+        store.held_keys().unwrap().held,
+        1,
+        "kept with the other states"
+    );
+    clock.advance(std::time::Duration::from_secs(59));
+    assert_eq!(counters(&[add(2)]), [5], "each raise renews its life");
+    clock.advance(std::time::Duration::from_secs(59));
+    assert_eq!(counters(&[read]), [5]);
+    clock.advance(std::time::Duration::from_secs(1));
+    assert_eq!(counters(&[read]), [0], "expired");
+    // A counter and a limit's state on the same key stay apart.
+    let window = limit("domain_key_value_1200", Algorithm::FixedWindow, "1/m");
+    let check = Check::one("domain_key_value_1200", &window);
+    assert!(store.decide(&check, clock.now()).unwrap().is_allowed());
+    assert_eq!(counters(&[read]), [0]);
+}

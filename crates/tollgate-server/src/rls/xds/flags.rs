@@ -10,7 +10,7 @@ use clap::builder::TypedValueParser as _;
 use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue};
 
 /// The largest `--rls-xds-max-message-bytes` accepted.
-const MAX_MESSAGE_BYTES: u32 = 256 << 20;
+pub(crate) const MAX_MESSAGE_BYTES: u32 = 256 << 20;
 
 /// Where the rate limit service's configuration comes from when it is pushed over xDS.
 #[derive(Debug, Clone, clap::Args)]
@@ -100,7 +100,8 @@ pub struct XdsFlags {
     pub rls_xds_max_message_bytes: usize,
     /// Open the listeners at once instead of once the first configuration is in force, as
     /// envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG (which Envoy Gateway sets);
-    /// until a configuration arrives, every descriptor is answered OK.
+    /// until a configuration arrives, requests are answered UNAVAILABLE ("no rate limit
+    /// configuration loaded"), and Envoy's failure mode decides, as upstream.
     #[arg(long, env = "TOLLGATE_RLS_XDS_START_WITHOUT_CONFIG")]
     pub rls_xds_start_without_config: bool,
 }

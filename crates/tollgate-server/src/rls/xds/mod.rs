@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use tollgate::{AnyStore, Limiter};
 
+pub(crate) use flags::MAX_MESSAGE_BYTES;
 pub use flags::{XdsFlags, XdsHeader, XdsServer};
 
 use super::Rls;

@@ -352,5 +352,7 @@ impl<S: Store> Store for GlobalTier<S> {
         leases.forget(&of_scope(check, Scope::Global)).await
     }
 
+    pass_to_inner!(counters);
+
     pass_to_inner!(describe);
 }
