@@ -21,7 +21,9 @@ pub(crate) use pace::Pacer;
 
 pub use report::Summary;
 pub(crate) use report::thousands;
-pub use target::{Answer, DEFAULT_CHECK_BODY, KEY_PLACEHOLDER, Target, check_answer};
+pub use target::{
+    Answer, DEFAULT_CHECK_BODY, IP_PLACEHOLDER, KEY_PLACEHOLDER, Target, check_answer, fill,
+};
 
 /// What `tollgate bench` drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -58,10 +60,12 @@ pub struct BenchArgs {
     /// Send this many requests a second on a fixed schedule instead of as fast as possible.
     #[arg(long, value_name = "PER_SECOND")]
     pub rate: Option<f64>,
-    /// How many distinct keys the requests cycle through (`{key}` in the body or descriptor).
+    /// How many distinct keys the requests cycle through (`{key}` in the body or descriptor, or
+    /// `{ip}`: an IPv6 address in a /64 of its own per key, for policies keyed by address).
     #[arg(long, default_value_t = 1_000)]
     pub keys: u64,
-    /// The check request (http), with `{key}` where the key number goes.
+    /// The check request (http), with `{key}` where the key number goes (`{ip}` where its
+    /// address goes).
     #[arg(long, default_value = DEFAULT_CHECK_BODY)]
     pub body: String,
     /// A header field to send (get), `name: value`, with `{key}` where the key number goes;

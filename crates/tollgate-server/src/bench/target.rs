@@ -19,6 +19,21 @@ use crate::rls::proto::service::{RateLimitRequest, RateLimitResponse};
 /// Where `{key}` in a body or descriptor becomes a key number.
 pub const KEY_PLACEHOLDER: &str = "{key}";
 
+/// Where `{ip}` in a body or descriptor becomes a client address numbered by the key: an IPv6
+/// address in a /64 of its own (`2001:db8:0:2a::1` for key 42), so that policies counting by
+/// address (which group IPv6 by /64) see a distinct client per key.
+pub const IP_PLACEHOLDER: &str = "{ip}";
+
+/// `template` with `{key}` and `{ip}` filled in for key number `key`.
+pub fn fill(template: &str, key: u64) -> String {
+    let mut text = template.replace(KEY_PLACEHOLDER, &key.to_string());
+    if text.contains(IP_PLACEHOLDER) {
+        let address = format!("2001:db8:{:x}:{:x}::1", key >> 16, key & 0xffff);
+        text = text.replace(IP_PLACEHOLDER, &address);
+    }
+    text
+}
+
 /// The default check: one GCRA limit of 100/s per key.
 pub const DEFAULT_CHECK_BODY: &str =
     r#"{"limits":[{"key":"bench:{key}","algorithm":"gcra","quota":"100/s"}]}"#;
@@ -80,11 +95,11 @@ fn parse_uri(text: &str) -> Result<Uri, String> {
 impl Target {
     /// The check API at `base` (`http://host:port`), with `template` per key.
     pub fn check(base: &str, template: &str, keys: u64) -> Result<Self, String> {
-        serde_json::from_str::<serde_json::Value>(&template.replace(KEY_PLACEHOLDER, "0"))
+        serde_json::from_str::<serde_json::Value>(&fill(template, 0))
             .map_err(|error| format!("--body: not JSON: {error}"))?;
         let uri = parse_uri(&format!("{}/v1/check", base.trim_end_matches('/')))?;
         let bodies = (0..keys)
-            .map(|key| Bytes::from(template.replace(KEY_PLACEHOLDER, &key.to_string())))
+            .map(|key| Bytes::from(fill(template, key)))
             .collect();
         Ok(Self::Check {
             client: http_client(),
@@ -103,7 +118,7 @@ impl Target {
                     .ok_or_else(|| format!("--header {field:?}: expected name: value"))?;
                 let name = HeaderName::from_bytes(name.trim().as_bytes())
                     .map_err(|_| format!("--header {field:?}: {name:?} is not a field name"))?;
-                HeaderValue::from_str(&value.trim().replace(KEY_PLACEHOLDER, "0"))
+                HeaderValue::from_str(&fill(value.trim(), 0))
                     .map_err(|_| format!("--header {field:?}: not a valid field value"))?;
                 Ok((name, value.trim().to_owned()))
             })
@@ -154,26 +169,23 @@ impl Target {
             })
             .collect::<Result<_, _>>()?;
         let requests = (0..keys)
-            .map(|key| {
-                let key = key.to_string();
-                RateLimitRequest {
-                    domain: domain.to_owned(),
-                    descriptors: descriptors
-                        .iter()
-                        .map(|pairs| RateLimitDescriptor {
-                            entries: pairs
-                                .iter()
-                                .map(|(name, value)| Entry {
-                                    key: (*name).to_owned(),
-                                    value: value.replace(KEY_PLACEHOLDER, &key),
-                                })
-                                .collect(),
-                            limit: None,
-                            hits_addend: None,
-                        })
-                        .collect(),
-                    hits_addend: 0,
-                }
+            .map(|key| RateLimitRequest {
+                domain: domain.to_owned(),
+                descriptors: descriptors
+                    .iter()
+                    .map(|pairs| RateLimitDescriptor {
+                        entries: pairs
+                            .iter()
+                            .map(|(name, value)| Entry {
+                                key: (*name).to_owned(),
+                                value: fill(value, key),
+                            })
+                            .collect(),
+                        limit: None,
+                        hits_addend: None,
+                    })
+                    .collect(),
+                hits_addend: 0,
             })
             .collect();
         Ok(Self::Grpc { channels, requests })
@@ -203,9 +215,8 @@ impl Target {
                 keys,
             } => {
                 let mut request = Request::get(uri.clone());
-                let key = (n % keys).to_string();
                 for (name, value) in headers {
-                    request = request.header(name, value.replace(KEY_PLACEHOLDER, &key));
+                    request = request.header(name, fill(value, n % keys));
                 }
                 (client, request.body(Full::new(Bytes::new())))
             }
@@ -289,5 +300,30 @@ fn grpc_answer(response: &RateLimitResponse) -> Answer {
         Ok(Code::Ok) => Answer::Allowed,
         Ok(Code::OverLimit) => Answer::Denied,
         _ => Answer::Failed(format!("overall code {}", response.overall_code)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::net::IpAddr;
+
+    use super::*;
+
+    #[test]
+    fn placeholders_give_each_key_its_number_and_an_address_in_a_64_of_its_own() {
+        assert_eq!(fill("k{key}:{key}", 42), "k42:42");
+        assert_eq!(fill("{ip}", 42), "2001:db8:0:2a::1");
+        let networks: HashSet<u64> = [0, 1, 0xffff, 0x1_0000, 9_999_999]
+            .into_iter()
+            .map(|key| {
+                let address: IpAddr = fill("{ip}", key).parse().expect("an IP address");
+                let IpAddr::V6(address) = address else {
+                    panic!("IPv6 expected: {address}")
+                };
+                (u128::from(address) >> 64) as u64
+            })
+            .collect();
+        assert_eq!(networks.len(), 5, "one /64 per key: {networks:?}");
     }
 }
