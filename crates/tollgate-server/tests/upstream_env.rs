@@ -106,7 +106,11 @@ async fn istios_sample_deployment_runs_unchanged() {
         .expect("keys");
     let counted: u64 = keys
         .iter()
-        .map(|key| redis.query::<u64>(redis::cmd("GET").arg(key)).expect("a count"))
+        .map(|key| {
+            redis
+                .query::<u64>(redis::cmd("GET").arg(key))
+                .expect("a count")
+        })
         .sum();
     assert_eq!(counted, 3, "upstream's keys hold every hit: {keys:?}");
 
