@@ -1,16 +1,12 @@
-//! The command line: `serve`, `proxy`, `config check`, `bench`, `simulate`, `regions`.
+//! The command line: `serve`, `proxy`, `config check`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::serve::ServeArgs;
-
-use crate::bench::BenchArgs;
 use crate::proxy::ProxyArgs;
-use crate::regions::RegionsArgs;
-use crate::simulate::SimulateArgs;
+use crate::serve::ServeArgs;
 
 /// Tollgate: a distributed rate limiter.
 #[derive(Debug, Parser)]
@@ -29,13 +25,6 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Proxy to an upstream, applying the policies to every request.
     Proxy(Box<ProxyArgs>),
-    /// Drive the HTTP API, the gRPC service or the proxy with load and report latencies.
-    Bench(BenchArgs),
-    /// Replay a traffic pattern through the algorithms and chart what each admits.
-    Simulate(SimulateArgs),
-    /// Run one global limit across three regions on this machine (Redis servers, servers and
-    /// delayed links to the global store as child processes) and report what it admitted.
-    Regions(RegionsArgs),
     /// Check configuration files and list every problem.
     Config {
         #[command(subcommand)]
@@ -283,9 +272,6 @@ pub fn main() -> ExitCode {
         match cli.command {
             Command::Serve(args) => crate::serve::run(*args).await,
             Command::Proxy(args) => crate::proxy::run(*args).await,
-            Command::Bench(args) => crate::bench::run(args).await,
-            Command::Simulate(args) => crate::simulate::run(args).await,
-            Command::Regions(args) => crate::regions::run(args).await,
             Command::Config { .. } => Ok(()),
         }
     });

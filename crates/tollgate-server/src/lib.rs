@@ -3,10 +3,9 @@
 
 pub mod admin;
 pub mod api;
-pub mod bench;
 pub mod cli;
 pub mod exposition;
-mod flags;
+pub mod flags;
 pub mod forward;
 pub mod health;
 pub mod http_server;
@@ -16,14 +15,12 @@ pub mod policies;
 pub mod process_metrics;
 pub mod proxy;
 pub mod proxy_metrics;
-pub mod regions;
 pub mod reload;
 pub mod rlqs;
 pub mod rls;
 pub mod serve;
 pub mod shutdown;
 pub mod side_listeners;
-pub mod simulate;
 pub mod store;
 pub mod store_health;
 pub mod tls;

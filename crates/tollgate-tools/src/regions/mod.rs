@@ -1,15 +1,15 @@
-//! `tollgate regions`: one global limit shared by three regions, on this machine, for anyone to
-//! run. Each region is a `tollgate serve` with a Redis of its own; a fourth Redis is the global
-//! store, reached by every region through a proxy that adds that region's round trip. Uneven
-//! load, open loop, well above the quota, shows what leases cost: latency at each region, calls
-//! to the global store, quota left unused; and that the regions together never admit more than
-//! the quota in any window (the run fails if they do).
+//! `tollgate-tools regions`: one global limit shared by three regions, on this machine, for anyone
+//! to run. Each region is a `tollgate serve` with a Redis of its own; a fourth Redis is the global
+//! store, reached by every region through a proxy that adds that region's round trip. Uneven load,
+//! open loop, well above the quota, shows what leases cost: latency at each region, calls to the
+//! global store, quota left unused; and that the regions together never admit more than the quota
+//! in any window (the run fails if they do).
 
-mod delay;
 mod load;
 mod processes;
 mod record;
 mod report;
+mod server_binary;
 
 use std::convert::Infallible;
 use std::path::PathBuf;
@@ -18,9 +18,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tollgate::Quota;
+use tollgate_testkit::FaultyLink;
 
 use crate::bench::{Target, progress_bar, thousands};
-use delay::DelayedLink;
 use load::{Load, Progress};
 use processes::Processes;
 use record::Record;
@@ -65,7 +65,7 @@ const CHECK: &str = r#"{"policy":"tenant","attributes":{"tenant":"acme"}}"#;
 /// region alone, so its latency is what the machine gives any check, without the global tier.
 const BASELINE_CHECK: &str = r#"{"policy":"regional","attributes":{"tenant":"acme"}}"#;
 
-/// `tollgate regions` flags.
+/// `tollgate-tools regions` flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RegionsArgs {
     /// How long to drive the load, in seconds.
@@ -88,6 +88,10 @@ pub struct RegionsArgs {
     /// is the baseline the global limit's is measured against.
     #[arg(long, default_value_t = 100.0)]
     pub baseline_rate: f64,
+    /// The `tollgate` binary each region runs; by default the one beside `tollgate-tools`,
+    /// else `tollgate` on PATH.
+    #[arg(long, value_name = "PATH")]
+    pub server: Option<PathBuf>,
 }
 
 impl RegionsArgs {
@@ -119,7 +123,7 @@ impl RegionsArgs {
 /// same limit counted in each region alone for the baseline.
 fn policy_file(quota: Quota) -> String {
     format!(
-        "# Written by `tollgate regions`: one tenant quota that every region spends from.\n\
+        "# Written by `tollgate-tools regions`: one tenant quota that every region spends from.\n\
          policies:\n  - name: tenant\n    key: [tenant]\n    limits:\n      \
          - {{ name: tenant-quota, algorithm: fixed_window, quota: {quota}, scope: global }}\n\
          # The baseline: the same quota counted in the region alone.\n  \
@@ -132,10 +136,11 @@ fn policy_file(quota: Quota) -> String {
 /// together admitted more than the quota in any window.
 pub async fn run(args: RegionsArgs) -> Result<(), String> {
     args.validate()?;
-    let mut processes = Processes::new()?;
+    let tollgate = server_binary::locate(args.server.as_deref())?;
+    let mut processes = Processes::new(tollgate)?;
     let outcome = tokio::select! {
         outcome = demonstrate(&args, &mut processes) => outcome,
-        () = crate::shutdown::signal() => Err("interrupted".to_owned()),
+        () = tollgate_server::shutdown::signal() => Err("interrupted".to_owned()),
     };
     // Every child stops here, whatever happened.
     drop(processes);
@@ -167,8 +172,9 @@ async fn demonstrate(args: &RegionsArgs, processes: &mut Processes) -> Result<Re
     let mut servers = Vec::new();
     for region in REGIONS {
         let redis = processes.redis(&format!("{}-redis", region.name)).await?;
-        let link =
-            DelayedLink::start(global, Duration::from_millis(region.round_trip_ms) / 2).await?;
+        // The test kit's faulty link, with latency as its only fault: the region's distance.
+        let link = FaultyLink::to(global);
+        link.set_latency(Duration::from_millis(region.round_trip_ms) / 2);
         let flags = [
             "--config".to_owned(),
             policies.clone(),

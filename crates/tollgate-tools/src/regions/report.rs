@@ -1,5 +1,5 @@
-//! What `tollgate regions` prints: a row per region, a row per window of the global limit, the
-//! totals against the quota, and the chart of admissions over time.
+//! What `tollgate-tools regions` prints: a row per region, a row per window of the global limit,
+//! the totals against the quota, and the chart of admissions over time.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -1,5 +1,5 @@
-//! What `tollgate bench` drives: the check API, the rate limit service, or plain GETs (through
-//! the proxy, or anything else), and how each answer counts.
+//! What `tollgate-tools bench` drives: the check API, the rate limit service, or plain GETs
+//! (through the proxy, or anything else), and how each answer counts.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -10,11 +10,11 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::rls::proto::common::RateLimitDescriptor;
-use crate::rls::proto::common::rate_limit_descriptor::Entry;
-use crate::rls::proto::service::rate_limit_response::Code;
-use crate::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
-use crate::rls::proto::service::{RateLimitRequest, RateLimitResponse};
+use tollgate_server::rls::proto::common::RateLimitDescriptor;
+use tollgate_server::rls::proto::common::rate_limit_descriptor::Entry;
+use tollgate_server::rls::proto::service::rate_limit_response::Code;
+use tollgate_server::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_server::rls::proto::service::{RateLimitRequest, RateLimitResponse};
 
 /// Where `{key}` in a body or descriptor becomes a key number.
 pub const KEY_PLACEHOLDER: &str = "{key}";

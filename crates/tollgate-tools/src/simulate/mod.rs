@@ -1,4 +1,4 @@
-//! `tollgate simulate`: replays a traffic pattern through algorithms with the same quota on a
+//! `tollgate-tools simulate`: replays a traffic pattern through algorithms with the same quota on a
 //! manual clock, and shows what each admits: a summary table and an SVG chart.
 
 pub(crate) mod chart;
@@ -11,7 +11,7 @@ use tollgate::{Algorithm, Check, Limit, ManualClock, MemoryStore, Micros, Quota,
 
 pub use pattern::{MAX_ARRIVALS, Pattern};
 
-/// What one algorithm (or, in `tollgate regions`, one region) did with the arrivals.
+/// What one algorithm (or, in `tollgate-tools regions`, one region) did with the arrivals.
 #[derive(Debug, Clone)]
 pub struct Outcome {
     /// The algorithm's (or region's) name, the row's label in the chart.
@@ -24,7 +24,7 @@ pub struct Outcome {
     pub peak_per_period: u64,
 }
 
-/// `tollgate simulate` flags.
+/// `tollgate-tools simulate` flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimulateArgs {
     /// The traffic: steady, burst, boundary, sawtooth, or csv:FILE (arrival times in seconds).

@@ -1,4 +1,4 @@
-//! The summary `tollgate bench` prints: throughput, the allowed/denied split, latency
+//! The summary `tollgate-tools bench` prints: throughput, the allowed/denied split, latency
 //! percentiles and a latency distribution.
 
 use std::fmt::Write as _;

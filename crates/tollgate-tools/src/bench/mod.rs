@@ -1,4 +1,5 @@
-//! `tollgate bench`: a load generator for the check API, the rate limit service and the proxy.
+//! `tollgate-tools bench`: a load generator for the check API, the rate limit service and the
+//! proxy.
 //!
 //! Without `--rate`, every worker sends its next request as soon as the last is answered (the
 //! server's capacity). With `--rate`, requests are sent on a fixed schedule and each latency is
@@ -25,7 +26,7 @@ pub use target::{
     Answer, DEFAULT_CHECK_BODY, IP_PLACEHOLDER, KEY_PLACEHOLDER, Target, check_answer, fill,
 };
 
-/// What `tollgate bench` drives.
+/// What `tollgate-tools bench` drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TargetKind {
     /// `POST /v1/check` on `tollgate serve`.
@@ -41,7 +42,7 @@ pub const MAX_CONCURRENCY: usize = 10_000;
 /// The most distinct keys a run may cycle through.
 pub const MAX_KEYS: u64 = 10_000_000;
 
-/// `tollgate bench` flags.
+/// `tollgate-tools bench` flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
     /// What to drive.
@@ -55,7 +56,7 @@ pub struct BenchArgs {
     #[arg(long, short = 'c', default_value_t = 64)]
     pub concurrency: usize,
     /// How long to run.
-    #[arg(long, short = 'd', default_value = "10s", value_parser = crate::flags::duration_arg)]
+    #[arg(long, short = 'd', default_value = "10s", value_parser = tollgate_server::flags::duration_arg)]
     pub duration: Duration,
     /// Send this many requests a second on a fixed schedule instead of as fast as possible.
     #[arg(long, value_name = "PER_SECOND")]

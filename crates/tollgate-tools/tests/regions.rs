@@ -1,8 +1,10 @@
-//! `tollgate regions`, briefly and with small numbers: it starts its stores and servers, prints
-//! its table, writes its chart, and the regions together never admit more than the quota in a
-//! window. Latency and utilisation depend on the machine's timing and are not asserted.
+//! `tollgate-tools regions`, briefly and with small numbers: it starts its stores and servers,
+//! prints its table, writes its chart, and the regions together never admit more than the quota in
+//! a window. Latency and utilisation depend on the machine's timing and are not asserted.
 
-use std::process::Command;
+mod support;
+
+use support::{server_binary, tools};
 
 /// The quota of the run, per second so that a short run spans several windows.
 const QUOTA: u64 = 200;
@@ -26,7 +28,7 @@ fn windows(table: &str) -> Vec<(u64, u64)> {
 fn three_regions_never_admit_more_than_the_global_quota_in_a_window() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let chart = dir.path().join("regions.svg");
-    let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+    let output = tools()
         .args([
             "regions",
             "--seconds",
@@ -39,8 +41,10 @@ fn three_regions_never_admit_more_than_the_global_quota_in_a_window() {
         .args(["--quota", &format!("{QUOTA}/s")])
         .arg("--chart")
         .arg(&chart)
+        .arg("--server")
+        .arg(server_binary())
         .output()
-        .expect("tollgate regions runs");
+        .expect("tollgate-tools regions runs");
     let table = String::from_utf8_lossy(&output.stdout);
     let errors = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{table}\n{errors}");
@@ -69,15 +73,36 @@ fn three_regions_never_admit_more_than_the_global_quota_in_a_window() {
 
 #[test]
 fn a_missing_redis_server_is_reported_by_name() {
-    let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(["regions", "--seconds", "1"])
+    let output = tools()
+        .args(["regions", "--seconds", "1", "--server"])
+        .arg(server_binary())
         .env("PATH", "/nonexistent")
         .output()
-        .expect("tollgate regions runs");
+        .expect("tollgate-tools regions runs");
     assert!(!output.status.success());
     let errors = String::from_utf8_lossy(&output.stderr);
     assert!(
         errors.contains("global-redis: redis-server is not installed"),
+        "{errors}"
+    );
+}
+
+#[test]
+fn a_server_binary_that_is_not_there_is_named() {
+    let output = tools()
+        .args([
+            "regions",
+            "--seconds",
+            "1",
+            "--server",
+            "/nonexistent/tollgate",
+        ])
+        .output()
+        .expect("tollgate-tools regions runs");
+    assert!(!output.status.success());
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        errors.contains("--server: /nonexistent/tollgate is not a file"),
         "{errors}"
     );
 }

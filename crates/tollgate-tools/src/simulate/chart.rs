@@ -1,5 +1,5 @@
-//! The simulator's chart (and `tollgate regions`'): one row per algorithm or region, admitted and rejected requests per time slice,
-//! as a self-contained SVG.
+//! The simulator's chart (and `tollgate-tools regions`'): one row per algorithm or region,
+//! admitted and rejected requests per time slice, as a self-contained SVG.
 
 use std::fmt::Write as _;
 

@@ -1,0 +1,101 @@
+//! `tollgate-tools bench` against a real `tollgate serve`: the check API, Envoy's rate limit
+//! service over gRPC, plain GETs at a fixed rate, and a server that never answers.
+
+mod support;
+
+use serde_json::Value;
+use support::{Tollgate, run};
+
+/// One descriptor, two checks a minute: a known split between allowed and denied.
+const RLS_CONFIG: &str = "
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: { unit: minute, requests_per_unit: 2 }
+";
+
+fn write(path: &std::path::Path, text: &str) {
+    std::fs::write(path, text).expect("the file is written");
+}
+
+#[test]
+fn the_load_generator_reports_throughput_percentiles_and_the_split() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    write(&directory.path().join("edge.yaml"), RLS_CONFIG);
+    let server = Tollgate::serve(&["--rls-config", directory.path().to_str().expect("UTF-8")]);
+    let base = server.http_url();
+    let body = r#"{"limits":[{"key":"k{key}","algorithm":"fixed_window","quota":"10/h"}]}"#;
+    let (status, stdout, stderr) = run(&[
+        "bench",
+        "--url",
+        &base,
+        "--duration",
+        "500ms",
+        "--concurrency",
+        "4",
+        "--keys",
+        "2",
+        "--body",
+        body,
+    ]);
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stdout.contains("allowed 20 ("),
+        "two keys of ten each: {stdout}"
+    );
+    for field in ["requests", "p50", "p90", "p99", "p99.9", "distribution"] {
+        assert!(stdout.contains(field), "{field}: {stdout}");
+    }
+
+    let grpc = server.address("grpc").to_string();
+    let (status, stdout, stderr) = run(&[
+        "bench",
+        "--target",
+        "grpc",
+        "--url",
+        &grpc,
+        "--duration",
+        "300ms",
+        "--keys",
+        "1",
+        "--json",
+    ]);
+    assert!(status.success(), "{stderr}");
+    let summary: Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(
+        summary["allowed"], 2,
+        "one address, two a minute: {summary}"
+    );
+    assert_eq!(summary["failed"], 0);
+    assert!(summary["denied"].as_u64().expect("a count") > 0);
+
+    let (status, stdout, stderr) = run(&[
+        "bench",
+        "--target",
+        "get",
+        "--url",
+        &format!("{base}/healthz"),
+        "--duration",
+        "200ms",
+        "--rate",
+        "500",
+        "--json",
+    ]);
+    assert!(status.success(), "{stderr}");
+    let summary: Value = serde_json::from_str(&stdout).expect("JSON");
+    let requests = summary["requests"].as_u64().expect("a count");
+    assert!(
+        requests <= 100,
+        "a fixed rate sends no more than scheduled: {summary}"
+    );
+
+    let (status, _, stderr) = run(&[
+        "bench",
+        "--url",
+        "http://127.0.0.1:1",
+        "--duration",
+        "100ms",
+    ]);
+    assert!(!status.success());
+    assert!(stderr.contains("no request was answered"), "{stderr}");
+}
