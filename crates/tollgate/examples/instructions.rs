@@ -5,10 +5,16 @@
 //! clock advanced one microsecond per check so the clock is not measured), governor's keyed
 //! limiter on the same workload (`governor`), and a GCRA check through a `Limiter` on the
 //! memory store, with the limit regional (`limiter`) or global, spent from leases on a global
-//! memory store (`limiter-global`): the cost of the global tier. Instruction counts repeat exactly from run to
-//! run whatever else the machine does, so small changes show.
+//! memory store (`limiter-global`): the cost of the global tier. `door` is `check_one` as the
+//! README uses it: a limiter with the default layers and metrics, a regional limit, no global
+//! tier, and each check's future polled to its end without a runtime (the memory store never
+//! waits). Instruction counts repeat exactly from run to run whatever else the machine does, so
+//! small changes show.
 
+use std::future::Future;
 use std::num::NonZeroU32;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use governor::clock::FakeRelativeClock;
@@ -86,11 +92,40 @@ fn limiter(scope: Scope, checks: u64) {
     });
 }
 
+/// GCRA checks through `Limiter::check_one` on a memory store, as the README shows it: the
+/// default layers and metrics, a regional limit, and no runtime.
+fn door(checks: u64) {
+    let quota = "10000/10ms".parse().expect("a quota");
+    let limit = Limit::new("per-user", Algorithm::Gcra, quota).expect("a limit");
+    let clock = ManualClock::new(1_700_000_000_000_000);
+    let limiter = Limiter::new(
+        MemoryStore::builder()
+            .clock(Arc::new(clock.clone()))
+            .build(),
+    );
+    for _ in 0..checks {
+        clock.advance_micros(1);
+        let verdict = poll_to_end(limiter.check_one("user:42", &limit));
+        std::hint::black_box(verdict.expect("a decision"));
+    }
+}
+
+/// Polls `future` until it is ready, for futures that never wait on anything.
+fn poll_to_end<F: Future>(future: F) -> F::Output {
+    let mut future = pin!(future);
+    let mut context = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
+            return output;
+        }
+    }
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let (Some(contender), Some(checks)) = (args.next(), args.next()) else {
         eprintln!(
-            "usage: instructions <governor|limiter|limiter-global|{}> <checks>",
+            "usage: instructions <governor|door|limiter|limiter-global|{}> <checks>",
             names()
         );
         std::process::exit(2);
@@ -101,6 +136,7 @@ fn main() {
     };
     match contender.as_str() {
         "governor" => return governor(checks),
+        "door" => return door(checks),
         "limiter" => return limiter(Scope::Region, checks),
         "limiter-global" => return limiter(Scope::Global, checks),
         _ => {}
@@ -109,7 +145,7 @@ fn main() {
         Ok(algorithm) => tollgate(algorithm, checks),
         Err(_) => {
             eprintln!(
-                "instructions: unknown contender {contender:?} (expected governor, limiter, limiter-global or one of {})",
+                "instructions: unknown contender {contender:?} (expected governor, door, limiter, limiter-global or one of {})",
                 names()
             );
             std::process::exit(2);
