@@ -11,7 +11,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
 
 use crate::check::{Check, Verdict};
@@ -20,9 +20,21 @@ use crate::observer::Observer;
 use crate::policy::{Action, DecidedBy, Evaluation, Request};
 use crate::store::StoreError;
 
+mod histogram;
+
+use histogram::Histogram;
+
 /// How many [`MetricOutcome`]s there are.
 const OUTCOMES: usize = 7;
 const _: () = assert!(MetricOutcome::LocalFallback as usize + 1 == OUTCOMES);
+// `MetricOutcome::ALL` lists each outcome at its own index.
+const _: () = {
+    let mut index = 0;
+    while index < OUTCOMES {
+        assert!(MetricOutcome::ALL[index] as usize == index);
+        index += 1;
+    }
+};
 
 /// What became of one limit (or one policy, for the outcomes that decide without limits).
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
@@ -44,6 +56,17 @@ pub enum MetricOutcome {
 }
 
 impl MetricOutcome {
+    /// Every outcome, in the order of their discriminants.
+    const ALL: [MetricOutcome; OUTCOMES] = [
+        MetricOutcome::Allowed,
+        MetricOutcome::Denied,
+        MetricOutcome::Delayed,
+        MetricOutcome::ShadowDenied,
+        MetricOutcome::FailedOpen,
+        MetricOutcome::FailedClosed,
+        MetricOutcome::LocalFallback,
+    ];
+
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -216,6 +239,9 @@ pub struct Summary {
 /// A limiter's metrics and the registry they are exposed through.
 pub struct Metrics {
     by_policy: Mutex<BTreeMap<String, BTreeMap<&'static str, u64>>>,
+    /// The summary's counts of checks with inline limits (policy `""`), by outcome: every
+    /// such check counts one, so they take no lock.
+    unlabelled_requests: [AtomicU64; OUTCOMES],
     latencies: Latencies,
     registry: Registry,
     decisions: Family<DecisionLabels, Counter>,
@@ -351,6 +377,7 @@ impl Metrics {
         let global = GlobalMetrics::register(&mut registry);
         Self {
             by_policy: Mutex::new(BTreeMap::new()),
+            unlabelled_requests: Default::default(),
             latencies: Latencies::new(),
             registry,
             decisions,
@@ -392,6 +419,10 @@ impl Metrics {
     /// Counts one request's outcome under one policy, for the summary (once per request, where
     /// the decisions count once per limit).
     pub fn record_policy(&self, policy: &str, outcome: MetricOutcome) {
+        if policy.is_empty() {
+            self.unlabelled_requests[outcome as usize].fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let mut by_policy = self.by_policy.lock().unwrap_or_else(|e| e.into_inner());
         // Policy names repeat: allocate one only the first time it is seen.
         if !by_policy.contains_key(policy) {
@@ -404,12 +435,24 @@ impl Metrics {
 
     /// Decisions by policy and outcome, and latency quantiles.
     pub fn summary(&self) -> Summary {
+        let mut decisions = self
+            .by_policy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let unlabelled: BTreeMap<&'static str, u64> = MetricOutcome::ALL
+            .iter()
+            .map(|&outcome| {
+                let count = self.unlabelled_requests[outcome as usize].load(Ordering::Relaxed);
+                (outcome.as_str(), count)
+            })
+            .filter(|&(_, count)| count > 0)
+            .collect();
+        if !unlabelled.is_empty() {
+            decisions.insert(String::new(), unlabelled);
+        }
         Summary {
-            decisions: self
-                .by_policy
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
+            decisions,
             check_p50_micros: self.latencies.quantile(0.5),
             check_p99_micros: self.latencies.quantile(0.99),
         }
@@ -674,5 +717,18 @@ mod tests {
         assert!((20..=32).contains(&p50), "{p50}");
         let p99 = summary.check_p99_micros.expect("observed");
         assert!((5_000..=8_192).contains(&p99), "{p99}");
+    }
+
+    #[test]
+    fn the_summary_counts_checks_with_inline_limits_under_no_policy() {
+        let metrics = Metrics::new();
+        assert!(metrics.summary().decisions.is_empty());
+        metrics.record_policy("", MetricOutcome::Allowed);
+        metrics.record_policy("", MetricOutcome::Allowed);
+        metrics.record_policy("", MetricOutcome::Delayed);
+        let summary = metrics.summary();
+        assert_eq!(summary.decisions[""]["allowed"], 2);
+        assert_eq!(summary.decisions[""]["delayed"], 1);
+        assert!(!summary.decisions[""].contains_key("denied"));
     }
 }

@@ -84,6 +84,11 @@ impl State {
             .store(duration_to_micros(config.cooldown), Ordering::Release);
     }
 
+    /// Whether it is closed and counts no failures: a healthy answer would change nothing.
+    fn is_clear(&self) -> bool {
+        self.open_until.load(Ordering::Acquire) == 0 && self.failures.load(Ordering::Acquire) == 0
+    }
+
     /// Whether a call at `now` should go to the store.
     fn call(&self, now: Micros) -> Call {
         let open_until = self.open_until.load(Ordering::Acquire);
@@ -195,6 +200,10 @@ impl<S: Store> CircuitBreaker<S> {
 impl<S: Store> CircuitBreaker<S> {
     /// The kind of call the store may take now, or the open breaker's refusal.
     fn admit(&self) -> Result<Call, StoreError> {
+        // Closed: the store is called, and the time does not matter.
+        if !self.is_open() {
+            return Ok(Call::Normal);
+        }
         let call = self.state.call(self.clock.now());
         if call == Call::Skip {
             self.observer.store_skipped();
@@ -207,6 +216,10 @@ impl<S: Store> CircuitBreaker<S> {
     fn record(&self, call: Call, watch: Stopwatch, error: Option<&StoreError>) {
         self.observer.store_called(watch.elapsed(), error);
         let healthy = !matches!(error, Some(error) if error.is_store_failure());
+        // A healthy answer to a closed breaker that counts no failures changes nothing.
+        if healthy && call == Call::Normal && self.state.is_clear() {
+            return;
+        }
         match self.state.record(call, healthy, self.clock.now()) {
             Some(Transition::Opened(failures)) => {
                 let cause = error.map(ToString::to_string);

@@ -234,14 +234,16 @@ impl<S: Store> OverLimitCache<S> {
 impl<S: Store> Store for OverLimitCache<S> {
     async fn check(&self, check: &Check<'_>, at: Option<Micros>) -> Result<Verdict, StoreError> {
         // A check at an explicit time is a replay or a test: the cache, on the clock, stays out.
+        // The clock is read only when the cache could use the time.
         if at.is_none()
+            && self.enabled.load(Ordering::Acquire)
             && let Some(verdict) = self.lookup(check, self.clock.now())
         {
             self.observer.cache_hit();
             return Ok(verdict);
         }
         let verdict = self.inner.check(check, at).await?;
-        if at.is_none() {
+        if at.is_none() && verdict.is_denied() {
             self.remember(check, &verdict, self.clock.now());
         }
         Ok(verdict)
