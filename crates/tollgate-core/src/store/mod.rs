@@ -69,6 +69,13 @@ pub trait Store: Send + Sync + 'static {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Verdict, StoreError>> + Send;
 
+    /// Decides a check at the store's time without waiting, as [`check`](Store::check) with
+    /// `at` of `None` would, when the store can (it keeps its state in process); `None` when
+    /// only `check` can. A caller then skips a future's machinery on the hottest path.
+    fn check_now(&self, _check: &Check<'_>) -> Option<Result<Verdict, StoreError>> {
+        None
+    }
+
     /// Refunds or charges each item of `check` by its cost, as `adjustments` (one per item)
     /// says, unconditionally.
     fn adjust(
@@ -116,6 +123,10 @@ impl<S: Store> Store for Arc<S> {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Verdict, StoreError>> + Send {
         (**self).check(check, at)
+    }
+
+    fn check_now(&self, check: &Check<'_>) -> Option<Result<Verdict, StoreError>> {
+        (**self).check_now(check)
     }
 
     fn adjust(

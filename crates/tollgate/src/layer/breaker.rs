@@ -253,6 +253,19 @@ impl<S: Store> Store for CircuitBreaker<S> {
         result
     }
 
+    /// Only while closed: an open breaker's probe and refusals take the `check` way.
+    fn check_now(&self, check: &Check<'_>) -> Option<Result<Verdict, StoreError>> {
+        if self.is_open() {
+            return None;
+        }
+        let watch = Stopwatch::start();
+        let decided = self.inner.check_now(check);
+        if let Some(result) = &decided {
+            self.record(Call::Normal, watch, result.as_ref().err());
+        }
+        decided
+    }
+
     async fn counters(&self, ops: &[CounterOp<'_>]) -> Result<Vec<u64>, StoreError> {
         let call = self.admit()?;
         let watch = Stopwatch::start();

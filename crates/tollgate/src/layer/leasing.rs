@@ -290,16 +290,28 @@ impl<S: Store> Leasing<S> {
     }
 }
 
+/// Whether any limit of `check` is leased.
+fn is_leased(check: &Check<'_>) -> bool {
+    check
+        .items()
+        .iter()
+        .any(|item| item.limit.lease().is_some())
+}
+
 impl<S: Store> Store for Leasing<S> {
     async fn check(&self, check: &Check<'_>, at: Option<Micros>) -> Result<Verdict, StoreError> {
-        let leased = check
-            .items()
-            .iter()
-            .any(|item| item.limit.lease().is_some());
-        if leased && at.is_none() {
+        if is_leased(check) && at.is_none() {
             return self.leased_check(check).await;
         }
         self.inner.check(check, at).await
+    }
+
+    /// Only a check without leased limits: a lease may have to be taken or given back.
+    fn check_now(&self, check: &Check<'_>) -> Option<Result<Verdict, StoreError>> {
+        if is_leased(check) {
+            return None;
+        }
+        self.inner.check_now(check)
     }
 
     pass_to_inner!(counters);

@@ -249,6 +249,21 @@ impl<S: Store> Store for OverLimitCache<S> {
         Ok(verdict)
     }
 
+    /// Only while the cache is off (as it is for the memory store), when `check` would pass
+    /// straight through.
+    fn check_now(&self, check: &Check<'_>) -> Option<Result<Verdict, StoreError>> {
+        if self.enabled.load(Ordering::Acquire) {
+            return None;
+        }
+        let decided = self.inner.check_now(check);
+        if let Some(Ok(verdict)) = &decided
+            && verdict.is_denied()
+        {
+            self.remember(check, verdict, self.clock.now());
+        }
+        decided
+    }
+
     async fn adjust(
         &self,
         check: &Check<'_>,

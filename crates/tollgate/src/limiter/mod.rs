@@ -321,7 +321,10 @@ impl<S: Store> Limiter<S> {
     /// Decides a check all-or-nothing.
     pub async fn check(&self, check: &Check<'_>) -> Result<Verdict, Error> {
         let watch = Stopwatch::start();
-        let verdict = self.inner.store.check(check, None).await?;
+        let verdict = match self.inner.store.check_now(check) {
+            Some(decided) => decided?,
+            None => self.inner.store.check(check, None).await?,
+        };
         self.inner
             .observers
             .checked(check, &verdict, watch.elapsed());

@@ -24,6 +24,14 @@ impl Store for AnyStore {
         }
     }
 
+    fn check_now(&self, check: &Check<'_>) -> Option<Result<Verdict, StoreError>> {
+        match self {
+            AnyStore::Memory(store) => store.check_now(check),
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(store) => store.check_now(check),
+        }
+    }
+
     async fn adjust(
         &self,
         check: &Check<'_>,

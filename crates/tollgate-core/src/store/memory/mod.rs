@@ -425,6 +425,10 @@ impl Store for MemoryStore {
         self.decide(check, at.unwrap_or_else(|| self.clock.now()))
     }
 
+    fn check_now(&self, check: &Check<'_>) -> Option<Result<Verdict, StoreError>> {
+        Some(self.decide(check, self.clock.now()))
+    }
+
     async fn adjust(
         &self,
         check: &Check<'_>,

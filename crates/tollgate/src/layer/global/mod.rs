@@ -320,6 +320,14 @@ impl<S: Store> Store for GlobalTier<S> {
         })
     }
 
+    /// Only a check without global limits, which is the regional store's own.
+    fn check_now(&self, check: &Check<'_>) -> Option<Result<Verdict, StoreError>> {
+        if is_global(check) {
+            return None;
+        }
+        self.inner.check_now(check)
+    }
+
     async fn adjust(
         &self,
         check: &Check<'_>,
