@@ -53,10 +53,16 @@ async fn a_refund_gives_back_what_was_charged_not_the_reloaded_cost() {
 
     std::fs::write(&file, policy(50, "100/h")).expect("written");
     server.signal("HUP");
+    // A new user each time, so that a check made before the reload leaves the next intact.
+    let probes = std::sync::atomic::AtomicU64::new(0);
     eventually("the reload to cost 50", || async {
+        let user = format!(
+            "probe-{}",
+            probes.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         let (_, answer) = post(
             &check,
-            &json!({"policy": "jobs", "attributes": {"user": "u2"}}),
+            &json!({"policy": "jobs", "attributes": {"user": user}}),
         )
         .await;
         answer["decisions"][0]["remaining"] == 50
@@ -80,9 +86,13 @@ async fn a_refund_gives_back_what_was_charged_not_the_reloaded_cost() {
     std::fs::write(&file, policy(50, "200/h")).expect("written");
     server.signal("HUP");
     eventually("the reload to 200/h", || async {
+        let user = format!(
+            "probe-{}",
+            probes.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         let (_, answer) = post(
             &check,
-            &json!({"policy": "jobs", "attributes": {"user": "u3"}}),
+            &json!({"policy": "jobs", "attributes": {"user": user}}),
         )
         .await;
         answer["decisions"][0]["remaining"] == 150
