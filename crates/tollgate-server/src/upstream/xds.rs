@@ -5,31 +5,17 @@ use super::apply::{Applied, Given};
 use super::env::Env;
 use crate::serve::ServeArgs;
 
-/// The xDS settings.
-const SETTINGS: &[&str] = &[
-    "CONFIG_GRPC_XDS_NODE_ID",
-    "CONFIG_GRPC_XDS_NODE_METADATA",
-    "CONFIG_GRPC_XDS_SERVER_URL",
-    "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
-    "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
-    "CONFIG_GRPC_XDS_SERVER_USE_TLS",
-    "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
-    "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
-    "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
-    "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
-    "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
-    "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
-    "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
-    "XDS_CLIENT_BACKOFF_JITTER",
-    "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
-];
+/// Whether upstream reads `name` for its xDS client.
+fn is_xds_setting(name: &str) -> bool {
+    name.starts_with("CONFIG_GRPC_XDS_") || name.starts_with("XDS_CLIENT_")
+}
 
 /// With files for configuration, the xDS settings set are said to be unused.
 pub(super) fn unused(env: &mut Env<'_>, applied: &mut Applied) {
-    let set: Vec<&str> = SETTINGS
+    let set: Vec<&str> = super::env::KNOWN
         .iter()
         .copied()
-        .filter(|name| env.is_set(name))
+        .filter(|name| is_xds_setting(name) && env.is_set(name))
         .collect();
     if !set.is_empty() {
         applied
