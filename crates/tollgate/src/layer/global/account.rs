@@ -94,8 +94,10 @@ pub(super) struct Account {
     /// Before this time (this node's clock) checks are denied here without asking: the global
     /// store denied, and said when to try again.
     pub(super) denied_until: Option<Micros>,
-    /// A lease is being fetched.
-    pub(super) fetching: bool,
+    /// When (this node's clock) the lease being fetched was asked for, while one is.
+    pub(super) fetching: Option<Micros>,
+    /// The last fetch failed: the global store could not be reached or did not answer.
+    pub(super) unreachable: bool,
     /// When units were last spent or asked for here.
     pub(super) last_used: Micros,
 }
@@ -104,6 +106,16 @@ impl Account {
     /// Units held and still valid (after [`expire`](Self::expire)).
     pub(super) fn held(&self) -> u64 {
         self.chunks.iter().map(|chunk| chunk.units).sum()
+    }
+
+    /// Units held that can still be spent at `at`: what lasts until a lease asked for now
+    /// lands.
+    pub(super) fn held_at(&self, at: Micros) -> u64 {
+        self.chunks
+            .iter()
+            .filter(|chunk| chunk.expires > at)
+            .map(|chunk| chunk.units)
+            .sum()
     }
 
     /// Drops the chunks no longer valid at `now`; returns the units they still held, which
@@ -352,6 +364,7 @@ mod tests {
         account.add(1, 3, 2_000, 10);
         account.add(2, 5, 1_000, 20);
         assert_eq!(account.held(), 8);
+        assert_eq!(account.held_at(1_500), 3, "only what outlasts 1 500");
         let spent = account.spend(6).expect("8 held");
         assert_eq!(account.held(), 2);
         assert!(account.spend(3).is_none(), "only 2 left");

@@ -79,30 +79,18 @@ impl std::hash::Hash for AccountKey {
     }
 }
 
-/// Where a busy key stands at the turn of its fixed window, from its last answer: `None` away
-/// from it; `Some(false)` in the last round trip before the window ends, as this node reckons
-/// it (its units have expired, and a lease asked for now would land in the old window, to
-/// expire at once); `Some(true)` for a span after it ends (a lease asked for now is of the new
-/// window).
-fn window_turn(
-    account: &Account,
-    limit: &Limit,
-    now: Micros,
-    span: Micros,
-    round_trip: Micros,
-) -> Option<bool> {
+/// Whether a fixed window ends, as this node reckons it from `account`'s last answer, within
+/// the next round trip: a lease asked for now would land in the old window, to expire at once.
+fn window_ending(account: &Account, limit: &Limit, now: Micros, round_trip: Micros) -> bool {
     if limit.algorithm() != Algorithm::FixedWindow {
-        return None;
+        return false;
     }
-    let seen = account.seen?;
-    let ends = seen
-        .received
-        .saturating_add(seen.decision.reset_after_micros());
-    if now < ends {
-        (ends - now <= round_trip).then_some(false)
-    } else {
-        (now - ends < span).then_some(true)
-    }
+    account.seen.is_some_and(|seen| {
+        let ends = seen
+            .received
+            .saturating_add(seen.decision.reset_after_micros());
+        now < ends && ends - now <= round_trip
+    })
 }
 
 /// A global store call's observer that records nothing: the leases count their own calls.
@@ -248,32 +236,33 @@ impl GlobalLeases {
     /// Whether `account`, having spent, should fetch its next lease now: what it holds lasts
     /// less than three round trips at its rate (round trips vary), and it is used often enough to
     /// spend another lease before that expires.
-    fn wants_more(&self, account: &Account, now: Micros) -> bool {
+    fn wants_more(&self, account: &Account, limit: &Limit, now: Micros) -> bool {
         let rate = account.demand.rate(now);
         let hold = self.tuning.hold.as_secs_f64();
-        let round_trip = self.round_trip.load(Ordering::Relaxed) as f64 / 1e6;
-        !account.fetching
+        let round_trip = self.round_trip.load(Ordering::Relaxed);
+        account.fetching.is_none()
             && rate * hold >= 2.0
-            && (account.held() as f64) < (rate * round_trip * 3.0).ceil() + 1.0
+            && (self.lasting(account, limit, now, round_trip) as f64)
+                < (rate * round_trip as f64 / 1e6 * 3.0).ceil() + 1.0
+    }
+
+    /// What `account` holds that a lease asked for now would not outlast: units expiring
+    /// within three round trips do not count, so a lease is renewed before its hold runs out.
+    /// A fixed window's units all expire as its window ends, as a lease asked for now would.
+    fn lasting(&self, account: &Account, limit: &Limit, now: Micros, round_trip: Micros) -> u64 {
+        if limit.algorithm() == Algorithm::FixedWindow {
+            account.held()
+        } else {
+            account.held_at(now.saturating_add(3 * round_trip))
+        }
     }
 
     /// Whether checks of `account` come often enough that several would wait through one
-    /// round trip to the global store; a quieter key's check may as well ask and wait, rather
-    /// than be denied while a lease is fetched.
+    /// round trip to the global store; a quieter key's check, with no lease on its way, may as
+    /// well ask and wait rather than be denied while one is fetched.
     fn busy(&self, account: &Account, now: Micros) -> bool {
         let round_trip = self.round_trip.load(Ordering::Relaxed) as f64 / 1e6;
         account.demand.rate(now) * round_trip >= 2.0
-    }
-
-    /// Whether the global store said lately that it has less left than `account`'s demand
-    /// over a span: the end of the quota, where leases are small and every one is contended.
-    fn running_short(&self, account: &Account, now: Micros) -> bool {
-        let span = self.span();
-        account.seen.is_some_and(|seen| {
-            let rate = account.demand.rate(now);
-            now.saturating_sub(seen.received) < span
-                && (seen.decision.remaining() as f64) < rate * span as f64 / 1e6
-        })
     }
 
     /// Until when units leased at `sent` may be spent: a fixed window's until its window
@@ -300,7 +289,7 @@ impl GlobalLeases {
             limit: item.limit.clone(),
         };
         if accounts.len() >= MAX_ACCOUNTS && !accounts.contains_key(&lookup) {
-            accounts.retain(|_, account| account.held() > 0 || account.fetching);
+            accounts.retain(|_, account| account.held() > 0 || account.fetching.is_some());
             if accounts.len() >= MAX_ACCOUNTS {
                 return Err(StoreError::Failed(format!(
                     "global leases: {MAX_ACCOUNTS} keys hold units on this node; no room for another"
@@ -312,52 +301,41 @@ impl GlobalLeases {
         account.demand.observe(item.cost, now);
         if let Some(spent) = account.spend(item.cost) {
             account.last_used = now;
-            if self.wants_more(account, now) {
-                account.fetching = true;
+            if self.wants_more(account, item.limit, now) {
+                account.fetching = Some(now);
                 let units = self.size(account, item.limit, 0, now);
                 fetch.push((item.key.to_string(), item.limit.clone(), units));
             }
             return Ok(Local::Spent(account.admitted(now), spent));
         }
-        let Some(until) = account.denied_until else {
-            let round_trip = self.round_trip.load(Ordering::Relaxed);
-            let turn = window_turn(account, item.limit, now, self.span(), round_trip);
-            if !self.busy(account, now) || (!self.running_short(account, now) && turn.is_none()) {
-                return Ok(Local::Ask);
-            }
-            // What the global store has left is less than this node's demand, or a busy key's
-            // window is turning: waiting for a lease would hold every check for a round trip.
-            // Fetch in the background (once the new window has begun) and deny until it
-            // lands, as after a denial.
-            if !account.fetching && turn != Some(false) {
-                account.fetching = true;
-                let units = self.size(account, item.limit, item.cost, now);
-                fetch.push((item.key.to_string(), item.limit.clone(), units));
-            }
-            self.counters.denied_here();
-            let refresh = self.round_trip.load(Ordering::Relaxed);
-            return Ok(Local::Denied(account.denied(now, refresh)));
-        };
-        if now < until {
+        if account.denied_until.is_some_and(|until| now < until) {
             self.counters.denied_here();
             return Ok(Local::Denied(account.denied(now, 0)));
         }
-        if (now - until > self.span() || !self.busy(account, now)) && !account.fetching {
-            // The denial ended long ago (nothing is known any more), or the key is quiet
-            // enough for a check to wait for the global store.
-            account.denied_until = None;
+        account.denied_until = None;
+        if account.unreachable || (account.fetching.is_none() && !self.busy(account, now)) {
+            // The global store failed last time (the check learns whether it still does, and
+            // follows its failure mode if so), or the key is quiet enough that its check may
+            // wait for a lease without holding up others.
             return Ok(Local::Ask);
         }
-        // The denial just ended: fetch in the background, and deny until the global store
-        // answers, rather than hold every check of a busy key for a round trip.
-        if !account.fetching {
-            account.fetching = true;
-            let units = self.size(account, item.limit, 0, now);
+        // A lease is on its way, or the key is busy: waiting would hold the check (every
+        // check of a busy key) for a round trip to the global store. Fetch in the background
+        // (unless a busy key's fixed window ends within the round trip: that lease would land
+        // in the old window) and deny until it lands; a denial never admits beyond the quota.
+        let round_trip = self.round_trip.load(Ordering::Relaxed);
+        if account.fetching.is_none() && !window_ending(account, item.limit, now, round_trip) {
+            account.fetching = Some(now);
+            let units = self.size(account, item.limit, item.cost, now);
             fetch.push((item.key.to_string(), item.limit.clone(), units));
         }
         self.counters.denied_here();
-        let refresh = self.round_trip.load(Ordering::Relaxed);
-        Ok(Local::Denied(account.denied(now, refresh)))
+        let landing = account
+            .fetching
+            .map(|sent| sent.saturating_add(round_trip))
+            .filter(|&landing| landing > now)
+            .map_or(round_trip, |landing| landing - now);
+        Ok(Local::Denied(account.denied(now, landing)))
     }
 
     /// Counts units admitted from leases, once the whole check is admitted.
@@ -391,7 +369,7 @@ impl GlobalLeases {
             let Ok(runtime) = tokio::runtime::Handle::try_current() else {
                 let mut accounts = self.lock();
                 if let Some(account) = accounts.get_mut(&AccountKey { key, limit }) {
-                    account.fetching = false;
+                    account.fetching = None;
                 }
                 continue;
             };
@@ -461,11 +439,11 @@ impl GlobalLeases {
                     let refresh = self.round_trip.load(Ordering::Relaxed);
                     return Ok(Local::Denied(account.denied(now, refresh)));
                 }
-                if account.fetching && waits < 3 {
+                if account.fetching.is_some() && waits < 3 {
                     landed.as_mut().enable();
                     None
                 } else {
-                    account.fetching = true;
+                    account.fetching = Some(now);
                     Some(self.size(account, item.limit, item.cost, now))
                 }
             };
@@ -522,7 +500,8 @@ impl GlobalLeases {
                 limit: limit.clone(),
             })
             .or_default();
-        account.fetching = false;
+        account.fetching = None;
+        account.unreachable = answer.is_err();
         let (decision, at) = answer?;
         account.seen = Some(Seen { decision, received });
         if !decision.allowed() {
@@ -607,10 +586,10 @@ impl GlobalLeases {
             accounts.retain(|key, account| {
                 self.counters.stranded(account.expire(now));
                 let unused = now.saturating_sub(account.last_used);
-                if unused > idle && !account.fetching && account.held() > 0 {
+                if unused > idle && account.fetching.is_none() && account.held() > 0 {
                     back.push((key.clone(), account.drain()));
                 }
-                account.fetching
+                account.fetching.is_some()
                     || account.held() > 0
                     || unused <= idle.saturating_mul(10)
                     || account.denied_until.is_some_and(|until| until > now)

@@ -3,7 +3,9 @@
 //! regional store it wraps. A check with both is decided as one:
 //!
 //! 1. its global items are spent from held units (or denied while a denial of the global
-//!    store lasts); an item with nothing held asks the global store for a lease and waits;
+//!    store lasts); an item with nothing held is denied here while a lease is on its way
+//!    (a busy key's is fetched then), and a quiet key's, with none on its way, asks the global
+//!    store for a lease and waits;
 //! 2. only then is the regional store asked, for the regional items alone;
 //! 3. if either denies, the global units the check spent go back to this node's leases (they
 //!    were taken from the global store, and stay counted there), and a check denied by the
