@@ -34,7 +34,7 @@ pub(super) struct Region {
     share_percent: u64,
 }
 
-/// The regions, near to far, busy to quiet.
+/// The regions, near to far, busy to quiet by default (`--shares` sets their shares).
 const REGIONS: [Region; 3] = [
     Region {
         name: "eu-west",
@@ -52,6 +52,42 @@ const REGIONS: [Region; 3] = [
         share_percent: 10,
     },
 ];
+
+/// Each region's share of the load, in percent, in the order of [`REGIONS`]; they add up to 100.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shares([u64; 3]);
+
+impl std::str::FromStr for Shares {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let parts: Vec<u64> = text
+            .split(',')
+            .map(|part| part.trim().parse::<u64>())
+            .collect::<Result<_, _>>()
+            .map_err(|_| format!("{text:?}: give three whole percentages, as 70,20,10"))?;
+        let shares: [u64; 3] = parts
+            .try_into()
+            .map_err(|_| format!("{text:?}: give one share for each of the three regions"))?;
+        if shares.iter().sum::<u64>() != 100 || shares.contains(&0) {
+            return Err(format!(
+                "{text:?}: the shares are percentages of the load, each at least 1, adding up to 100"
+            ));
+        }
+        Ok(Self(shares))
+    }
+}
+
+impl Shares {
+    /// The regions with these shares of the load.
+    fn regions(self) -> [Region; 3] {
+        let mut regions = REGIONS;
+        for (region, share) in regions.iter_mut().zip(self.0) {
+            region.share_percent = share;
+        }
+        regions
+    }
+}
 
 /// How long after the load the lease statistics are read: leases idle for a second go back to
 /// the global store at the next sweep (every 200 ms), and only then is it known which units
@@ -74,9 +110,13 @@ pub struct RegionsArgs {
     /// The global limit: a fixed window shared by every region.
     #[arg(long, default_value = "60000/m")]
     pub quota: Quota,
-    /// Checks a second offered in total, split 70% / 20% / 10% over the regions.
+    /// Checks a second offered in total, split over the regions by `--shares`.
     #[arg(long, default_value_t = 3000.0)]
     pub rate: f64,
+    /// Each region's share of the load, in percent: eu-west (40 ms from the global store),
+    /// us-east (80 ms), ap-south (120 ms).
+    #[arg(long, value_name = "EU,US,AP", default_value = "70,20,10")]
+    pub shares: Shares,
     /// Where to write an SVG chart of admissions over time.
     #[arg(long, value_name = "FILE")]
     pub chart: Option<PathBuf>,
@@ -168,9 +208,10 @@ async fn demonstrate(args: &RegionsArgs, processes: &mut Processes) -> Result<Re
         .map_err(|error| format!("cannot write {}: {error}", policies.display()))?;
     let policies = policies.display().to_string();
     let global = processes.redis("global-redis").await?;
+    let regions = args.shares.regions();
     let mut links = Vec::new();
     let mut servers = Vec::new();
-    for region in REGIONS {
+    for region in regions {
         let redis = processes.redis(&format!("{}-redis", region.name)).await?;
         // The test kit's faulty link, with latency as its only fault: the region's distance.
         let link = FaultyLink::to(global);
@@ -192,9 +233,9 @@ async fn demonstrate(args: &RegionsArgs, processes: &mut Processes) -> Result<Re
         args.rate,
         args.seconds
     );
-    let progress: Vec<Arc<Progress>> = REGIONS.iter().map(|_| Arc::default()).collect();
+    let progress: Vec<Arc<Progress>> = regions.iter().map(|_| Arc::default()).collect();
     let mut loads = Vec::new();
-    for ((region, server), progress) in REGIONS.iter().zip(&servers).zip(&progress) {
+    for ((region, server), progress) in regions.iter().zip(&servers).zip(&progress) {
         let base = format!("http://{}", server.http);
         let load = |body: &str, rate: f64, progress: Arc<Progress>| {
             Ok::<_, String>(
@@ -222,7 +263,7 @@ async fn demonstrate(args: &RegionsArgs, processes: &mut Processes) -> Result<Re
     bar.finish_and_clear();
     tokio::time::sleep(SETTLE).await;
     let mut rows = Vec::new();
-    for ((region, server), (record, baseline)) in REGIONS.into_iter().zip(&servers).zip(records) {
+    for ((region, server), (record, baseline)) in regions.into_iter().zip(&servers).zip(records) {
         let url = format!("http://{}/admin/stats", server.admin);
         let (_, body) = Target::get(&url, &[], 1)?.exchange(0).await?;
         let stats = LeaseStats::from_admin(&body).map_err(|error| format!("{url}: {error}"))?;
@@ -268,6 +309,17 @@ async fn show_progress(bar: &indicatif::ProgressBar, progress: &[Arc<Progress>])
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shares_are_three_percentages_adding_up_to_100() {
+        let shares: Shares = "89, 10, 1".parse().expect("shares");
+        let regions = shares.regions();
+        assert_eq!(regions.map(|region| region.share_percent), [89, 10, 1]);
+        assert_eq!(regions.map(|region| region.round_trip_ms), [40, 80, 120]);
+        for wrong in ["70,20", "70,20,10,0", "50,40,20", "99,1,0", "a,b,c"] {
+            assert!(wrong.parse::<Shares>().is_err(), "{wrong}");
+        }
+    }
 
     #[test]
     fn the_policy_file_has_one_global_limit() {
