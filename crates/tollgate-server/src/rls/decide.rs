@@ -2,134 +2,24 @@
 //! (circuit breaker, over-limit cache, leases), its metrics, and a failure mode of its own.
 
 use std::collections::HashSet;
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use clap::builder::TypedValueParser as _;
 use futures_util::future::join_all;
-use sha2::{Digest, Sha256};
-use tollgate::counter::{Count, Counter, Tally};
-use tollgate::headers::envoy_fields;
 use tollgate::metrics::MetricOutcome;
-use tollgate::{
-    Adjustment, AnyStore, Check, Limit, Limiter, MAX_COST, MAX_KEY_BYTES, Quota, Store, StoreError,
-    Verdict,
-};
+use tollgate::{Adjustment, AnyStore, Check, Limit, Limiter, MAX_COST, Quota, Store, StoreError};
 
 use super::config::RlsConfig;
+use super::keys::{bounded_key, detailed_key, escape, stat_part};
 use super::proto::common::RateLimitDescriptor;
-use super::proto::core::HeaderValue;
 use super::proto::service::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use super::proto::service::{RateLimitRequest, RateLimitResponse};
+use super::settings::{RlsFailureMode, RlsHeaderNames, RlsLimits, RlsModes};
 use super::stats::{Counted, DescriptorStats, RlsStats, StatKey};
+use super::status::{blocked, headers, until_reset};
 use super::tree::{self, Enforcement, MetricValue, Rule};
 use super::unit;
 use super::upstream_keys::{self, UpstreamCounting};
-
-/// What one request may hold. The defaults are above what Envoy builds from real traffic
-/// (descriptors come from paths and headers, which can be long); they are there to bound memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
-pub struct RlsLimits {
-    /// The most descriptors one rate limit service request may hold.
-    #[arg(long = "rls-max-descriptors", env = "TOLLGATE_RLS_MAX_DESCRIPTORS", default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..=4096).map(usize::from))]
-    pub max_descriptors: usize,
-    /// The most entries one descriptor may hold.
-    #[arg(long = "rls-max-entries", env = "TOLLGATE_RLS_MAX_ENTRIES", default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024).map(usize::from))]
-    pub max_entries: usize,
-    /// The longest entry key or value, in bytes.
-    #[arg(long = "rls-max-entry-bytes", env = "TOLLGATE_RLS_MAX_ENTRY_BYTES", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=65_536).map(|n| n as usize))]
-    pub max_entry_bytes: usize,
-}
-
-impl Default for RlsLimits {
-    fn default() -> Self {
-        Self {
-            max_descriptors: 128,
-            max_entries: 64,
-            max_entry_bytes: 4096,
-        }
-    }
-}
-
-/// envoyproxy/ratelimit's server-wide switches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::Args)]
-pub struct RlsModes {
-    /// Every request is answered OK overall, whatever its descriptors' statuses say (which
-    /// stay as they are), as envoyproxy/ratelimit's SHADOW_MODE does: to watch limits before
-    /// enforcing them.
-    #[arg(long = "rls-shadow-mode", env = "TOLLGATE_RLS_SHADOW_MODE")]
-    pub shadow: bool,
-    /// Every descriptor is in quota mode, as envoyproxy/ratelimit's QUOTA_MODE makes it: a
-    /// request is refused only if every one of its descriptors is over its limit.
-    #[arg(long = "rls-quota-mode", env = "TOLLGATE_RLS_QUOTA_MODE")]
-    pub quota: bool,
-    /// Answers carry dynamic metadata (the domain, the descriptors, and the `metadata` of the
-    /// descriptors that passed), as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does.
-    #[arg(
-        long = "rls-response-dynamic-metadata",
-        env = "TOLLGATE_RLS_RESPONSE_DYNAMIC_METADATA"
-    )]
-    pub dynamic_metadata: bool,
-    /// A domain configured in several files has the descriptors of them all, as
-    /// envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does (without it, that is an error).
-    #[arg(long = "rls-merge-domains", env = "TOLLGATE_RLS_MERGE_DOMAINS")]
-    pub merge_domains: bool,
-}
-
-/// The names of the rate-limit fields answers carry with `--rls-response-headers`, as
-/// envoyproxy/ratelimit's LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER
-/// name them.
-#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
-pub struct RlsHeaderNames {
-    /// The field that carries the limit.
-    #[arg(long = "rls-limit-header", env = "TOLLGATE_RLS_LIMIT_HEADER", default_value = "RateLimit-Limit", value_parser = header_name)]
-    pub limit: String,
-    /// The field that carries what is left.
-    #[arg(long = "rls-remaining-header", env = "TOLLGATE_RLS_REMAINING_HEADER", default_value = "RateLimit-Remaining", value_parser = header_name)]
-    pub remaining: String,
-    /// The field that carries the seconds until the limit resets.
-    #[arg(long = "rls-reset-header", env = "TOLLGATE_RLS_RESET_HEADER", default_value = "RateLimit-Reset", value_parser = header_name)]
-    pub reset: String,
-}
-
-impl Default for RlsHeaderNames {
-    fn default() -> Self {
-        Self {
-            limit: "RateLimit-Limit".to_owned(),
-            remaining: "RateLimit-Remaining".to_owned(),
-            reset: "RateLimit-Reset".to_owned(),
-        }
-    }
-}
-
-/// A header field name flag: a valid HTTP field name.
-fn header_name(text: &str) -> Result<String, String> {
-    axum::http::HeaderName::from_bytes(text.as_bytes())
-        .map(|_| text.to_owned())
-        .map_err(|_| format!("{text:?} is not an HTTP header field name"))
-}
-
-/// A counter key the store takes: the key itself, or, past the store's cap on key size, its
-/// first part and the SHA-256 of the whole, so that long descriptor values (paths, headers) are
-/// counted as upstream counts them, each under its own key.
-fn bounded_key(key: String) -> String {
-    if key.len() <= MAX_KEY_BYTES {
-        return key;
-    }
-    let mut end = 256;
-    while !key.is_char_boundary(end) {
-        end -= 1;
-    }
-    let digest = Sha256::digest(key.as_bytes());
-    let mut bounded = String::with_capacity(end + 1 + 64);
-    bounded.push_str(&key[..end]);
-    bounded.push('#');
-    for byte in digest {
-        let _ = write!(bounded, "{byte:02x}");
-    }
-    bounded
-}
 
 /// Why a request could not be answered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -146,23 +36,10 @@ pub enum RlsError {
     NotConfigured,
 }
 
-/// What the service answers when the store cannot decide (it is down, or resting behind the
-/// circuit breaker).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum RlsFailureMode {
-    /// `UNAVAILABLE`, so that Envoy applies its own `failure_mode_deny`.
-    #[default]
-    Error,
-    /// `OK` for every descriptor: traffic flows unlimited until the store is back.
-    Allow,
-    /// `OVER_LIMIT` for every descriptor: traffic stops until the store is back.
-    Deny,
-}
-
 /// The rate limit service: descriptor trees by domain, swapped whole on reload.
 #[derive(Debug)]
 pub struct Rls {
-    limiter: Limiter<AnyStore>,
+    pub(super) limiter: Limiter<AnyStore>,
     config: ArcSwap<RlsConfig>,
     response_headers: bool,
     failure_mode: RlsFailureMode,
@@ -193,25 +70,14 @@ enum StatSource {
 }
 
 /// A descriptor's rule for this request, with the key its counter uses.
-struct Pending {
-    rule: Arc<Rule>,
-    key: String,
+pub(super) struct Pending {
+    pub(super) rule: Arc<Rule>,
+    pub(super) key: String,
     /// The window in seconds of a counter kept in envoyproxy/ratelimit's key (then `key` is
     /// that key before the window's start).
-    window: Option<u64>,
-    addend: u64,
+    pub(super) window: Option<u64>,
+    pub(super) addend: u64,
     stats: Option<Arc<DescriptorStats>>,
-}
-
-pub(crate) fn escape(key: &mut String, text: &str) {
-    for c in text.chars() {
-        match c {
-            '%' => key.push_str("%25"),
-            '|' => key.push_str("%7C"),
-            '=' => key.push_str("%3D"),
-            c => key.push(c),
-        }
-    }
 }
 
 impl Rls {
@@ -662,7 +528,7 @@ impl Rls {
         }
     }
 
-    async fn decide(
+    pub(super) async fn decide(
         &self,
         domain: &str,
         pending: Option<&Pending>,
@@ -744,105 +610,8 @@ impl Rls {
 }
 
 impl Rls {
-    /// Decides the descriptors whose counters are kept in envoyproxy/ratelimit's keys in one
-    /// count, as upstream counts a request, and the others one by one, all at once.
-    async fn decide_counted(
-        &self,
-        counting: &UpstreamCounting,
-        domain: &str,
-        pending: &[Option<Pending>],
-    ) -> Vec<Result<DescriptorStatus, RlsError>> {
-        let mut count = Count::new()
-            .stop_increment_over_limit(counting.stop_increment_over_limit)
-            .local_cache(counting.local_cache)
-            .expiration_jitter(counting.expiration_jitter);
-        for pending in pending.iter().flatten() {
-            if let Some(window) = pending.window {
-                count.push(Counter {
-                    key: pending.key.as_str().into(),
-                    window,
-                    limit: u64::from(pending.rule.requests_per_unit),
-                    hits: pending.addend,
-                });
-            }
-        }
-        let others = join_all(pending.iter().map(|pending| async move {
-            match pending {
-                Some(counted) if counted.window.is_some() => None,
-                other => Some(self.decide(domain, other.as_ref()).await),
-            }
-        }));
-        let (tallies, others) =
-            futures_util::future::join(self.limiter.count(&count), others).await;
-        let mut tallies = tallies.map(Vec::into_iter).map_err(rls_error);
-        pending
-            .iter()
-            .zip(others)
-            .map(
-                |(pending, decided)| match (pending, decided, &mut tallies) {
-                    (_, Some(decided), _) => decided,
-                    (Some(pending), None, Ok(tallies)) => {
-                        let tally = tallies.next().ok_or_else(|| {
-                            RlsError::Unavailable(StoreError::Failed(
-                                "the store answered fewer counts than asked".to_owned(),
-                            ))
-                        })?;
-                        Ok(self.counted(domain, pending, tally))
-                    }
-                    (_, None, Err(error)) => Err(error.clone()),
-                    (None, None, Ok(_)) => Ok(DescriptorStatus {
-                        code: Code::Ok as i32,
-                        ..DescriptorStatus::default()
-                    }),
-                },
-            )
-            .collect()
-    }
-
-    /// The status of a descriptor counted in envoyproxy/ratelimit's key, from its tally
-    /// (over its limit once the count passes it), counted in the statistics and metrics.
-    fn counted(&self, domain: &str, pending: &Pending, tally: Tally) -> DescriptorStatus {
-        let rule = &pending.rule;
-        let over = tally.is_over();
-        let limit = tally.limit();
-        // As upstream's statistics: a local-cache answer is all over the limit.
-        let before = if tally.from_cache() {
-            limit
-        } else {
-            tally.count().saturating_sub(pending.addend)
-        };
-        self.count(pending, limit, before, !over);
-        let outcome = if over {
-            MetricOutcome::Denied
-        } else {
-            MetricOutcome::Allowed
-        };
-        let metrics = self.limiter.metrics();
-        metrics.record_decision(domain, &rule.metric_label(), outcome);
-        metrics.record_policy(domain, outcome);
-        let code = if over && !rule.shadow {
-            Code::OverLimit
-        } else {
-            Code::Ok
-        };
-        DescriptorStatus {
-            code: code as i32,
-            current_limit: Some(RateLimit {
-                name: rule.name.clone().unwrap_or_default(),
-                requests_per_unit: rule.requests_per_unit,
-                unit: rule.unit as i32,
-            }),
-            limit_remaining: u32::try_from(tally.remaining()).unwrap_or(u32::MAX),
-            duration_until_reset: Some(prost_types::Duration {
-                seconds: i64::try_from(tally.reset_after()).unwrap_or(i64::MAX),
-                nanos: 0,
-            }),
-            quota: None,
-        }
-    }
-
     /// Counts a descriptor's hits in its statistics, if it has any.
-    fn count(&self, pending: &Pending, limit: u64, before: u64, admitted: bool) {
+    pub(super) fn count(&self, pending: &Pending, limit: u64, before: u64, admitted: bool) {
         if let Some(stats) = &pending.stats {
             let counted = Counted {
                 hits: pending.addend,
@@ -858,7 +627,7 @@ impl Rls {
 
 /// Why the limiter could not decide, as the service reports it: a malformed check is the
 /// caller's mistake, a store failure an outage.
-fn rls_error(error: tollgate::Error) -> RlsError {
+pub(super) fn rls_error(error: tollgate::Error) -> RlsError {
     match error {
         tollgate::Error::Store(StoreError::Invalid(invalid)) => {
             RlsError::InvalidArgument(invalid.to_string())
@@ -880,124 +649,4 @@ fn declare(limiter: &Limiter<AnyStore>, config: &RlsConfig) {
             }
         });
     }
-}
-
-/// A part of a statistics key: `key`, or `key_` and the value or pattern.
-fn stat_part(key: &str, metric: MetricValue<'_>, value: &str) -> String {
-    match metric {
-        MetricValue::Value if !value.is_empty() => format!("{key}_{value}"),
-        MetricValue::Pattern(pattern) => format!("{key}_{pattern}"),
-        _ => key.to_owned(),
-    }
-}
-
-/// The statistics key of a `detailed_metric` rule, as upstream makes it: `key_value` for
-/// every entry (the pattern for entries a `share_threshold` wildcard matched); without such
-/// entries, `key_` even for an empty value.
-fn detailed_key(
-    domain: &str,
-    descriptor: &RateLimitDescriptor,
-    shared: &[Option<&str>],
-) -> StatKey {
-    let any_shared = shared.iter().any(Option::is_some);
-    let path = descriptor
-        .entries
-        .iter()
-        .zip(shared)
-        .map(|(entry, shared)| match shared {
-            Some(pattern) => stat_part(&entry.key, MetricValue::Pattern(pattern), ""),
-            None if any_shared => stat_part(&entry.key, MetricValue::Value, &entry.value),
-            None => format!("{}_{}", entry.key, entry.value),
-        })
-        .collect();
-    StatKey {
-        domain: domain.to_owned(),
-        path,
-    }
-}
-
-/// The status of a rule of zero requests: over the limit (unless in shadow mode), every time,
-/// with the seconds to the end of the unit's window as upstream sends them (its
-/// `generateResponseDescriptorStatus`), so that Envoy's reset field is never 0.
-fn blocked(rule: &Rule, now: tollgate::Micros) -> DescriptorStatus {
-    let code = if rule.shadow {
-        Code::Ok
-    } else {
-        Code::OverLimit
-    };
-    DescriptorStatus {
-        code: code as i32,
-        current_limit: Some(RateLimit {
-            name: rule.name.clone().unwrap_or_default(),
-            requests_per_unit: 0,
-            unit: rule.unit as i32,
-        }),
-        limit_remaining: 0,
-        duration_until_reset: Some(prost_types::Duration {
-            seconds: seconds_to_window_end(unit::seconds(rule.unit).unwrap_or(1), now),
-            nanos: 0,
-        }),
-        quota: None,
-    }
-}
-
-/// Whole seconds from `now` to the end of the window of `window` seconds that holds it (1 to
-/// `window`, never 0), as envoyproxy/ratelimit computes a reset.
-fn seconds_to_window_end(window: u64, now: tollgate::Micros) -> i64 {
-    let window = window.max(1);
-    let now = now / 1_000_000;
-    i64::try_from(window - now % window).unwrap_or(i64::MAX)
-}
-
-/// Seconds until the counter resets: for a window, to the end of the current window in whole
-/// seconds (1 to the window's length, never 0), as envoyproxy/ratelimit computes it; for the
-/// other algorithms, until the limit is fully restored.
-fn until_reset(rule: &Rule, limit: &Limit, verdict: &Verdict) -> i64 {
-    if rule.classic {
-        return seconds_to_window_end(limit.period() / 1_000_000, verdict.at());
-    }
-    let micros = verdict
-        .decisions()
-        .first()
-        .map_or(0, |d| d.reset_after_micros());
-    i64::try_from(micros.div_ceil(1_000_000)).unwrap_or(i64::MAX)
-}
-
-/// `RateLimit-Limit`, `-Remaining`, `-Reset` of the descriptor with the least room; a descriptor
-/// over its limit wins, the last one if several are.
-fn headers(statuses: &[DescriptorStatus], names: &RlsHeaderNames) -> Vec<HeaderValue> {
-    let mut chosen: Option<&DescriptorStatus> = None;
-    for status in statuses.iter().filter(|s| s.current_limit.is_some()) {
-        let over = status.code == Code::OverLimit as i32;
-        let better = chosen.is_none_or(|c| {
-            over || (c.code != Code::OverLimit as i32 && status.limit_remaining < c.limit_remaining)
-        });
-        if better {
-            chosen = Some(status);
-        }
-    }
-    let Some(status) = chosen else {
-        return Vec::new();
-    };
-    let limit = status
-        .current_limit
-        .as_ref()
-        .map_or(0, |l| l.requests_per_unit);
-    let reset = status
-        .duration_until_reset
-        .as_ref()
-        .map_or(0, |d| d.seconds);
-    envoy_fields(
-        u64::from(limit),
-        u64::from(status.limit_remaining),
-        u64::try_from(reset).unwrap_or(0),
-    )
-    .into_iter()
-    .zip([&names.limit, &names.remaining, &names.reset])
-    .map(|((_, value), name)| HeaderValue {
-        key: name.clone(),
-        value,
-        raw_value: Vec::new(),
-    })
-    .collect()
 }

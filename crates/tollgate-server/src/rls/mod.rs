@@ -3,22 +3,27 @@
 //! configuration format its users already have.
 
 mod config;
+mod counted;
 mod decide;
 mod grpc;
 pub mod json;
+mod keys;
 mod metadata;
 mod parse;
 pub mod proto;
+mod settings;
 mod stats;
+mod status;
 mod tree;
 mod unit;
 mod upstream_keys;
 pub mod xds;
 
 pub use config::{MAX_DEPTH, MAX_FILES, RlsConfig};
-pub(crate) use decide::escape;
-pub use decide::{Rls, RlsError, RlsFailureMode, RlsHeaderNames, RlsLimits, RlsModes};
+pub use decide::{Rls, RlsError};
 pub use grpc::{RlsGrpc, status};
+pub(crate) use keys::escape;
+pub use settings::{RlsFailureMode, RlsHeaderNames, RlsLimits, RlsModes};
 pub use stats::{RlsStats, RlsStatsFlags};
 pub(crate) use tree::{Enforcement, Rule, find};
 pub use upstream_keys::{UpstreamCounting, UpstreamKeys};
