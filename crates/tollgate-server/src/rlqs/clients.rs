@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-use super::engine::State;
+use super::state::State;
 
 /// Who holds a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

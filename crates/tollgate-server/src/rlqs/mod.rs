@@ -4,14 +4,19 @@
 //! rate limit service; a limit is split among the Envoys reporting its bucket by their demand,
 //! and every share is counted in the store first (see [`engine`]).
 
+mod actions;
 mod bucket;
 mod clients;
+mod counting;
 pub mod engine;
+mod growth;
 mod grpc;
 mod share;
+mod state;
 mod stats;
 mod streams;
 mod tuning;
+mod turn;
 
 pub use engine::{MAX_REPORTS_PER_MESSAGE, Rlqs};
 pub use grpc::RlqsGrpc;

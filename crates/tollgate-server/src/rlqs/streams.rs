@@ -1,6 +1,7 @@
 //! Envoys' streams: opened within a cap, their usage reports checked and taken, closed when
 //! Envoy goes or when the service drops them.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -10,17 +11,24 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tonic::Status;
 
+use super::actions::{abandon, assignment, blanket};
 use super::bucket::{BucketName, Target, printable};
 use super::clients::{ClientId, even_part};
-use super::engine::{
-    Bucket, Envoy, MAX_REPORTS_PER_MESSAGE, Outbox, Rlqs, State, Stream, assignment, blanket,
-};
+use super::engine::{MAX_REPORTS_PER_MESSAGE, Outbox, Rlqs};
+use super::state::{Bucket, Envoy, State, Stream};
+use crate::rls::RlsConfig;
+use crate::rls::proto::quota::rate_limit_quota_response::BucketAction;
 use crate::rls::proto::quota::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
 use crate::rls::proto::types::rate_limit_strategy::{BlanketRule, Strategy};
 
 /// One bucket's usage in a message, its reports merged.
 struct Usage {
     name: BucketName,
+    counts: Counts,
+}
+
+/// What a bucket's reports in one message say of its use.
+struct Counts {
     elapsed: Duration,
     allowed: u64,
     denied: u64,
@@ -146,7 +154,7 @@ impl Rlqs {
             if let Some(open) = state.streams.get_mut(subscriber) {
                 open.buckets.remove(&key);
                 let message = RateLimitQuotaResponse {
-                    bucket_action: vec![super::engine::abandon(&bucket.name)],
+                    bucket_action: vec![abandon(&bucket.name)],
                 };
                 let _ = open.outbox.try_send(Ok(message));
             }
@@ -221,7 +229,7 @@ impl Rlqs {
             let (allowed, denied) = (report.num_requests_allowed, report.num_requests_denied);
             match seen.get(&name.key) {
                 Some(&at) => {
-                    let merged = &mut usages[at];
+                    let merged = &mut usages[at].counts;
                     merged.allowed = merged.allowed.saturating_add(allowed);
                     merged.denied = merged.denied.saturating_add(denied);
                     merged.elapsed = merged.elapsed.max(elapsed);
@@ -230,9 +238,11 @@ impl Rlqs {
                     seen.insert(name.key.clone(), usages.len());
                     usages.push(Usage {
                         name,
-                        elapsed,
-                        allowed,
-                        denied,
+                        counts: Counts {
+                            elapsed,
+                            allowed,
+                            denied,
+                        },
                     });
                 }
             }
@@ -278,69 +288,15 @@ impl Rlqs {
             let Some(open) = state.streams.get_mut(&stream) else {
                 break;
             };
-            let bucket = match state.buckets.entry(usage.name.key.clone()) {
-                std::collections::hash_map::Entry::Occupied(found) => found.into_mut(),
-                std::collections::hash_map::Entry::Vacant(free) => {
-                    let Some((target, counter)) =
-                        Target::resolve(&config, &domain, &usage.name, self.tuning.period)
-                    else {
-                        continue;
-                    };
-                    free.insert(Bucket {
-                        name: usage.name,
-                        domain: domain.clone(),
-                        target,
-                        counter,
-                        envoys: HashMap::new(),
-                        exhausted: false,
-                        demand_reported: false,
-                        total_demand: 0,
-                    })
-                }
+            let Usage { name, counts } = usage;
+            let Some(bucket) = self.bucket_of(&mut state.buckets, &config, &domain, name) else {
+                continue;
             };
             open.buckets.insert(bucket.name.key.clone());
             match bucket.envoys.get_mut(&stream) {
-                Some(envoy) => {
-                    // The time is the longer of what Envoy says and what passed here since
-                    // its last report, so that a short time cannot inflate its demand.
-                    let elapsed = usage.elapsed.max(now.duration_since(envoy.last_report));
-                    let share = envoy.assigned.then_some(envoy.share);
-                    if let Some(demand) =
-                        bucket
-                            .target
-                            .demand(usage.allowed, usage.denied, elapsed, share)
-                    {
-                        envoy.demand = (envoy.demand + demand) / 2.0;
-                    }
-                    envoy.last_report = now;
-                    if usage.allowed > 0 || usage.denied > 0 {
-                        envoy.last_active = now;
-                    }
-                }
+                Some(envoy) => envoy.take(&bucket.target, &counts, now),
                 None => {
-                    let (demand, assigned) = match &bucket.target {
-                        // A new Envoy wants the whole limit until it reports over time.
-                        Target::Share(shared) => {
-                            woken = true;
-                            (shared.quota as f64, false)
-                        }
-                        // A blanket rule needs no share: sent at once.
-                        target => {
-                            immediate.push(assignment(&bucket.name, blanket(target), self.ttl()));
-                            (0.0, true)
-                        }
-                    };
-                    bucket.envoys.insert(
-                        stream,
-                        Envoy {
-                            client: open.client,
-                            demand,
-                            share: 0,
-                            last_active: now,
-                            last_report: now,
-                            assigned,
-                        },
-                    );
+                    woken |= self.join(bucket, stream, open.client, now, &mut immediate);
                 }
             }
         }
@@ -361,5 +317,84 @@ impl Rlqs {
             self.wake.notify_one();
         }
         Ok(())
+    }
+
+    /// The bucket `name` is counted in: the one tracked, or a new one if the domain's
+    /// configuration matches it (none if it does not).
+    fn bucket_of<'a>(
+        &self,
+        buckets: &'a mut HashMap<String, Bucket>,
+        config: &RlsConfig,
+        domain: &str,
+        name: BucketName,
+    ) -> Option<&'a mut Bucket> {
+        match buckets.entry(name.key.clone()) {
+            Entry::Occupied(found) => Some(found.into_mut()),
+            Entry::Vacant(free) => {
+                let (target, counter) = Target::resolve(config, domain, &name, self.tuning.period)?;
+                Some(free.insert(Bucket {
+                    name,
+                    domain: domain.to_owned(),
+                    target,
+                    counter,
+                    envoys: HashMap::new(),
+                    exhausted: false,
+                    demand_reported: false,
+                    total_demand: 0,
+                }))
+            }
+        }
+    }
+
+    /// A stream's first report of `bucket`: its Envoy joins it. A shared bucket's Envoy wants
+    /// the whole limit until it reports over time, and growth assigns it its first share (so
+    /// the engine is woken: returns true); a blanket rule is sent at once, into `immediate`.
+    fn join(
+        &self,
+        bucket: &mut Bucket,
+        stream: u64,
+        client: ClientId,
+        now: Instant,
+        immediate: &mut Vec<BucketAction>,
+    ) -> bool {
+        let (demand, assigned, woken) = match &bucket.target {
+            // A new Envoy wants the whole limit until it reports over time.
+            Target::Share(shared) => (shared.quota as f64, false, true),
+            // A blanket rule needs no share: sent at once.
+            target => {
+                immediate.push(assignment(&bucket.name, blanket(target), self.ttl()));
+                (0.0, true, false)
+            }
+        };
+        bucket.envoys.insert(
+            stream,
+            Envoy {
+                client,
+                demand,
+                share: 0,
+                last_active: now,
+                last_report: now,
+                assigned,
+            },
+        );
+        woken
+    }
+}
+
+impl Envoy {
+    /// Takes a report of the Envoy's use: its demand is smoothed toward what it reports, and
+    /// it counts as active if it reports any request.
+    fn take(&mut self, target: &Target, counts: &Counts, now: Instant) {
+        // The time is the longer of what Envoy says and what passed here since its last
+        // report, so that a short time cannot inflate its demand.
+        let elapsed = counts.elapsed.max(now.duration_since(self.last_report));
+        let share = self.assigned.then_some(self.share);
+        if let Some(demand) = target.demand(counts.allowed, counts.denied, elapsed, share) {
+            self.demand = (self.demand + demand) / 2.0;
+        }
+        self.last_report = now;
+        if counts.allowed > 0 || counts.denied > 0 {
+            self.last_active = now;
+        }
     }
 }
