@@ -176,6 +176,55 @@ fn upstream_settings(
     crate::upstream::apply(args, &given, &lookup).map(|applied| Some((applied, why)))
 }
 
+/// Says why envoyproxy/ratelimit's environment cannot be served, and exits with a usage error.
+fn refuse_upstream(errors: &[String]) -> ExitCode {
+    eprintln!("tollgate: envoyproxy/ratelimit's environment cannot be served as it is:");
+    for error in errors {
+        eprintln!("  {error}");
+    }
+    ExitCode::from(2)
+}
+
+/// The log format and default filter: the flag's, or those of envoyproxy/ratelimit's
+/// environment when it is served (a format given on the command line or in the flag's own
+/// variable still wins).
+fn log_settings(
+    matches: &clap::ArgMatches,
+    cli: &Cli,
+    upstream: Option<&(crate::upstream::Applied, String)>,
+) -> (String, String) {
+    let format_given = matches!(
+        matches.value_source("log_format"),
+        Some(clap::parser::ValueSource::CommandLine | clap::parser::ValueSource::EnvVariable)
+    );
+    match upstream {
+        Some((applied, _)) => (
+            applied
+                .log_format
+                .clone()
+                .filter(|_| !format_given)
+                .unwrap_or_else(|| cli.log_format.clone()),
+            applied
+                .log_filter
+                .clone()
+                .unwrap_or_else(|| "info".to_owned()),
+        ),
+        None => (cli.log_format.clone(), "info".to_owned()),
+    }
+}
+
+/// Logs how envoyproxy/ratelimit's environment was read: why, what it set, and what it left
+/// unused.
+fn announce_upstream(applied: &crate::upstream::Applied, why: &str) {
+    tracing::info!("reading envoyproxy/ratelimit's environment: {why}");
+    for note in &applied.notes {
+        tracing::info!("{note}");
+    }
+    for unused in &applied.unused {
+        tracing::warn!("{unused}");
+    }
+}
+
 /// Parses the command line and runs the command.
 pub fn main() -> ExitCode {
     let (arguments, as_upstream) = command_line();
@@ -192,15 +241,7 @@ pub fn main() -> ExitCode {
     {
         match upstream_settings(args, serve_matches, &command, as_upstream) {
             Ok(applied) => upstream = applied,
-            Err(errors) => {
-                eprintln!(
-                    "tollgate: envoyproxy/ratelimit's environment cannot be served as it is:"
-                );
-                for error in errors {
-                    eprintln!("  {error}");
-                }
-                return ExitCode::from(2);
-            }
+            Err(errors) => return refuse_upstream(&errors),
         }
     }
     if let Command::Config {
@@ -235,24 +276,7 @@ pub fn main() -> ExitCode {
             }
         }
     };
-    let format_given = matches!(
-        matches.value_source("log_format"),
-        Some(clap::parser::ValueSource::CommandLine | clap::parser::ValueSource::EnvVariable)
-    );
-    let (log_format, default_filter) = match &upstream {
-        Some((applied, _)) => (
-            applied
-                .log_format
-                .clone()
-                .filter(|_| !format_given)
-                .unwrap_or_else(|| cli.log_format.clone()),
-            applied
-                .log_filter
-                .clone()
-                .unwrap_or_else(|| "info".to_owned()),
-        ),
-        None => (cli.log_format.clone(), "info".to_owned()),
-    };
+    let (log_format, default_filter) = log_settings(&matches, &cli, upstream.as_ref());
     init_logging(
         &log_format,
         &default_filter,
@@ -260,13 +284,7 @@ pub fn main() -> ExitCode {
         tracing.as_ref(),
     );
     if let Some((applied, why)) = &upstream {
-        tracing::info!("reading envoyproxy/ratelimit's environment: {why}");
-        for note in &applied.notes {
-            tracing::info!("{note}");
-        }
-        for unused in &applied.unused {
-            tracing::warn!("{unused}");
-        }
+        announce_upstream(applied, why);
     }
     let result = runtime.block_on(async {
         match cli.command {

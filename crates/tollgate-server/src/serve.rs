@@ -286,12 +286,36 @@ async fn store_deadline(
     ))
 }
 
-/// Runs the server until SIGTERM or SIGINT.
-pub async fn run(args: ServeArgs) -> Result<(), String> {
+/// What readiness asks for: the process not stopping, the store reachable (probed in the
+/// background from now on) and, if asked, a rate limit domain configured.
+fn readiness(
+    args: &ServeArgs,
+    limiter: &Limiter<AnyStore>,
+    rls: &Arc<Rls>,
+    stopping: crate::health::Stopping,
+) -> crate::health::Readiness {
+    let store_health = crate::store_health::watch(
+        limiter,
+        args.health.store_probe_interval,
+        Some(rls_failure_meaning(args.rls_on_store_error)),
+    );
+    crate::health::Readiness {
+        stopping,
+        store: store_health,
+        mode: args.health.readiness,
+        rls_domains: args.health.ready_with_rls_domains.then(|| Arc::clone(rls)),
+    }
+}
+
+/// The limiter on its store (with the store's description), and the rate limit and quota
+/// services on it.
+async fn open_services(
+    args: &ServeArgs,
+) -> Result<(Limiter<AnyStore>, String, Arc<Rls>, Arc<Rlqs>), String> {
     let (limiter, store_description) =
         store::open_limiter(args.config.as_deref(), &args.store).await?;
     store::sweep_expired(&limiter, std::time::Duration::from_secs(10));
-    let rls = rate_limit_service(&args, &limiter)?;
+    let rls = rate_limit_service(args, &limiter)?;
     args.rls_upstream_keys
         .connect_per_second(&limiter, &args.store)
         .await?;
@@ -300,6 +324,78 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         Arc::clone(&rls),
         args.quotas.tuning(),
     )?);
+    Ok((limiter, store_description, rls, quotas))
+}
+
+/// The debug and metrics listeners' routes.
+fn side_apps(
+    args: &ServeArgs,
+    limiter: &Limiter<AnyStore>,
+    rls: &Arc<Rls>,
+    quotas: &Arc<Rlqs>,
+) -> (axum::Router, axum::Router) {
+    let shown = crate::side_listeners::Shown {
+        limiter: limiter.clone(),
+        rls: Arc::clone(rls),
+        quotas: Some(Arc::clone(quotas)),
+    };
+    (
+        crate::side_listeners::debug_router(shown.clone()),
+        crate::side_listeners::metrics_router(shown, &args.side.metrics_path),
+    )
+}
+
+/// What the listeners serve: the limiter and the two Envoy services.
+struct Served<'a> {
+    limiter: &'a Limiter<AnyStore>,
+    rls: &'a Arc<Rls>,
+    quotas: &'a Arc<Rlqs>,
+}
+
+/// The check API's routes, and the admin listener's if there is one (`admin_bound` is then
+/// the address it is bound to, if known): behind its token, answering the hosts it allows.
+fn http_apps(
+    args: &ServeArgs,
+    served: Served<'_>,
+    charges: Arc<crate::api::Charges>,
+    readiness: crate::health::Readiness,
+    admin_bound: Option<Option<SocketAddr>>,
+) -> Result<(axum::Router, Option<axum::Router>), String> {
+    let Served {
+        limiter,
+        rls,
+        quotas,
+    } = served;
+    let app = router(AppState::new(crate::api::Shared {
+        limiter: limiter.clone(),
+        rls: Arc::clone(rls),
+        quotas: Some(Arc::clone(quotas)),
+        charges,
+        readiness: readiness.clone(),
+    }));
+    let Some(bound) = admin_bound else {
+        return Ok((app, None));
+    };
+    let state = AdminState {
+        limiter: limiter.clone(),
+        rls: Some(Arc::clone(rls)),
+        quotas: Some(Arc::clone(quotas)),
+        config: args.config.clone(),
+        readiness,
+        proxy_metrics: None,
+    };
+    let admin_app = crate::admin::router(
+        state,
+        args.admin.admin_token.clone(),
+        args.admin
+            .allowed_hosts(bound.unwrap_or(args.admin.admin))?,
+    );
+    Ok((app, Some(admin_app)))
+}
+
+/// Runs the server until SIGTERM or SIGINT.
+pub async fn run(args: ServeArgs) -> Result<(), String> {
+    let (limiter, store_description, rls, quotas) = open_services(&args).await?;
     let assigning = tokio::spawn(Arc::clone(&quotas).run());
     args.admin.validate()?;
     let charges = Arc::new(args.refunds.charges()?);
@@ -315,61 +411,30 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     Arc::clone(&reloader(&args, &limiter, &rls, tls.as_ref())).start(!args.no_watch);
     let (health, stopping, reporter) = crate::health::service(crate::shutdown::signal()).await;
     let shutdown = crate::shutdown::Shutdown::after_signal(args.health.shutdown_delay);
-    let store_health = crate::store_health::watch(
-        &limiter,
-        args.health.store_probe_interval,
-        Some(rls_failure_meaning(args.rls_on_store_error)),
-    );
-    let readiness = crate::health::Readiness {
-        stopping,
-        store: store_health.clone(),
-        mode: args.health.readiness,
-        rls_domains: args.health.ready_with_rls_domains.then(|| Arc::clone(&rls)),
-    };
+    let readiness = readiness(&args, &limiter, &rls, stopping);
+    let store_health = readiness.store.clone();
     crate::health::follow(
         reporter,
         readiness.clone(),
         std::time::Duration::from_secs(1),
     );
-    let shown = crate::side_listeners::Shown {
-        limiter: limiter.clone(),
-        rls: Arc::clone(&rls),
-        quotas: Some(Arc::clone(&quotas)),
-    };
-    let app = router(AppState::new(crate::api::Shared {
-        limiter: limiter.clone(),
-        rls: Arc::clone(&rls),
-        quotas: Some(Arc::clone(&quotas)),
+    let (debug_app, metrics_app) = side_apps(&args, &limiter, &rls, &quotas);
+    let (app, admin_app) = http_apps(
+        &args,
+        Served {
+            limiter: &limiter,
+            rls: &rls,
+            quotas: &quotas,
+        },
         charges,
-        readiness: readiness.clone(),
-    }));
+        readiness,
+        listeners.admin.as_ref().map(|_| listeners.bound.admin),
+    )?;
     let tls_for = |listener| tls.as_ref().filter(|_| args.tls.covers(listener));
-    let admin_server = match listeners.admin {
-        Some(admin) => {
-            let admin_app = crate::admin::router(
-                AdminState {
-                    limiter: limiter.clone(),
-                    rls: Some(Arc::clone(&rls)),
-                    quotas: Some(Arc::clone(&quotas)),
-                    config: args.config.clone(),
-                    readiness,
-                    proxy_metrics: None,
-                },
-                args.admin.admin_token.clone(),
-                args.admin
-                    .allowed_hosts(listeners.bound.admin.unwrap_or(args.admin.admin))?,
-            );
-            let tls = tls_for(crate::tls::Listener::Admin);
-            Some(serve(
-                admin,
-                admin_app,
-                &args.connections,
-                tls,
-                shutdown.wait(),
-            ))
-        }
-        None => None,
-    };
+    let admin_server = listeners.admin.zip(admin_app).map(|(admin, admin_app)| {
+        let tls = tls_for(crate::tls::Listener::Admin);
+        serve(admin, admin_app, &args.connections, tls, shutdown.wait())
+    });
     // The gRPC services go through the same accept loop as HTTP, with the same bounds: a
     // connection cap, and a client that never sends its preface (or goes idle) is closed.
     let grpc_app = tonic::service::Routes::new(RlsGrpc::server(rls))
@@ -379,31 +444,22 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     let side = |listener: Option<tokio::net::TcpListener>, app: axum::Router| {
         listener.map(|listener| serve(listener, app, &args.connections, None, shutdown.wait()))
     };
+    let main = |listener, app, which| {
+        serve(
+            listener,
+            app,
+            &args.connections,
+            tls_for(which),
+            shutdown.wait(),
+        )
+    };
     let servers = futures_util::future::join_all(
         [
-            Some(serve(
-                listeners.http,
-                app,
-                &args.connections,
-                tls_for(crate::tls::Listener::Http),
-                shutdown.wait(),
-            )),
-            Some(serve(
-                listeners.grpc,
-                grpc_app,
-                &args.connections,
-                tls_for(crate::tls::Listener::Grpc),
-                shutdown.wait(),
-            )),
+            Some(main(listeners.http, app, crate::tls::Listener::Http)),
+            Some(main(listeners.grpc, grpc_app, crate::tls::Listener::Grpc)),
             admin_server,
-            side(
-                listeners.debug,
-                crate::side_listeners::debug_router(shown.clone()),
-            ),
-            side(
-                listeners.metrics,
-                crate::side_listeners::metrics_router(shown, &args.side.metrics_path),
-            ),
+            side(listeners.debug, debug_app),
+            side(listeners.metrics, metrics_app),
         ]
         .into_iter()
         .flatten(),

@@ -355,6 +355,88 @@ impl Rls {
         over
     }
 
+    /// Every descriptor's rule and counter, in order (`None` where none is matched, or the
+    /// matched rule is replaced by another matched rule's `replaces`).
+    fn pending_all(
+        &self,
+        request: &RateLimitRequest,
+        root: &tree::Node,
+    ) -> Result<Vec<Option<Pending>>, RlsError> {
+        let mut rules = Vec::with_capacity(request.descriptors.len());
+        for (index, descriptor) in request.descriptors.iter().enumerate() {
+            rules.push(Self::rule_of(&request.domain, root, index, descriptor)?);
+        }
+        // A matched rule named in another matched rule's `replaces` is dropped for this request.
+        let replaced: HashSet<&str> = rules
+            .iter()
+            .flatten()
+            .flat_map(|matched| matched.rule.replaces.iter().map(String::as_str))
+            .collect();
+        let pending: Vec<Option<Pending>> = rules
+            .iter()
+            .zip(&request.descriptors)
+            .map(|(rule, descriptor)| {
+                let matched = rule.as_ref()?;
+                let replaced_here = matched
+                    .rule
+                    .name
+                    .as_deref()
+                    .is_some_and(|name| replaced.contains(name));
+                (!replaced_here).then(|| self.pending(request, descriptor, matched))
+            })
+            .collect();
+        Ok(pending)
+    }
+
+    /// What a descriptor matched by `matched` is counted as: its counter's key (in
+    /// envoyproxy/ratelimit's form where those keys are kept), its cost and its statistics.
+    fn pending(
+        &self,
+        request: &RateLimitRequest,
+        descriptor: &RateLimitDescriptor,
+        matched: &RuleMatch,
+    ) -> Pending {
+        let RuleMatch { rule, shared, stat } = matched;
+        let window = self
+            .upstream_keys
+            .as_ref()
+            .and_then(|_| rule.upstream_window());
+        let key = match (&self.upstream_keys, window) {
+            (Some(counting), Some(_)) => upstream_keys::counter_key(
+                &counting.prefix,
+                &request.domain,
+                &descriptor.entries,
+                shared,
+            ),
+            _ => {
+                let mut key = request.domain.clone();
+                for (entry, shared) in descriptor.entries.iter().zip(shared) {
+                    key.push('|');
+                    escape(&mut key, &entry.key);
+                    key.push('=');
+                    escape(&mut key, shared.as_deref().unwrap_or(&entry.value));
+                }
+                bounded_key(key)
+            }
+        };
+        let addend = match &descriptor.hits_addend {
+            Some(addend) => *addend,
+            None => u64::from(request.hits_addend.max(1)),
+        };
+        let stats = match (&rule.enforcement, stat) {
+            (Enforcement::Unlimited, _) => None,
+            (_, StatSource::Rule) => rule.stats.get().cloned(),
+            (_, StatSource::Request(key)) => self.stats.observed(key.clone(), addend),
+        };
+        Pending {
+            rule: Arc::clone(rule),
+            key,
+            window,
+            addend,
+            stats,
+        }
+    }
+
     /// Decides a request: one status per descriptor, in order.
     pub async fn should_rate_limit(
         &self,
@@ -371,68 +453,7 @@ impl Rls {
         let Some(root) = config.domains.get(&request.domain) else {
             return Ok(Self::all_ok(request.descriptors.len()));
         };
-        let mut rules = Vec::with_capacity(request.descriptors.len());
-        for (index, descriptor) in request.descriptors.iter().enumerate() {
-            rules.push(Self::rule_of(&request.domain, root, index, descriptor)?);
-        }
-        // A matched rule named in another matched rule's `replaces` is dropped for this request.
-        let replaced: HashSet<&str> = rules
-            .iter()
-            .flatten()
-            .flat_map(|matched| matched.rule.replaces.iter().map(String::as_str))
-            .collect();
-        let pending: Vec<Option<Pending>> = rules
-            .iter()
-            .zip(&request.descriptors)
-            .map(|(rule, descriptor)| {
-                let RuleMatch { rule, shared, stat } = rule.as_ref()?;
-                if rule
-                    .name
-                    .as_deref()
-                    .is_some_and(|name| replaced.contains(name))
-                {
-                    return None;
-                }
-                let window = self
-                    .upstream_keys
-                    .as_ref()
-                    .and_then(|_| rule.upstream_window());
-                let key = match (&self.upstream_keys, window) {
-                    (Some(counting), Some(_)) => upstream_keys::counter_key(
-                        &counting.prefix,
-                        &request.domain,
-                        &descriptor.entries,
-                        shared,
-                    ),
-                    _ => {
-                        let mut key = request.domain.clone();
-                        for (entry, shared) in descriptor.entries.iter().zip(shared) {
-                            key.push('|');
-                            escape(&mut key, &entry.key);
-                            key.push('=');
-                            escape(&mut key, shared.as_deref().unwrap_or(&entry.value));
-                        }
-                        bounded_key(key)
-                    }
-                };
-                let addend = match &descriptor.hits_addend {
-                    Some(addend) => *addend,
-                    None => u64::from(request.hits_addend.max(1)),
-                };
-                let stats = match (&rule.enforcement, stat) {
-                    (Enforcement::Unlimited, _) => None,
-                    (_, StatSource::Rule) => rule.stats.get().cloned(),
-                    (_, StatSource::Request(key)) => self.stats.observed(key.clone(), addend),
-                };
-                Some(Pending {
-                    rule: Arc::clone(rule),
-                    key,
-                    window,
-                    addend,
-                    stats,
-                })
-            })
-            .collect();
+        let pending = self.pending_all(request, root)?;
         let domain = request.domain.as_str();
         let decided = match &self.upstream_keys {
             None => {
@@ -463,17 +484,10 @@ impl Rls {
             }
         }
         let over = self.over_overall(&pending, &statuses);
-        let dynamic_metadata = self.modes.dynamic_metadata.then(|| {
-            let mut passed = prost_types::Struct::default();
-            for (pending, status) in pending.iter().zip(&statuses) {
-                if let Some(metadata) = pending.as_ref().and_then(|p| p.rule.metadata.as_ref())
-                    && status.code != Code::OverLimit as i32
-                {
-                    super::metadata::merge(&mut passed, metadata);
-                }
-            }
-            super::metadata::dynamic(request, passed)
-        });
+        let dynamic_metadata = self
+            .modes
+            .dynamic_metadata
+            .then(|| passed_metadata(request, &pending, &statuses));
         let response_headers_to_add = if self.response_headers {
             headers(&statuses, &self.header_names)
         } else {
@@ -649,4 +663,22 @@ fn declare(limiter: &Limiter<AnyStore>, config: &RlsConfig) {
             }
         });
     }
+}
+
+/// The dynamic metadata of a response: the metadata of every matched rule whose descriptor
+/// was not over its limit, merged, as envoyproxy/ratelimit passes it on.
+fn passed_metadata(
+    request: &RateLimitRequest,
+    pending: &[Option<Pending>],
+    statuses: &[DescriptorStatus],
+) -> prost_types::Struct {
+    let mut passed = prost_types::Struct::default();
+    for (pending, status) in pending.iter().zip(statuses) {
+        if let Some(metadata) = pending.as_ref().and_then(|p| p.rule.metadata.as_ref())
+            && status.code != Code::OverLimit as i32
+        {
+            super::metadata::merge(&mut passed, metadata);
+        }
+    }
+    super::metadata::dynamic(request, passed)
 }

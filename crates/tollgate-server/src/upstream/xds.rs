@@ -3,6 +3,7 @@
 
 use super::apply::{Applied, Given};
 use super::env::Env;
+use crate::rls::xds::{XdsFlags, XdsHeader, XdsServer};
 use crate::serve::ServeArgs;
 
 /// Whether upstream reads `name` for its xDS client.
@@ -31,9 +32,20 @@ pub(super) fn apply(
     env: &mut Env<'_>,
     applied: &mut Applied,
 ) {
-    use crate::rls::xds::{XdsHeader, XdsServer};
-
     let flags = &mut args.rls_xds;
+    let url = server_and_node(flags, given, env);
+    tls(flags, given, env, applied);
+    client(flags, given, env);
+    not_used_with_xds(flags, given, env, applied);
+    applied.notes.push(format!(
+        "the rate limit configuration comes from the xDS server {url} as node {:?}",
+        flags.rls_xds_node_id
+    ));
+}
+
+/// Where the xDS server is and who this node is to it: its URL, the node's id and metadata,
+/// and the headers sent with every request. Returns the URL.
+fn server_and_node(flags: &mut XdsFlags, given: Given<'_>, env: &mut Env<'_>) -> String {
     let url = env.text("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000");
     match XdsServer::parse(&url) {
         Ok(server) if !given("rls_xds_server") => flags.rls_xds_server = Some(server),
@@ -72,6 +84,11 @@ pub(super) fn apply(
     if !given("rls_xds_header") {
         flags.rls_xds_header = headers;
     }
+    url
+}
+
+/// TLS to the xDS server, used only when `CONFIG_GRPC_XDS_SERVER_USE_TLS` is on.
+fn tls(flags: &mut XdsFlags, given: Given<'_>, env: &mut Env<'_>, applied: &mut Applied) {
     let tls = env.boolean("CONFIG_GRPC_XDS_SERVER_USE_TLS", false);
     let cert = env.text("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "");
     let key = env.text("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "");
@@ -96,6 +113,10 @@ pub(super) fn apply(
                 .to_owned(),
         );
     }
+}
+
+/// The xDS client's backoff and its largest message.
+fn client(flags: &mut XdsFlags, given: Given<'_>, env: &mut Env<'_>) {
     let initial = env.duration(
         "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
         std::time::Duration::from_secs(10),
@@ -127,6 +148,16 @@ pub(super) fn apply(
             crate::rls::xds::MAX_MESSAGE_BYTES
         )),
     }
+}
+
+/// Settings upstream reads that mean nothing here (said to be unused), and starting without
+/// a first configuration.
+fn not_used_with_xds(
+    flags: &mut XdsFlags,
+    given: Given<'_>,
+    env: &mut Env<'_>,
+    applied: &mut Applied,
+) {
     for (name, why) in [
         (
             "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
@@ -162,8 +193,4 @@ pub(super) fn apply(
             runtime.join(", ")
         ));
     }
-    applied.notes.push(format!(
-        "the rate limit configuration comes from the xDS server {url} as node {:?}",
-        flags.rls_xds_node_id
-    ));
 }
