@@ -20,6 +20,7 @@
 //! - [`store`]: the `Store` trait and the sharded in-process store.
 
 pub mod algorithm;
+pub mod calendar;
 pub mod check;
 pub mod clock;
 pub mod counter;
@@ -34,6 +35,7 @@ pub mod store;
 mod testing;
 
 pub use algorithm::{Adjustment, Algorithm, LeakyMode, State};
+pub use calendar::{Calendar, CalendarError, CalendarSpec};
 pub use check::{Check, CheckError, Item, MAX_COST, MAX_ITEMS, MAX_KEY_BYTES, Outcome, Verdict};
 pub use clock::{
     Clock, MICROS_PER_SECOND, ManualClock, Micros, SystemClock, duration_to_micros,

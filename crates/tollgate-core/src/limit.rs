@@ -3,7 +3,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::algorithm::{Algorithm, LeakyMode};
+use crate::algorithm::{Algorithm, Kind, LeakyMode};
+use crate::calendar::{Calendar, CalendarError, CalendarSpec};
 use crate::clock::Micros;
 use crate::quota::Quota;
 use crate::scope::Scope;
@@ -115,6 +116,24 @@ pub enum LimitError {
         /// The most the limit grants at once.
         capacity: u64,
     },
+    /// A calendar on an algorithm other than the fixed window.
+    #[error(
+        "limit {name:?}: calendar applies only to fixed_window (a quota per calendar period), not {algorithm}"
+    )]
+    CalendarNotApplicable {
+        /// The limit's name.
+        name: String,
+        /// Its algorithm.
+        algorithm: Algorithm,
+    },
+    /// A calendar that does not fit the quota.
+    #[error("limit {name:?}: {error}")]
+    Calendar {
+        /// The limit's name.
+        name: String,
+        /// What is wrong with it.
+        error: CalendarError,
+    },
     /// A global limit with a fixed lease, or on a queueing leaky bucket.
     #[error(
         "limit {name:?}: a global limit is leased in sizes that adapt to demand, so it takes no fixed lease, and it cannot be a leaky bucket in queue mode"
@@ -149,6 +168,7 @@ impl Limit {
             max_debt: None,
             pinned: false,
             debt_expires: false,
+            calendar: None,
         }
     }
 
@@ -175,6 +195,16 @@ impl Limit {
     /// The algorithm.
     pub fn algorithm(&self) -> Algorithm {
         self.shape.algorithm
+    }
+
+    /// The calendar whose periods a fixed window counts by, if it has one.
+    pub fn calendar(&self) -> Option<&Calendar> {
+        self.shape.calendar.as_deref()
+    }
+
+    /// The transition its states go through.
+    pub(crate) fn kind(&self) -> Kind {
+        self.shape.kind
     }
 
     /// The quota.
@@ -286,6 +316,7 @@ impl Limit {
                     .max_debt(share(self.shape.debt))
                     .pinned(self.shape.pinned)
                     .debt_expires_with_window(self.shape.debt_expires)
+                    .calendar(self.shape.calendar.as_ref().map(|c| c.spec().clone()))
                     .build()
                     .ok()
             });
@@ -312,6 +343,9 @@ impl fmt::Display for Limit {
         }
         if let LeakyMode::Queue { delay_after } = self.shape.mode {
             write!(f, " queue delay_after {delay_after}")?;
+        }
+        if let Some(calendar) = &self.shape.calendar {
+            write!(f, " calendar {calendar}")?;
         }
         Ok(())
     }
@@ -346,6 +380,10 @@ struct Shape {
     /// A window algorithm forgets its debt when its window ends (see
     /// [`Limit::carries_debt`]).
     debt_expires: bool,
+    /// The calendar a fixed window counts by.
+    calendar: Option<Arc<Calendar>>,
+    /// The transition its states go through, from the algorithm and the calendar.
+    kind: Kind,
 }
 
 impl Shape {
@@ -356,6 +394,9 @@ impl Shape {
         let asked = asked.unwrap_or(crate::check::MAX_COST);
         let fits = if self.algorithm.is_rate() {
             (MAX_DEBT_SPAN_MICROS / self.interval.max(1)).saturating_sub(self.burst)
+        } else if self.calendar.is_some() {
+            // See [`LimitBuilder::calendar`].
+            self.quota.count()
         } else {
             (MAX_DEBT_SPAN_MICROS / self.quota.period_micros().max(1))
                 .saturating_mul(self.quota.count())
@@ -385,6 +426,9 @@ impl Shape {
         if let LeakyMode::Queue { delay_after } = self.mode {
             let _ = write!(state_name, ":q{delay_after}");
         }
+        if let Some(calendar) = &self.calendar {
+            let _ = write!(state_name, ":{calendar}");
+        }
         Limit {
             state_id: state_id(&state_name),
             state_name: state_name.into(),
@@ -407,9 +451,21 @@ pub struct LimitBuilder {
     max_debt: Option<u64>,
     pinned: bool,
     debt_expires: bool,
+    calendar: Option<CalendarSpec>,
 }
 
 impl LimitBuilder {
+    /// Counts a fixed window by the periods of a calendar (the quota's day, week, month or
+    /// year, in a time zone, from an anchor) instead of windows of the quota's period aligned
+    /// to the Unix epoch. Only a fixed window takes one. A calendar window carries at most one
+    /// quota of debt (`max_debt` is capped at the quota count), so a state is paid off within
+    /// two periods: a store handed the period starts around its time knows every window a
+    /// state can still owe for.
+    pub fn calendar(mut self, calendar: Option<CalendarSpec>) -> Self {
+        self.calendar = calendar;
+        self
+    }
+
     /// Makes a window algorithm (fixed window, sliding window counter) forget what it counted
     /// past its quota when its window ends, instead of carrying that debt into the windows that
     /// follow: envoyproxy/ratelimit's counters, which count hits over the limit within their
@@ -483,6 +539,7 @@ impl LimitBuilder {
             });
         }
         let (debt, pinned, debt_expires) = (self.max_debt, self.pinned, self.debt_expires);
+        let calendar = self.built_calendar()?;
         let shape = if self.algorithm.is_rate() {
             self.rate_shape()?
         } else {
@@ -491,10 +548,31 @@ impl LimitBuilder {
         Shape {
             pinned,
             debt_expires,
+            kind: Kind::of(shape.algorithm, calendar.is_some()),
+            calendar,
             ..shape
         }
         .with_debt(debt)
         .into_limit()
+    }
+
+    /// The calendar, checked against the algorithm and the quota.
+    fn built_calendar(&self) -> Result<Option<Arc<Calendar>>, LimitError> {
+        let Some(spec) = &self.calendar else {
+            return Ok(None);
+        };
+        if self.algorithm != Algorithm::FixedWindow {
+            return Err(LimitError::CalendarNotApplicable {
+                name: self.name.to_string(),
+                algorithm: self.algorithm,
+            });
+        }
+        spec.build(self.quota)
+            .map(|calendar| Some(Arc::new(calendar)))
+            .map_err(|error| LimitError::Calendar {
+                name: self.name.to_string(),
+                error,
+            })
     }
 
     /// A window algorithm's shape: no burst (its capacity is the quota count), no mode.
@@ -531,6 +609,8 @@ impl LimitBuilder {
             debt: 0,
             pinned: false,
             debt_expires: false,
+            calendar: None,
+            kind: Kind::of(algorithm, false),
         })
     }
 
@@ -586,6 +666,8 @@ impl LimitBuilder {
             debt: 0,
             pinned: false,
             debt_expires: false,
+            calendar: None,
+            kind: Kind::of(algorithm, false),
         })
     }
 }

@@ -48,7 +48,7 @@ pub enum QuotaError {
     },
     /// The period's unit is unknown.
     #[error(
-        "quota {text:?}: unknown unit {unit:?} (expected one of: us, ms, s, m, min, h, d, w, or their long names)"
+        "quota {text:?}: unknown unit {unit:?} (expected one of: us, ms, s, m, min, h, d, w, mo, y, or their long names)"
     )]
     Unit {
         /// The text that was given.
@@ -156,6 +156,13 @@ const UNITS: &[(&[&str], Micros)] = &[
     (&["w", "wk", "week", "weeks"], 7 * 86_400 * SECOND),
 ];
 
+/// Units read but never written: a flat month of 30 days and year of 365 (a quota with a
+/// calendar counts real months and years instead). Not written, so that `30d` keeps its name.
+const LONG_UNITS: &[(&[&str], Micros)] = &[
+    (&["mo", "month", "months"], 30 * 86_400 * SECOND),
+    (&["y", "yr", "year", "years"], 365 * 86_400 * SECOND),
+];
+
 /// Parses a period such as `s`, `30s`, `5m` or `2 hours` into microseconds.
 fn parse_period(text: &str, whole: &str) -> Result<Micros, QuotaError> {
     let text = text.trim();
@@ -175,6 +182,7 @@ fn parse_period(text: &str, whole: &str) -> Result<Micros, QuotaError> {
     };
     let unit_micros = UNITS
         .iter()
+        .chain(LONG_UNITS)
         .find(|(names, _)| names.iter().any(|name| name.eq_ignore_ascii_case(unit)))
         .map(|(_, micros)| *micros)
         .ok_or_else(|| QuotaError::Unit {

@@ -5,12 +5,13 @@
 use std::sync::Arc;
 
 use crate::algorithm::{Algorithm, LeakyMode};
+use crate::calendar::CalendarSpec;
 use crate::limit::{Limit, LimitError};
 use crate::quota::Quota;
 use crate::scope::Scope;
 
 /// The parts of a limit other than its name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LimitSpec {
     /// The algorithm.
     pub algorithm: Algorithm,
@@ -30,6 +31,9 @@ pub struct LimitSpec {
     /// A window algorithm forgets its debt when its window ends (see
     /// [`crate::LimitBuilder::debt_expires_with_window`]).
     pub debt_expires_with_window: bool,
+    /// The calendar a fixed window counts by; `None` for windows aligned to the Unix epoch
+    /// (see [`crate::LimitBuilder::calendar`]).
+    pub calendar: Option<CalendarSpec>,
 }
 
 impl LimitSpec {
@@ -44,6 +48,7 @@ impl LimitSpec {
             scope: Scope::Region,
             max_debt: None,
             debt_expires_with_window: false,
+            calendar: None,
         }
     }
 
@@ -63,6 +68,7 @@ impl LimitSpec {
             .lease(self.lease)
             .scope(self.scope)
             .debt_expires_with_window(self.debt_expires_with_window)
+            .calendar(self.calendar.clone())
             .build()
     }
 }
@@ -113,7 +119,9 @@ impl LimitError {
             | LimitError::Overflow { name, .. }
             | LimitError::LogTooLarge { name }
             | LimitError::LeaseNotApplicable { name, .. }
-            | LimitError::GlobalNotApplicable { name } => Some(name),
+            | LimitError::GlobalNotApplicable { name }
+            | LimitError::CalendarNotApplicable { name, .. }
+            | LimitError::Calendar { name, .. } => Some(name),
             LimitError::EmptyName => None,
         }
     }

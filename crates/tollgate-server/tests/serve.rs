@@ -111,6 +111,66 @@ async fn inline_limits_are_decided_with_every_decision_and_the_rate_limit_fields
 }
 
 #[tokio::test]
+async fn an_inline_calendar_limit_says_retry_after_the_next_local_midnight() {
+    let server = Tollgate::serve(&[]);
+    let url = format!("{}/v1/check", server.http_url());
+    let body = json!({"limits": [{
+        "key": "account:7", "algorithm": "fixed_window", "quota": "1/day",
+        "calendar": {"tz": "Australia/Lord_Howe"},
+    }]});
+    let (_, _, first) = post(&url, &body).await;
+    assert_eq!(first["allowed"], true, "{first}");
+    let (_, headers, refused) = post(&url, &body).await;
+    assert_eq!(refused["allowed"], false, "{refused}");
+    // The server's clock is its own: the expected wait is computed from the instant the
+    // answer was decided at.
+    let at = refused["at"].as_u64().expect("the decision's instant");
+    let day = tollgate::CalendarSpec::new("Australia/Lord_Howe")
+        .and_then(|spec| spec.build("1/day".parse().expect("a quota")))
+        .expect("a calendar");
+    let wait = day.boundaries(at)[2] - at;
+    assert_eq!(refused["retry_after_ms"], wait.div_ceil(1_000), "{refused}");
+    assert_eq!(
+        headers["retry-after"],
+        wait.div_ceil(1_000_000).to_string().as_str()
+    );
+
+    let refusals = [
+        (
+            json!({"tz": "Mars/Olympus"}),
+            "limits[0].calendar.tz: unknown time zone \"Mars/Olympus\"",
+        ),
+        (
+            json!({"anchor_day": 32}),
+            "limits[0].calendar.anchor_day: expected a day of the month from 1 to 31, got 32",
+        ),
+    ];
+    for (calendar, message) in refusals {
+        let body = json!({"limits": [{
+            "key": "k", "algorithm": "fixed_window", "quota": "1/month", "calendar": calendar,
+        }]});
+        let (status, _, problem) = post(&url, &body).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains(message)),
+            "{problem}"
+        );
+    }
+    let body = json!({"limits": [{
+        "key": "k", "algorithm": "gcra", "quota": "1/month", "calendar": {"tz": "UTC"},
+    }]});
+    let (status, _, problem) = post(&url, &body).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    let detail = problem["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("calendar applies only to fixed_window"),
+        "{problem}"
+    );
+}
+
+#[tokio::test]
 async fn policies_are_decided_by_name_or_by_matching_attributes() {
     let server = Tollgate::serve(&[]);
     let url = format!("{}/v1/check", server.http_url());

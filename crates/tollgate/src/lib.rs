@@ -51,7 +51,7 @@
 
 pub use tollgate_core::algorithm;
 pub use tollgate_core::counter;
-use tollgate_core::{check, clock, decision, limit, quota, scope, spec};
+use tollgate_core::{calendar, check, clock, decision, limit, quota, scope, spec};
 mod error;
 pub mod headers;
 pub mod layer;
@@ -69,6 +69,7 @@ pub mod usage;
 pub mod yaml;
 
 pub use algorithm::{Adjustment, Algorithm, LeakyMode, State};
+pub use calendar::{Calendar, CalendarError, CalendarSpec};
 pub use check::{Check, CheckError, Item, MAX_COST, MAX_ITEMS, MAX_KEY_BYTES, Outcome, Verdict};
 pub use clock::{
     Clock, MICROS_PER_SECOND, ManualClock, Micros, SystemClock, duration_to_micros,

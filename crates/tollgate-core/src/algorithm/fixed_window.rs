@@ -26,7 +26,7 @@ pub struct State {
 
 /// The windows it takes to pay off `units` at a quota's worth a window (one at most, where the
 /// limit forgets debt with its window).
-fn owed_windows(limit: &Limit, units: u64) -> u64 {
+pub(super) fn owed_windows(limit: &Limit, units: u64) -> u64 {
     let windows = units.div_ceil(limit.count());
     if limit.carries_debt() {
         windows

@@ -8,6 +8,7 @@
 //! composes them the same way for all six: bring the state forward to `now`, admit if the cost
 //! fits, consume, and describe the result.
 
+pub mod calendar_window;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
@@ -22,6 +23,7 @@ use crate::clock::Micros;
 use crate::decision::Decision;
 use crate::limit::Limit;
 
+pub use calendar_window::CalendarWindow;
 pub use fixed_window::FixedWindow;
 pub use gcra::Gcra;
 pub use leaky_bucket::LeakyBucket;
@@ -203,6 +205,35 @@ fn describe<T: Transition + ?Sized>(
     )
 }
 
+/// Which transition a limit's states go through: its algorithm's, or the calendar window's
+/// for a fixed window with a calendar. Kept with the limit, so that telling whether a stored
+/// state belongs to it costs one comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    FixedWindow,
+    SlidingLog,
+    SlidingWindow,
+    TokenBucket,
+    LeakyBucket,
+    Gcra,
+    CalendarWindow,
+}
+
+impl Kind {
+    /// The kind of a limit of `algorithm`, with a calendar or not.
+    pub(crate) fn of(algorithm: Algorithm, calendar: bool) -> Self {
+        match algorithm {
+            Algorithm::FixedWindow if calendar => Kind::CalendarWindow,
+            Algorithm::FixedWindow => Kind::FixedWindow,
+            Algorithm::SlidingLog => Kind::SlidingLog,
+            Algorithm::SlidingWindow => Kind::SlidingWindow,
+            Algorithm::TokenBucket => Kind::TokenBucket,
+            Algorithm::LeakyBucket => Kind::LeakyBucket,
+            Algorithm::Gcra => Kind::Gcra,
+        }
+    }
+}
+
 /// The state of one key under one limit, for any algorithm.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[serde(tag = "algorithm", rename_all = "snake_case")]
@@ -219,6 +250,8 @@ pub enum State {
     LeakyBucket(leaky_bucket::State),
     /// GCRA state.
     Gcra(gcra::State),
+    /// A fixed window's state, its windows those of a calendar.
+    CalendarWindow(fixed_window::State),
 }
 
 /// Runs `$body` with `$alg` bound to the state's algorithm type and `$s` to the typed state,
@@ -238,6 +271,7 @@ macro_rules! dispatch {
             State::TokenBucket($s) => { type $alg = TokenBucket; $body }
             State::LeakyBucket($s) => { type $alg = LeakyBucket; $body }
             State::Gcra($s) => { type $alg = Gcra; $body }
+            State::CalendarWindow($s) => { type $alg = CalendarWindow; $body }
         }
     };
 }
@@ -245,25 +279,39 @@ macro_rules! dispatch {
 impl State {
     /// The state of a key nobody has used yet under `limit`.
     pub fn fresh(limit: &Limit, now: Micros) -> Self {
-        match limit.algorithm() {
-            Algorithm::FixedWindow => State::FixedWindow(FixedWindow::fresh(limit, now)),
-            Algorithm::SlidingLog => State::SlidingLog(Box::new(SlidingLog::fresh(limit, now))),
-            Algorithm::SlidingWindow => State::SlidingWindow(SlidingWindow::fresh(limit, now)),
-            Algorithm::TokenBucket => State::TokenBucket(TokenBucket::fresh(limit, now)),
-            Algorithm::LeakyBucket => State::LeakyBucket(LeakyBucket::fresh(limit, now)),
-            Algorithm::Gcra => State::Gcra(Gcra::fresh(limit, now)),
+        match limit.kind() {
+            Kind::FixedWindow => State::FixedWindow(FixedWindow::fresh(limit, now)),
+            Kind::SlidingLog => State::SlidingLog(Box::new(SlidingLog::fresh(limit, now))),
+            Kind::SlidingWindow => State::SlidingWindow(SlidingWindow::fresh(limit, now)),
+            Kind::TokenBucket => State::TokenBucket(TokenBucket::fresh(limit, now)),
+            Kind::LeakyBucket => State::LeakyBucket(LeakyBucket::fresh(limit, now)),
+            Kind::Gcra => State::Gcra(Gcra::fresh(limit, now)),
+            Kind::CalendarWindow => State::CalendarWindow(CalendarWindow::fresh(limit, now)),
         }
     }
 
     /// The algorithm this state belongs to.
     pub fn algorithm(&self) -> Algorithm {
         match self {
-            State::FixedWindow(_) => Algorithm::FixedWindow,
+            State::FixedWindow(_) | State::CalendarWindow(_) => Algorithm::FixedWindow,
             State::SlidingLog(_) => Algorithm::SlidingLog,
             State::SlidingWindow(_) => Algorithm::SlidingWindow,
             State::TokenBucket(_) => Algorithm::TokenBucket,
             State::LeakyBucket(_) => Algorithm::LeakyBucket,
             State::Gcra(_) => Algorithm::Gcra,
+        }
+    }
+
+    /// The transition this state goes through.
+    fn kind(&self) -> Kind {
+        match self {
+            State::FixedWindow(_) => Kind::FixedWindow,
+            State::SlidingLog(_) => Kind::SlidingLog,
+            State::SlidingWindow(_) => Kind::SlidingWindow,
+            State::TokenBucket(_) => Kind::TokenBucket,
+            State::LeakyBucket(_) => Kind::LeakyBucket,
+            State::Gcra(_) => Kind::Gcra,
+            State::CalendarWindow(_) => Kind::CalendarWindow,
         }
     }
 
@@ -280,9 +328,9 @@ impl State {
     }
 
     /// Brings this state forward to `now` in place; a state of another algorithm (the limit
-    /// was reconfigured) starts fresh.
+    /// was reconfigured, or given a calendar) starts fresh.
     pub fn bring_forward(&mut self, limit: &Limit, now: Micros) {
-        if self.algorithm() == limit.algorithm() {
+        if self.kind() == limit.kind() {
             dispatch!(mut self, |A, s| A::advance(s, limit, now));
         } else {
             *self = State::fresh(limit, now);
@@ -298,7 +346,7 @@ impl State {
     /// one, which cost 14-23 instructions a check (`N=20000 scripts/instructions`).
     #[inline(always)]
     pub fn step(&mut self, limit: &Limit, now: Micros, cost: u64) -> Decision {
-        if self.algorithm() != limit.algorithm() {
+        if self.kind() != limit.kind() {
             *self = State::fresh(limit, now);
         }
         dispatch!(mut self, |A, s| A::step(s, limit, now, cost))

@@ -215,7 +215,7 @@ fn slot_sizes(keys: &[String]) -> Vec<usize> {
 /// Redis refuses because a slot has moved wrote nothing: its jobs go again slot by slot, and
 /// the slot map is read anew.
 async fn call(sending: Arc<Sending>, jobs: Vec<Job>) {
-    let (keys, spec) = encode_checks(jobs.iter().map(|job| &job.part));
+    let (keys, spec) = encode_checks(jobs.iter().map(|job| &job.part), jobs[0].at);
     // The jobs know their slots (none on a single Redis): keys are hashed again only for a
     // call that spans several.
     let slots = if jobs.windows(2).any(|pair| pair[0].slot != pair[1].slot) {

@@ -424,7 +424,7 @@ impl RedisStore {
         adjustments: &[Adjustment],
         at: Option<Micros>,
     ) -> Result<(), StoreError> {
-        let (keys, spec) = encode_adjustments(part, adjustments);
+        let (keys, spec) = encode_adjustments(part, adjustments, at);
         let mut connection = self.shared.connection.clone();
         let timeout = self.shared.config.timeout;
         let call =

@@ -28,8 +28,9 @@ const ADJUST: &str = include_str!("scripts/adjust.lua");
 
 /// The Lua source of the check script, for tooling that runs it directly (`redis-benchmark`,
 /// `redis-cli --eval`). `ARGV[1]`: the time or `''`. `ARGV[2]`: one JSON array of numbers: the
-/// number of distinct limits, each limit's algorithm (1-6), count, period, capacity, interval,
-/// delay_after and debt, then the number of checks, and per check its item count and per item: key
+/// number of distinct limits, each limit's algorithm (1-6, 7 for a fixed window with a calendar),
+/// count, period, capacity, interval, delay_after and debt (and a calendar window's five period
+/// starts), then the number of checks, and per check its item count and per item: key
 /// index, limit index, cost. Returns one string: the time, then six numbers per item, each a
 /// big-endian `i64`.
 pub const CHECK_SCRIPT: &str = concat!(

@@ -3,7 +3,8 @@
 use std::collections::HashMap;
 
 use tollgate_core::algorithm::{Adjustment, Algorithm, LeakyMode};
-use tollgate_core::clock::Micros;
+use tollgate_core::calendar::Boundaries;
+use tollgate_core::clock::{Clock, Micros, SystemClock};
 use tollgate_core::decision::Decision;
 use tollgate_core::limit::Limit;
 
@@ -29,11 +30,25 @@ pub(crate) struct Part {
     pub(crate) items: Vec<PartItem>,
 }
 
-/// A limit's seven script parameters: alg, count, period, capacity, interval, delay_after,
-/// debt (as `-1 - debt` for a window that forgets its debt when it ends). Every number is far
-/// below 2^53, where Lua's are exact.
-fn limit_parameters(limit: &Limit) -> [i64; 7] {
+/// A limit as the scripts read it: seven numbers, and for a calendar window the period starts
+/// around the caller's time, of which the script picks the one that holds its own (the
+/// Redis server's clock), as the memory store picks by its clock.
+#[derive(PartialEq)]
+struct LimitParameters {
+    numbers: [i64; 7],
+    boundaries: Option<Boundaries>,
+}
+
+/// A limit's seven script parameters: alg (7 for a fixed window with a calendar), count,
+/// period, capacity, interval, delay_after, debt (as `-1 - debt` for a window that forgets its
+/// debt when it ends), and a calendar's period starts around `now` (the call's time; with
+/// none given, this process's clock). Every number is far below 2^53, where Lua's are exact.
+fn limit_parameters(limit: &Limit, now: Option<Micros>) -> LimitParameters {
+    let boundaries = limit
+        .calendar()
+        .map(|calendar| calendar.boundaries(now.unwrap_or_else(|| SystemClock::new().now())));
     let code = match limit.algorithm() {
+        Algorithm::FixedWindow if boundaries.is_some() => 7,
         Algorithm::FixedWindow => 1,
         Algorithm::SlidingLog => 2,
         Algorithm::SlidingWindow => 3,
@@ -47,7 +62,7 @@ fn limit_parameters(limit: &Limit) -> [i64; 7] {
     };
     let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let debt = signed(limit.max_debt());
-    [
+    let numbers = [
         code,
         signed(limit.count()),
         signed(limit.period()),
@@ -59,7 +74,11 @@ fn limit_parameters(limit: &Limit) -> [i64; 7] {
         } else {
             -1 - debt
         },
-    ]
+    ];
+    LimitParameters {
+        numbers,
+        boundaries,
+    }
 }
 
 /// The numbers a script reads, as it reads them: one JSON array (the scripts' `take`), its
@@ -101,7 +120,9 @@ impl Numbers {
 struct Tables {
     keys: Vec<String>,
     key_index: HashMap<String, usize>,
-    limits: Vec<[i64; 7]>,
+    limits: Vec<LimitParameters>,
+    /// The call's time, if given, for calendar windows.
+    now: Option<Micros>,
 }
 
 impl Tables {
@@ -117,7 +138,7 @@ impl Tables {
 
     /// The 1-based Lua index of `limit`'s parameters.
     fn limit(&mut self, limit: &Limit) -> u64 {
-        let parameters = limit_parameters(limit);
+        let parameters = limit_parameters(limit, self.now);
         let index = match self.limits.iter().position(|known| *known == parameters) {
             Some(index) => index,
             None => {
@@ -135,7 +156,8 @@ impl Tables {
         ));
         spec.push(self.limits.len() as u64);
         for parameters in &self.limits {
-            spec.extend_signed(*parameters);
+            spec.extend_signed(parameters.numbers);
+            spec.extend(parameters.boundaries.into_iter().flatten());
         }
         let mut text = spec.0;
         text.replace_range(..1, "[");
@@ -145,11 +167,16 @@ impl Tables {
     }
 }
 
-/// KEYS and ARGV[2] (after the time) of one check-script call for `parts`.
+/// KEYS and ARGV[2] (after the time) of one check-script call for `parts` at `now` (`None`:
+/// the server's clock).
 pub(crate) fn encode_checks<'p>(
     parts: impl ExactSizeIterator<Item = &'p Part>,
+    now: Option<Micros>,
 ) -> (Vec<String>, String) {
-    let mut tables = Tables::default();
+    let mut tables = Tables {
+        now,
+        ..Tables::default()
+    };
     let mut rest = Numbers::default();
     rest.push(parts.len() as u64);
     for part in parts {
@@ -163,9 +190,17 @@ pub(crate) fn encode_checks<'p>(
     tables.finish(&rest)
 }
 
-/// KEYS and ARGV[2] (after the time) of one adjust-script call.
-pub(crate) fn encode_adjustments(part: &Part, adjustments: &[Adjustment]) -> (Vec<String>, String) {
-    let mut tables = Tables::default();
+/// KEYS and ARGV[2] (after the time) of one adjust-script call at `now` (`None`: the server's
+/// clock).
+pub(crate) fn encode_adjustments(
+    part: &Part,
+    adjustments: &[Adjustment],
+    now: Option<Micros>,
+) -> (Vec<String>, String) {
+    let mut tables = Tables {
+        now,
+        ..Tables::default()
+    };
     let mut rest = Numbers::default();
     rest.push(part.items.len() as u64);
     for (item, adjustment) in part.items.iter().zip(adjustments) {
@@ -255,7 +290,7 @@ mod tests {
                 .collect(),
         };
         let parts = [part(&["a", "b"]), part(&["b"])];
-        let (keys, spec) = encode_checks(parts.iter());
+        let (keys, spec) = encode_checks(parts.iter(), None);
         assert_eq!(keys, ["a", "b"]);
         // One distinct limit (GCRA 10/s: alg, count, period, capacity, interval, delay_after,
         // debt);

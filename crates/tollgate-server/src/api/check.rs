@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use tollgate::headers::{Answer, LimitView, decision_fields};
 use tollgate::policy::{Action, ChargeSet, DecidedBy, HeaderFamily, QuotaUnit, Receipt, Scope};
 use tollgate::{
-    Algorithm, Check, Decision, Evaluation, Limit, LimitSpec, MAX_COST, MAX_ITEMS, Micros, Quota,
-    Request, Verdict, leaky_mode,
+    Algorithm, CalendarError, CalendarSpec, Check, Decision, Evaluation, Limit, LimitSpec,
+    MAX_COST, MAX_ITEMS, Micros, Quota, Request, Verdict, leaky_mode,
 };
 
 use super::AppState;
@@ -59,8 +59,39 @@ pub(crate) struct InlineLimit {
     scope: Option<tollgate::Scope>,
     /// The most units a settlement may leave owing beyond the capacity.
     max_debt: Option<u64>,
+    /// A fixed window's calendar periods (left out of a charge token's bytes when absent, so
+    /// that tokens of limits without one read as before).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    calendar: Option<InlineCalendar>,
     name: Option<String>,
     cost: Option<u64>,
+}
+
+/// An inline limit's `calendar`, as a policy file writes it.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct InlineCalendar {
+    tz: Option<String>,
+    anchor_day: Option<u64>,
+    first_day: Option<String>,
+    anchor_date: Option<String>,
+}
+
+impl InlineCalendar {
+    /// The calendar it states (in UTC unless `tz` says otherwise); the error names the field.
+    fn spec(&self) -> Result<CalendarSpec, CalendarError> {
+        let mut spec = CalendarSpec::new(self.tz.as_deref().unwrap_or("UTC"))?;
+        if let Some(day) = self.anchor_day {
+            spec = spec.anchor_day(day)?;
+        }
+        if let Some(first) = &self.first_day {
+            spec = spec.first_day(first)?;
+        }
+        if let Some(date) = &self.anchor_date {
+            spec = spec.anchor_date(date)?;
+        }
+        Ok(spec)
+    }
 }
 
 /// The body of `/v1/check` (and, with the `charge` of its answer, of `/v1/refund`, and with
@@ -169,7 +200,14 @@ impl InlineLimit {
     fn spec(&self, index: usize) -> Result<LimitSpec, ApiError> {
         let mode = leaky_mode(self.mode.as_deref(), self.delay_after)
             .map_err(|error| ApiError::invalid(format!("limits[{index}].mode: {error}")))?;
+        let calendar = self
+            .calendar
+            .as_ref()
+            .map(InlineCalendar::spec)
+            .transpose()
+            .map_err(|error| ApiError::invalid(format!("limits[{index}].calendar.{error}")))?;
         Ok(LimitSpec {
+            calendar,
             burst: self.burst,
             mode,
             scope: self.scope.unwrap_or_default(),
@@ -209,7 +247,7 @@ impl InlineLimit {
             return Ok(limit.clone());
         }
         drop(compiled);
-        let limit = self.build(index, &spec)?;
+        let limit = self.build(index, &key.0)?;
         let mut compiled = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
         if compiled.len() >= MAX_COMPILED {
             compiled.clear();

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use proptest::prelude::*;
 use tollgate::{
-    Adjustment, Algorithm, Check, LeakyMode, Limit, MemoryStore, Micros, RedisConfig, RedisStore,
-    Store, StoreError, Verdict,
+    Adjustment, Algorithm, CalendarSpec, Check, LeakyMode, Limit, MemoryStore, Micros, RedisConfig,
+    RedisStore, Store, StoreError, Verdict,
 };
 use tollgate_testkit::{RedisCluster, RedisServer};
 
@@ -256,6 +256,69 @@ fn build<'l>(items: &[Item], limits: &'l [Limit]) -> Check<'l> {
     check
 }
 
+/// A random fixed window counting by a calendar: days, weeks, months from a billing day or
+/// years from a date, in zones with 1-hour, 30-minute or no daylight saving.
+pub fn calendar_limit(name: &'static str) -> impl Strategy<Value = Limit> {
+    let zone = prop_oneof![
+        Just("Europe/Berlin"),
+        Just("America/New_York"),
+        Just("Australia/Lord_Howe"),
+        Just("Asia/Kathmandu"),
+        Just("UTC"),
+    ];
+    (
+        zone,
+        0usize..4,
+        1u64..=31,
+        1u64..12,
+        (0u64..30, any::<bool>()),
+    )
+        .prop_map(move |(zone, unit, anchor, count, (debt, expires))| {
+            let spec = CalendarSpec::new(zone).expect("a known zone");
+            let (spec, period) = match unit {
+                0 => (spec, "day"),
+                1 => (spec.first_day("sunday").expect("a weekday"), "week"),
+                2 => (spec.anchor_day(anchor).expect("a day"), "month"),
+                _ => (spec.anchor_date("02-29").expect("a date"), "year"),
+            };
+            let quota = format!("{count}/{period}").parse().expect("a quota");
+            Limit::builder(name, Algorithm::FixedWindow, quota)
+                .calendar(Some(spec))
+                .max_debt(debt)
+                .debt_expires_with_window(expires)
+                .build()
+                .expect("a valid limit")
+        })
+}
+
+/// A workload over three calendar limits from two hours before a change of daylight saving
+/// time in Europe (and days before February 29th, 2028), with gaps of up to three days.
+pub fn calendar_workload() -> impl Strategy<Value = (Micros, Vec<Limit>, Vec<(Micros, Step)>)> {
+    let limits = (
+        calendar_limit("a"),
+        calendar_limit("b"),
+        calendar_limit("c"),
+    )
+        .prop_map(|(a, b, c)| vec![a, b, c]);
+    let start = prop_oneof![Just(1_792_872_000_000_000u64), Just(1_835_294_400_000_000)];
+    let item = (
+        0usize..3,
+        0usize..3,
+        prop_oneof![5 => Just(1u64), 1 => 0u64..6],
+    );
+    let step = prop_oneof![
+        8 => prop::collection::vec(item, 1..4).prop_map(Step::Check),
+        1 => (0usize..4).prop_map(Step::Refund),
+        1 => (0usize..3, 0usize..3, 1u64..40).prop_map(|(k, l, c)| Step::Charge(k, l, c)),
+    ];
+    let gap = prop_oneof![
+        3 => Just(0u64),
+        3 => 0u64..3_600_000_000,
+        1 => 0u64..259_200_000_000,
+    ];
+    (start, limits, prop::collection::vec((gap, step), 1..60))
+}
+
 /// Replays a workload through the memory store and a Redis store with the same explicit times;
 /// `agrees(items, memory's verdict, redis's verdict)` says whether each pair of verdicts matches.
 pub async fn replay_both(
@@ -264,8 +327,19 @@ pub async fn replay_both(
     steps: &[(Micros, Step)],
     agrees: Agrees,
 ) -> Result<(), String> {
+    replay_both_from(1_700_000_000_000_000, redis, limits, steps, agrees).await
+}
+
+/// [`replay_both`] from the instant `start`.
+pub async fn replay_both_from(
+    start: Micros,
+    redis: &RedisStore,
+    limits: &[Limit],
+    steps: &[(Micros, Step)],
+    agrees: Agrees,
+) -> Result<(), String> {
     let memory = MemoryStore::new();
-    let mut now: Micros = 1_700_000_000_000_000;
+    let mut now: Micros = start;
     let mut admitted: Vec<(Vec<Item>, Verdict)> = Vec::new();
     for (gap, step) in steps {
         now += gap;

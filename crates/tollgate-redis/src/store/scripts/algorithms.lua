@@ -4,7 +4,8 @@
 -- counter's floating point runs the same operations in the same order.
 --
 -- A limit L is {alg, count, period, capacity, interval, delay_after, debt, carry}; alg is 1 fixed_window,
--- 2 sliding_log, 3 sliding_window, 4 token_bucket, 5 leaky_bucket, 6 gcra. A state is a table.
+-- 2 sliding_log, 3 sliding_window, 4 token_bucket, 5 leaky_bucket, 6 gcra, 7 fixed_window with a
+-- calendar (which also has `bounds`, five period starts). A state is a table.
 
 -- A function library's top level may not read globals (Redis runs it in a bare environment
 -- while loading), so the standard functions and the table of built algorithms are picked up
@@ -81,6 +82,63 @@ BUILD[1] = function() return {
     local window, count = match(text, '^f(%x+):(%x+)$')
     local start = window and unhex(window) * L.period
     if start and start <= now + L.period then return { start = start, count = unhex(count) } end
+  end,
+} end
+
+-- 7: calendar window (calendar_window.rs): a fixed window over the period starts L.bounds,
+-- computed by the caller around its time, of which the window holding `now` is picked --------
+BUILD[7] = function()
+  -- The window holding t: the last start at or before it among the first four.
+  local function index_of(b, t)
+    local i = 1
+    for j = 2, 4 do if b[j] <= t then i = j end end
+    return i
+  end
+  -- The start `windows` windows after `start` (the last known one at most, or if `start` is
+  -- not among them).
+  local function start_after(b, start, windows)
+    for i = 1, 5 do
+      if b[i] == start then return b[min(i + windows, 5)] end
+    end
+    return b[5]
+  end
+  local fixed = A[1]
+  return {
+  tag = 99, -- 'c'
+  fresh = function(L, now) return { start = L.bounds[index_of(L.bounds, now)], count = 0 } end,
+  advance = function(s, L, now)
+    local b = L.bounds
+    local i = index_of(b, now)
+    if b[i] > s.start then
+      -- Windows passed among the known starts; a state older than all of them is paid off.
+      local passed
+      for j = 1, i - 1 do
+        if b[j] == s.start then passed = i - j end
+      end
+      if passed and L.carry then s.count = max(0, s.count - passed * L.count) else s.count = 0 end
+      s.start = b[i]
+    end
+  end,
+  admits = fixed.admits,
+  consume = fixed.consume,
+  refund = function(s, L, now, amount, charged_at)
+    local b = L.bounds
+    if charged_at >= b[1] and b[index_of(b, charged_at)] == s.start then s.count = max(0, s.count - amount) end
+  end,
+  remaining = fixed.remaining,
+  reset_after = function(s, L, now)
+    return max(0, start_after(L.bounds, s.start, owed_windows(L, s.count)) - now)
+  end,
+  wait_for = function(s, L, now, cost)
+    if cost > L.count then return nil end
+    if s.count + cost <= L.count then return 0 end
+    return max(0, start_after(L.bounds, s.start, owed_windows(L, s.count + cost - L.count)) - now)
+  end,
+  -- The window is stored as its start: calendar windows have no common length to index by.
+  encode = function(s, L) return format('c%x:%x', s.start, s.count) end,
+  decode = function(text, L, now)
+    local start, count = match(text, '^c(%x+):(%x+)$')
+    if start then return { start = unhex(start), count = unhex(count) } end
   end,
 } end
 
@@ -462,7 +520,7 @@ BUILD[6] = function() return {
 -- args[2] is a JSON array of numbers (integers, exact below 2^53 as Lua's doubles are), read
 -- in order: the number of distinct limits, each limit's seven parameters (alg, count, period,
 -- capacity, interval, delay_after, debt: negative, as -1 - debt, for a window that forgets its
--- debt when it ends), then what the entry point itself reads (see `take`). One
+-- debt when it ends; a calendar window's five period starts follow), then what the entry point itself reads (see `take`). One
 -- argument decoded by one C call, rather than an argument a number each passed through
 -- `tonumber`, spares Redis a Lua string and a call per number; JSON keeps the argument text,
 -- so `redis-cli` and `redis-benchmark` can still send it. (MessagePack, read by cmsgpack,
@@ -530,6 +588,10 @@ local function begin(call_keys, args)
     }
     if limits[l].debt < 0 then limits[l].debt, limits[l].carry = -1 - limits[l].debt, false end
     at = at + 7
+    if alg == 7 then
+      limits[l].bounds = { spec[at + 1], spec[at + 2], spec[at + 3], spec[at + 4], spec[at + 5] }
+      at = at + 5
+    end
   end
   if args[1] ~= '' then
     ttl_pad = 3600000000

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::calendar::read_calendar;
 use super::values::read_duration;
 use super::{LIMIT_FIELDS, MAX_LIMITS_PER_POLICY};
 use crate::algorithm::Algorithm;
@@ -73,7 +74,12 @@ pub(super) fn read_limit(node: Node<'_, '_>, what: &str, fallback: String) -> Op
     let max_debt = map
         .get("max_debt")
         .and_then(|n| n.number(&format!("{what}: max_debt"), 0..=crate::check::MAX_COST));
+    let calendar = map.get("calendar").map(|n| read_calendar(n, &what));
     map.deny_unknown(&what, LIMIT_FIELDS);
+    let calendar = match calendar {
+        Some(read) => Some(read?),
+        None => None,
+    };
     Some(LimitConfig {
         name,
         spec: LimitSpec {
@@ -85,6 +91,7 @@ pub(super) fn read_limit(node: Node<'_, '_>, what: &str, fallback: String) -> Op
             scope,
             max_debt,
             debt_expires_with_window: false,
+            calendar,
         },
         origin: map.origin(),
     })

@@ -3,6 +3,7 @@
 use super::model::{Config, GlobalConfig};
 use crate::yaml::{ConfigErrors, Node, Reader};
 
+mod calendar;
 mod limits;
 mod policy;
 mod store;
@@ -73,6 +74,7 @@ const LIMIT_FIELDS: &[&str] = &[
     "lease",
     "scope",
     "max_debt",
+    "calendar",
 ];
 const KEY_PARTS: &str = "ip, user, api_key, tenant, route, method, host, header:<name>, param:<name>, const:<value>, global";
 
