@@ -347,9 +347,18 @@ impl State {
     #[inline(always)]
     pub fn step(&mut self, limit: &Limit, now: Micros, cost: u64) -> Decision {
         if self.kind() != limit.kind() {
-            *self = State::fresh(limit, now);
+            self.start_afresh(limit, now);
         }
         dispatch!(mut self, |A, s| A::step(s, limit, now, cost))
+    }
+
+    /// Replaces a state of another kind (the limit was reconfigured) with a fresh one: rare,
+    /// and kept out of [`State::step`], where its code for seven kinds made the compiler spill
+    /// registers on every kind's path.
+    #[cold]
+    #[inline(never)]
+    fn start_afresh(&mut self, limit: &Limit, now: Micros) {
+        *self = State::fresh(limit, now);
     }
 
     /// Whether a request of `cost` fits now (the state must be [current](State::current)).
