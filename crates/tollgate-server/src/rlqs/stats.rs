@@ -114,7 +114,16 @@ impl QuotaStats {
         for (name, help, value) in ratios {
             registry.register(name, help, ConstGauge::<f64>::new(value));
         }
-        let counters = [
+        let counters = self.counters();
+        for (name, help, value) in counters {
+            registry.register(name, help, ConstCounter::new(value));
+        }
+        registry
+    }
+
+    /// The counters, each with its name and help.
+    fn counters(&self) -> [(&'static str, &'static str, u64); 10] {
+        [
             (
                 "streams_opened",
                 "Quota streams opened",
@@ -157,10 +166,6 @@ impl QuotaStats {
                 "Store calls counting shares that failed",
                 self.store_errors,
             ),
-        ];
-        for (name, help, value) in counters {
-            registry.register(name, help, ConstCounter::new(value));
-        }
-        registry
+        ]
     }
 }

@@ -12,6 +12,7 @@ use tollgate::{Adjustment, AnyStore, Check, Limit, Limiter, MAX_COST, Quota, Sto
 use super::config::RlsConfig;
 use super::keys::{bounded_key, detailed_key, escape, stat_part};
 use super::proto::common::RateLimitDescriptor;
+use super::proto::common::rate_limit_descriptor::RateLimitOverride;
 use super::proto::service::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use super::proto::service::{RateLimitRequest, RateLimitResponse};
 use super::settings::{RlsFailureMode, RlsHeaderNames, RlsLimits, RlsModes};
@@ -231,6 +232,72 @@ impl Rls {
         Ok(())
     }
 
+    /// The rule of a descriptor's per-request `limit` override: a fixed window of its own,
+    /// named after the override (a limit of none blocks), its statistics under the request's
+    /// entries.
+    fn override_rule(
+        domain: &str,
+        index: usize,
+        descriptor: &RateLimitDescriptor,
+        limit: &RateLimitOverride,
+    ) -> Result<RuleMatch, RlsError> {
+        let unit = unit::from_override(limit.unit).ok_or_else(|| {
+            RlsError::InvalidArgument(format!(
+                "descriptors[{index}].limit.unit: a limit override needs a known unit"
+            ))
+        })?;
+        let seconds = unit::seconds(unit).unwrap_or(1);
+        let quota = Quota::new(
+            u64::from(limit.requests_per_unit),
+            std::time::Duration::from_secs(seconds),
+        )
+        .map_err(|e| {
+            RlsError::InvalidArgument(format!("descriptors[{index}].limit.requests_per_unit: {e}"))
+        })?;
+        let name = format!(
+            "rls:{domain}:override:{}/{}",
+            limit.requests_per_unit,
+            unit.as_str_name()
+        );
+        let enforcement = if limit.requests_per_unit == 0 {
+            Enforcement::Blocked
+        } else {
+            Enforcement::Limit(
+                Limit::new(name, tollgate::Algorithm::FixedWindow, quota).map_err(|e| {
+                    RlsError::InvalidArgument(format!("descriptors[{index}].limit: {e}"))
+                })?,
+            )
+        };
+        let rule = Rule {
+            requests_per_unit: limit.requests_per_unit,
+            unit,
+            name: None,
+            replaces: Vec::new(),
+            shadow: false,
+            quota_mode: false,
+            metadata: None,
+            classic: true,
+            counts_refused: true,
+            enforcement,
+            stat_path: Vec::new(),
+            detailed_metric: false,
+            stats: std::sync::OnceLock::new(),
+        };
+        let path = descriptor
+            .entries
+            .iter()
+            .map(|entry| stat_part(&entry.key, MetricValue::Value, &entry.value))
+            .collect();
+        Ok(RuleMatch {
+            rule: Arc::new(rule),
+            shared: vec![None; descriptor.entries.len()],
+            stat: StatSource::Request(StatKey {
+                domain: domain.to_owned(),
+                path,
+            }),
+        })
+    }
+
     /// The rule a descriptor gets: its per-request override, else what the tree says.
     fn rule_of(
         domain: &str,
@@ -239,63 +306,7 @@ impl Rls {
         descriptor: &RateLimitDescriptor,
     ) -> Result<Option<RuleMatch>, RlsError> {
         if let Some(limit) = &descriptor.limit {
-            let unit = unit::from_override(limit.unit).ok_or_else(|| {
-                RlsError::InvalidArgument(format!(
-                    "descriptors[{index}].limit.unit: a limit override needs a known unit"
-                ))
-            })?;
-            let seconds = unit::seconds(unit).unwrap_or(1);
-            let quota = Quota::new(
-                u64::from(limit.requests_per_unit),
-                std::time::Duration::from_secs(seconds),
-            )
-            .map_err(|e| {
-                RlsError::InvalidArgument(format!(
-                    "descriptors[{index}].limit.requests_per_unit: {e}"
-                ))
-            })?;
-            let name = format!(
-                "rls:{domain}:override:{}/{}",
-                limit.requests_per_unit,
-                unit.as_str_name()
-            );
-            let enforcement = if limit.requests_per_unit == 0 {
-                Enforcement::Blocked
-            } else {
-                Enforcement::Limit(
-                    Limit::new(name, tollgate::Algorithm::FixedWindow, quota).map_err(|e| {
-                        RlsError::InvalidArgument(format!("descriptors[{index}].limit: {e}"))
-                    })?,
-                )
-            };
-            let rule = Rule {
-                requests_per_unit: limit.requests_per_unit,
-                unit,
-                name: None,
-                replaces: Vec::new(),
-                shadow: false,
-                quota_mode: false,
-                metadata: None,
-                classic: true,
-                counts_refused: true,
-                enforcement,
-                stat_path: Vec::new(),
-                detailed_metric: false,
-                stats: std::sync::OnceLock::new(),
-            };
-            let path = descriptor
-                .entries
-                .iter()
-                .map(|entry| stat_part(&entry.key, MetricValue::Value, &entry.value))
-                .collect();
-            return Ok(Some(RuleMatch {
-                rule: Arc::new(rule),
-                shared: vec![None; descriptor.entries.len()],
-                stat: StatSource::Request(StatKey {
-                    domain: domain.to_owned(),
-                    path,
-                }),
-            }));
+            return Self::override_rule(domain, index, descriptor, limit).map(Some);
         }
         Ok(tree::find(root, &descriptor.entries).map(|matched| {
             let shared = matched

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use tollgate::yaml::{ConfigErrors, Node as Yaml, Reader};
+use tollgate::yaml::{ConfigErrors, Map, Node as Yaml, Reader};
 use tollgate::{Algorithm, parse_duration};
 
 use super::config::{MAX_DEPTH, RuleLimit, RuleOptions};
@@ -152,82 +152,104 @@ fn children(
         return node;
     }
     for item in items {
-        let Some(map) = item.map("a descriptor") else {
-            continue;
-        };
-        let key = match map.get("key").and_then(|n| n.text("key")) {
-            Some(key) if !key.is_empty() => key.into_owned(),
-            _ => {
-                map.error("a descriptor needs a non-empty \"key\"");
-                continue;
-            }
-        };
-        let value = map
-            .get("value")
-            .and_then(|n| n.text("value"))
-            .map(|v| v.into_owned())
-            .filter(|v| !v.is_empty());
-        let this = match &value {
-            Some(value) => format!("{key}_{value}"),
-            None => key.clone(),
-        };
-        let here = if path.is_empty() {
-            this.clone()
-        } else {
-            format!("{path}.{this}")
-        };
-        let what = format!("descriptor {here:?}");
-        let flag = |field: &str| {
-            map.get(field)
-                .and_then(|n| n.boolean(&format!("{what}: {field}")))
-                .unwrap_or(false)
-        };
-        let shadow = flag("shadow_mode");
-        let quota_mode = flag("quota_mode");
-        let metadata = map
-            .get("metadata")
-            .and_then(|node| super::metadata::from_yaml(node, &format!("{what}: metadata")));
-        let share_threshold = flag("share_threshold");
-        let detailed_metric = flag("detailed_metric");
-        let mut stat_path = levels.to_vec();
-        stat_path.push(this.clone());
-        let mut child = map
-            .get("descriptors")
-            .filter(|n| !n.is_null())
-            .and_then(|n| n.strict_list(&format!("{what}: descriptors")))
-            .map(|items| children(&items, domain, &here, &stat_path, depth + 1))
-            .unwrap_or_default();
-        child.value_to_metric = flag("value_to_metric");
-        if let Some(limit_node) = map.get("rate_limit")
-            && let Some(limit) = rule_limit(limit_node, &what)
-        {
-            match limit.build(format!("rls:{domain}:{here}")) {
-                Ok(built) => {
-                    let options = RuleOptions {
-                        shadow,
-                        quota_mode,
-                        metadata,
-                        detailed_metric,
-                        stat_path,
-                    };
-                    child.rule = Some(limit.into_rule(built, options));
-                }
-                Err(message) => limit_node.error(format!("{what}: rate_limit: {message}")),
-            }
-        }
-        map.deny_unknown(&what, DESCRIPTOR_FIELDS);
-        let wildcard = value.as_deref().is_some_and(|v| v.contains('*'));
-        if share_threshold && !wildcard {
-            map.error(format!("{what}: share_threshold can only be used with a wildcard value (one containing '*')"));
-        }
-        let duplicate = node.place(key, value, wildcard, child, share_threshold);
-        if duplicate {
-            map.error(format!(
-                "{what}: the same key and value appear twice under one parent"
-            ));
-        }
+        descriptor(&mut node, item, domain, path, levels, depth);
     }
     node
+}
+
+/// Reads one descriptor of a list into `node`, with its own descriptors below it.
+fn descriptor(
+    node: &mut Node,
+    item: &Yaml<'_, '_>,
+    domain: &str,
+    path: &str,
+    levels: &[String],
+    depth: usize,
+) {
+    let Some(map) = item.map("a descriptor") else {
+        return;
+    };
+    let Some((key, value)) = key_and_value(&map) else {
+        return;
+    };
+    let this = match &value {
+        Some(value) => format!("{key}_{value}"),
+        None => key.clone(),
+    };
+    let here = if path.is_empty() {
+        this.clone()
+    } else {
+        format!("{path}.{this}")
+    };
+    let what = format!("descriptor {here:?}");
+    let flag = |field: &str| {
+        map.get(field)
+            .and_then(|n| n.boolean(&format!("{what}: {field}")))
+            .unwrap_or(false)
+    };
+    let shadow = flag("shadow_mode");
+    let quota_mode = flag("quota_mode");
+    let metadata = map
+        .get("metadata")
+        .and_then(|node| super::metadata::from_yaml(node, &format!("{what}: metadata")));
+    let share_threshold = flag("share_threshold");
+    let detailed_metric = flag("detailed_metric");
+    let mut stat_path = levels.to_vec();
+    stat_path.push(this.clone());
+    let mut child = map
+        .get("descriptors")
+        .filter(|n| !n.is_null())
+        .and_then(|n| n.strict_list(&format!("{what}: descriptors")))
+        .map(|items| children(&items, domain, &here, &stat_path, depth + 1))
+        .unwrap_or_default();
+    child.value_to_metric = flag("value_to_metric");
+    if let Some(limit_node) = map.get("rate_limit")
+        && let Some(limit) = rule_limit(limit_node, &what)
+    {
+        match limit.build(format!("rls:{domain}:{here}")) {
+            Ok(built) => {
+                let options = RuleOptions {
+                    shadow,
+                    quota_mode,
+                    metadata,
+                    detailed_metric,
+                    stat_path,
+                };
+                child.rule = Some(limit.into_rule(built, options));
+            }
+            Err(message) => limit_node.error(format!("{what}: rate_limit: {message}")),
+        }
+    }
+    map.deny_unknown(&what, DESCRIPTOR_FIELDS);
+    let wildcard = value.as_deref().is_some_and(|v| v.contains('*'));
+    if share_threshold && !wildcard {
+        map.error(format!(
+            "{what}: share_threshold can only be used with a wildcard value (one containing '*')"
+        ));
+    }
+    let duplicate = node.place(key, value, wildcard, child, share_threshold);
+    if duplicate {
+        map.error(format!(
+            "{what}: the same key and value appear twice under one parent"
+        ));
+    }
+}
+
+/// A descriptor's key (which it must have) and value (none if empty).
+fn key_and_value(map: &Map<'_, '_>) -> Option<(String, Option<String>)> {
+    let key = match map.get("key").and_then(|n| n.text("key")) {
+        Some(key) if !key.is_empty() => key.into_owned(),
+        _ => {
+            map.error("a descriptor needs a non-empty \"key\"");
+            return None;
+        }
+    };
+    let value = map
+        .get("value")
+        .and_then(|n| n.text("value"))
+        .map(|v| v.into_owned())
+        .filter(|v| !v.is_empty());
+    Some((key, value))
 }
 
 impl Node {
