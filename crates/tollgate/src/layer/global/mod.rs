@@ -158,6 +158,9 @@ impl<S: Store> GlobalTier<S> {
     }
 
     /// A check with global items, decided from leases: see the module's documentation.
+    // One future on the hot path: split into helpers (async or not), the global check took
+    // 3-10% more instructions (N=20000 scripts/instructions, limiter-global).
+    #[allow(clippy::too_many_lines)]
     async fn leased(
         &self,
         leases: &Arc<GlobalLeases>,
