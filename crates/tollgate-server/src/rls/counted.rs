@@ -7,7 +7,8 @@ use tollgate::StoreError;
 use tollgate::counter::{Count, Counter, Tally};
 use tollgate::metrics::MetricOutcome;
 
-use super::decide::{Pending, rls_error};
+use super::decide::rls_error;
+use super::matching::Pending;
 use super::proto::service::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use super::upstream_keys::UpstreamCounting;
 use super::{Rls, RlsError};

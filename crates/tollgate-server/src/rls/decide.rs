@@ -1,26 +1,23 @@
 //! Answering `ShouldRateLimit` as envoyproxy/ratelimit does, through the limiter: its guards
 //! (circuit breaker, over-limit cache, leases), its metrics, and a failure mode of its own.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use futures_util::future::join_all;
 use tollgate::metrics::MetricOutcome;
-use tollgate::{Adjustment, AnyStore, Check, Limit, Limiter, MAX_COST, Quota, Store, StoreError};
+use tollgate::{Adjustment, AnyStore, Check, Limiter, MAX_COST, Store, StoreError};
 
 use super::config::RlsConfig;
-use super::keys::{bounded_key, detailed_key, escape, stat_part};
-use super::proto::common::RateLimitDescriptor;
-use super::proto::common::rate_limit_descriptor::RateLimitOverride;
+use super::matching::Pending;
 use super::proto::service::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use super::proto::service::{RateLimitRequest, RateLimitResponse};
 use super::settings::{RlsFailureMode, RlsHeaderNames, RlsLimits, RlsModes};
-use super::stats::{Counted, DescriptorStats, RlsStats, StatKey};
+use super::stats::{Counted, RlsStats};
 use super::status::{blocked, headers, until_reset};
-use super::tree::{self, Enforcement, MetricValue, Rule};
+use super::tree::{self, Enforcement};
 use super::unit;
-use super::upstream_keys::{self, UpstreamCounting};
+use super::upstream_keys::UpstreamCounting;
 
 /// Why a request could not be answered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -47,38 +44,11 @@ pub struct Rls {
     limits: RlsLimits,
     modes: RlsModes,
     header_names: RlsHeaderNames,
-    stats: RlsStats,
+    pub(super) stats: RlsStats,
     /// Classic fixed windows are counted in envoyproxy/ratelimit's keys.
-    upstream_keys: Option<UpstreamCounting>,
+    pub(super) upstream_keys: Option<UpstreamCounting>,
     /// Set until the first configuration arrives from an xDS server.
     awaiting_config: std::sync::atomic::AtomicBool,
-}
-
-/// A descriptor's rule, per entry the value its counter key takes from a wildcard match, and
-/// where its statistics go.
-struct RuleMatch {
-    rule: Arc<Rule>,
-    shared: Vec<Option<String>>,
-    stat: StatSource,
-}
-
-/// Where a descriptor's statistics go.
-enum StatSource {
-    /// The rule's own, under its configured path.
-    Rule,
-    /// A key made from the request's values.
-    Request(StatKey),
-}
-
-/// A descriptor's rule for this request, with the key its counter uses.
-pub(super) struct Pending {
-    pub(super) rule: Arc<Rule>,
-    pub(super) key: String,
-    /// The window in seconds of a counter kept in envoyproxy/ratelimit's key (then `key` is
-    /// that key before the window's start).
-    pub(super) window: Option<u64>,
-    pub(super) addend: u64,
-    stats: Option<Arc<DescriptorStats>>,
 }
 
 impl Rls {
@@ -232,112 +202,6 @@ impl Rls {
         Ok(())
     }
 
-    /// The rule of a descriptor's per-request `limit` override: a fixed window of its own,
-    /// named after the override (a limit of none blocks), its statistics under the request's
-    /// entries.
-    fn override_rule(
-        domain: &str,
-        index: usize,
-        descriptor: &RateLimitDescriptor,
-        limit: &RateLimitOverride,
-    ) -> Result<RuleMatch, RlsError> {
-        let unit = unit::from_override(limit.unit).ok_or_else(|| {
-            RlsError::InvalidArgument(format!(
-                "descriptors[{index}].limit.unit: a limit override needs a known unit"
-            ))
-        })?;
-        let seconds = unit::seconds(unit).unwrap_or(1);
-        let quota = Quota::new(
-            u64::from(limit.requests_per_unit),
-            std::time::Duration::from_secs(seconds),
-        )
-        .map_err(|e| {
-            RlsError::InvalidArgument(format!("descriptors[{index}].limit.requests_per_unit: {e}"))
-        })?;
-        let name = format!(
-            "rls:{domain}:override:{}/{}",
-            limit.requests_per_unit,
-            unit.as_str_name()
-        );
-        let enforcement = if limit.requests_per_unit == 0 {
-            Enforcement::Blocked
-        } else {
-            Enforcement::Limit(
-                Limit::new(name, tollgate::Algorithm::FixedWindow, quota).map_err(|e| {
-                    RlsError::InvalidArgument(format!("descriptors[{index}].limit: {e}"))
-                })?,
-            )
-        };
-        let rule = Rule {
-            requests_per_unit: limit.requests_per_unit,
-            unit,
-            name: None,
-            replaces: Vec::new(),
-            shadow: false,
-            quota_mode: false,
-            metadata: None,
-            classic: true,
-            counts_refused: true,
-            enforcement,
-            stat_path: Vec::new(),
-            detailed_metric: false,
-            stats: std::sync::OnceLock::new(),
-        };
-        let path = descriptor
-            .entries
-            .iter()
-            .map(|entry| stat_part(&entry.key, MetricValue::Value, &entry.value))
-            .collect();
-        Ok(RuleMatch {
-            rule: Arc::new(rule),
-            shared: vec![None; descriptor.entries.len()],
-            stat: StatSource::Request(StatKey {
-                domain: domain.to_owned(),
-                path,
-            }),
-        })
-    }
-
-    /// The rule a descriptor gets: its per-request override, else what the tree says.
-    fn rule_of(
-        domain: &str,
-        root: &tree::Node,
-        index: usize,
-        descriptor: &RateLimitDescriptor,
-    ) -> Result<Option<RuleMatch>, RlsError> {
-        if let Some(limit) = &descriptor.limit {
-            return Self::override_rule(domain, index, descriptor, limit).map(Some);
-        }
-        Ok(tree::find(root, &descriptor.entries).map(|matched| {
-            let shared = matched
-                .shared_values
-                .iter()
-                .map(|v| v.map(str::to_owned))
-                .collect();
-            let stat = if matched.rule.detailed_metric {
-                StatSource::Request(detailed_key(domain, descriptor, &matched.shared_values))
-            } else if matched.valued_metric {
-                let path = descriptor
-                    .entries
-                    .iter()
-                    .zip(&matched.metric_values)
-                    .map(|(entry, metric)| stat_part(&entry.key, *metric, &entry.value))
-                    .collect();
-                StatSource::Request(StatKey {
-                    domain: domain.to_owned(),
-                    path,
-                })
-            } else {
-                StatSource::Rule
-            };
-            RuleMatch {
-                rule: Arc::clone(matched.rule),
-                shared,
-                stat,
-            }
-        }))
-    }
-
     /// Whether the request as a whole is over, as envoyproxy/ratelimit reckons it: any
     /// descriptor over its limit refuses it, except those in quota mode, which refuse it only
     /// if every quota-mode descriptor is over (unlimited ones count for neither; with the
@@ -364,88 +228,6 @@ impl Rls {
             return false;
         }
         over
-    }
-
-    /// Every descriptor's rule and counter, in order (`None` where none is matched, or the
-    /// matched rule is replaced by another matched rule's `replaces`).
-    fn pending_all(
-        &self,
-        request: &RateLimitRequest,
-        root: &tree::Node,
-    ) -> Result<Vec<Option<Pending>>, RlsError> {
-        let mut rules = Vec::with_capacity(request.descriptors.len());
-        for (index, descriptor) in request.descriptors.iter().enumerate() {
-            rules.push(Self::rule_of(&request.domain, root, index, descriptor)?);
-        }
-        // A matched rule named in another matched rule's `replaces` is dropped for this request.
-        let replaced: HashSet<&str> = rules
-            .iter()
-            .flatten()
-            .flat_map(|matched| matched.rule.replaces.iter().map(String::as_str))
-            .collect();
-        let pending: Vec<Option<Pending>> = rules
-            .iter()
-            .zip(&request.descriptors)
-            .map(|(rule, descriptor)| {
-                let matched = rule.as_ref()?;
-                let replaced_here = matched
-                    .rule
-                    .name
-                    .as_deref()
-                    .is_some_and(|name| replaced.contains(name));
-                (!replaced_here).then(|| self.pending(request, descriptor, matched))
-            })
-            .collect();
-        Ok(pending)
-    }
-
-    /// What a descriptor matched by `matched` is counted as: its counter's key (in
-    /// envoyproxy/ratelimit's form where those keys are kept), its cost and its statistics.
-    fn pending(
-        &self,
-        request: &RateLimitRequest,
-        descriptor: &RateLimitDescriptor,
-        matched: &RuleMatch,
-    ) -> Pending {
-        let RuleMatch { rule, shared, stat } = matched;
-        let window = self
-            .upstream_keys
-            .as_ref()
-            .and_then(|_| rule.upstream_window());
-        let key = match (&self.upstream_keys, window) {
-            (Some(counting), Some(_)) => upstream_keys::counter_key(
-                &counting.prefix,
-                &request.domain,
-                &descriptor.entries,
-                shared,
-            ),
-            _ => {
-                let mut key = request.domain.clone();
-                for (entry, shared) in descriptor.entries.iter().zip(shared) {
-                    key.push('|');
-                    escape(&mut key, &entry.key);
-                    key.push('=');
-                    escape(&mut key, shared.as_deref().unwrap_or(&entry.value));
-                }
-                bounded_key(key)
-            }
-        };
-        let addend = match &descriptor.hits_addend {
-            Some(addend) => *addend,
-            None => u64::from(request.hits_addend.max(1)),
-        };
-        let stats = match (&rule.enforcement, stat) {
-            (Enforcement::Unlimited, _) => None,
-            (_, StatSource::Rule) => rule.stats.get().cloned(),
-            (_, StatSource::Request(key)) => self.stats.observed(key.clone(), addend),
-        };
-        Pending {
-            rule: Arc::clone(rule),
-            key,
-            window,
-            addend,
-            stats,
-        }
     }
 
     /// Decides a request: one status per descriptor, in order.

@@ -8,6 +8,7 @@ mod decide;
 mod grpc;
 pub mod json;
 mod keys;
+mod matching;
 mod metadata;
 mod parse;
 pub mod proto;
