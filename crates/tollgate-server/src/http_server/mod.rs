@@ -10,10 +10,9 @@
 //!   problem detail (the HTTP stack's own limits sit above these, so it rarely answers first);
 //! - shutdown lets requests under way finish for at most `shutdown_timeout`.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::Router;
@@ -27,14 +26,18 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
+use tokio_rustls::TlsAcceptor;
 
 use crate::tls::Tls;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::Instant;
 
 use crate::api::ApiError;
+use registry::{ConnectionHandle, Registry, Tracked};
+
+mod registry;
 
 /// The longest request target (path and query) read, in bytes; longer ones get `414`.
 pub const MAX_URI_BYTES: usize = 8 * 1024;
@@ -153,136 +156,6 @@ impl ConnectionLimits {
     }
 }
 
-/// What a connection tells the accept loop and its own task: whether it has requests under
-/// way, and since when it has been idle.
-struct Tracked {
-    /// Requests under way: from a complete head until the answer's body is sent (or dropped).
-    in_flight: AtomicUsize,
-    /// When it last became idle, in the registry's sequence (smaller: idle for longer).
-    idle_since: AtomicU64,
-    /// When it last became idle, in microseconds since the registry's epoch (set before the
-    /// count drops to zero, so whoever sees zero sees this time).
-    idle_at: AtomicU64,
-    /// Set once it was asked to close to make room.
-    reclaimed: AtomicBool,
-    /// Wakes the connection's task to close it.
-    reclaim: Notify,
-}
-
-/// Marks a request under way on its connection until dropped.
-struct InFlight {
-    tracked: Arc<Tracked>,
-    registry: Arc<Registry>,
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        // Marks only: the connection's task reads them when its deadline comes, so a request
-        // wakes nothing.
-        let tracked = &self.tracked;
-        tracked
-            .idle_at
-            .store(self.registry.micros_since_epoch(), Ordering::Relaxed);
-        if tracked.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let sequence = self.registry.sequence.fetch_add(1, Ordering::Relaxed);
-            tracked.idle_since.store(sequence, Ordering::Relaxed);
-            if self.registry.waiting.load(Ordering::SeqCst) {
-                self.registry.became_idle.notify_one();
-            }
-        }
-    }
-}
-
-/// The request extension that lets [`track_requests`] find its connection.
-#[derive(Clone)]
-struct ConnectionHandle {
-    tracked: Arc<Tracked>,
-    registry: Arc<Registry>,
-}
-
-impl ConnectionHandle {
-    fn begin(&self) -> InFlight {
-        self.tracked.in_flight.fetch_add(1, Ordering::AcqRel);
-        InFlight {
-            tracked: Arc::clone(&self.tracked),
-            registry: Arc::clone(&self.registry),
-        }
-    }
-}
-
-/// The open connections of one listener.
-struct Registry {
-    /// What connections' idle times count from.
-    epoch: Instant,
-    sequence: AtomicU64,
-    connections: Mutex<HashMap<u64, Arc<Tracked>>>,
-    /// Set while a new client waits at the cap for a connection to go idle.
-    waiting: AtomicBool,
-    /// Signalled when a connection goes idle while a client waits.
-    became_idle: Notify,
-}
-
-impl Registry {
-    fn new() -> Self {
-        Self {
-            epoch: Instant::now(),
-            sequence: AtomicU64::new(0),
-            connections: Mutex::new(HashMap::new()),
-            waiting: AtomicBool::new(false),
-            became_idle: Notify::new(),
-        }
-    }
-
-    fn micros_since_epoch(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
-    }
-
-    fn instant_at(&self, micros: u64) -> Instant {
-        self.epoch + Duration::from_micros(micros)
-    }
-
-    fn add(&self, id: u64) -> Arc<Tracked> {
-        let tracked = Arc::new(Tracked {
-            in_flight: AtomicUsize::new(0),
-            idle_since: AtomicU64::new(self.sequence.fetch_add(1, Ordering::Relaxed)),
-            idle_at: AtomicU64::new(self.micros_since_epoch()),
-            reclaimed: AtomicBool::new(false),
-            reclaim: Notify::new(),
-        });
-        if let Ok(mut connections) = self.connections.lock() {
-            connections.insert(id, Arc::clone(&tracked));
-        }
-        tracked
-    }
-
-    fn remove(&self, id: u64) {
-        if let Ok(mut connections) = self.connections.lock() {
-            connections.remove(&id);
-        }
-    }
-
-    /// Asks the connection idle the longest to close; false when every connection is busy.
-    fn reclaim_idle(&self) -> bool {
-        let Ok(connections) = self.connections.lock() else {
-            return false;
-        };
-        let oldest = connections
-            .values()
-            .filter(|t| {
-                t.in_flight.load(Ordering::Acquire) == 0 && !t.reclaimed.load(Ordering::Relaxed)
-            })
-            .min_by_key(|t| t.idle_since.load(Ordering::Relaxed));
-        match oldest {
-            Some(tracked) => {
-                tracked.reclaimed.store(true, Ordering::Relaxed);
-                tracked.reclaim.notify_one();
-                true
-            }
-            None => false,
-        }
-    }
-}
-
 /// Counts a request as under way on its connection until its answer's body is done.
 async fn track_requests(request: Request, next: Next) -> Response {
     let in_flight = request
@@ -388,7 +261,6 @@ pub async fn serve(
     // Every connection task holds a sender; when all are gone, the channel closes.
     let (running, mut drained) = mpsc::channel::<()>(1);
     let builder = connection_builder(limits);
-    let header_timeout = limits.header_timeout;
     let mut next_id = 0u64;
     tokio::pin!(shutdown);
     loop {
@@ -427,41 +299,17 @@ pub async fn serve(
             _permit: permit,
             _running: running.clone(),
         };
-        let watch = Watch {
-            peer,
-            tracked,
-            registry: Arc::clone(&registry),
-            header_timeout,
-            stopping: stopping.clone(),
-            aged_at: limits.age_deadline(Instant::now()),
-            age_grace: limits.max_connection_age_grace,
-        };
+        let watch = Watch::new(peer, tracked, &registry, limits, stopping.clone());
         tokio::spawn(async move {
             match acceptor {
                 None => {
                     let io = TokioIo::new(stream);
                     watch.drive(builder.serve_connection(io, service)).await;
                 }
-                // The handshake, like a request head, must come within the header timeout; a
-                // connection still in it is idle, so it makes room at the cap and goes at
-                // shutdown like any idle connection.
                 Some(acceptor) => {
-                    let mut stopping = watch.stopping.clone();
-                    tokio::select! {
-                        handshake = timeout(header_timeout, acceptor.accept(stream)) => match handshake {
-                            Ok(Ok(stream)) => {
-                                let io = TokioIo::new(stream);
-                                watch.drive(builder.serve_connection(io, service)).await;
-                            }
-                            Ok(Err(error)) => tracing::debug!(%peer, "TLS handshake failed: {error}"),
-                            Err(_) => {
-                                tracing::debug!(%peer, "no TLS handshake within {header_timeout:?}");
-                            }
-                        },
-                        () = watch.tracked.reclaim.notified() => {
-                            tracing::debug!(%peer, "closing a connection still in its TLS handshake to make room for a new one");
-                        }
-                        _ = stopping.changed() => {}
+                    if let Some(stream) = watch.handshake(&acceptor, stream).await {
+                        let io = TokioIo::new(stream);
+                        watch.drive(builder.serve_connection(io, service)).await;
                     }
                 }
             }
@@ -471,14 +319,14 @@ pub async fn serve(
     drop(listener);
     let _ = stop.send(true);
     drop(running);
-    if tokio::time::timeout(limits.shutdown_timeout, drained.recv())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            "shutdown: requests still under way after {:?} were cut off",
-            limits.shutdown_timeout
-        );
+    drain(&mut drained, limits.shutdown_timeout).await;
+}
+
+/// Waits for the connection tasks to end (`drained` closes when the last one drops its
+/// sender), for at most `grace`.
+async fn drain(drained: &mut mpsc::Receiver<()>, grace: Duration) {
+    if tokio::time::timeout(grace, drained.recv()).await.is_err() {
+        tracing::warn!("shutdown: requests still under way after {grace:?} were cut off");
     }
 }
 
@@ -497,6 +345,51 @@ struct Watch {
 }
 
 impl Watch {
+    /// The watch of a connection from `peer` accepted now, under `limits`.
+    fn new(
+        peer: std::net::SocketAddr,
+        tracked: Arc<Tracked>,
+        registry: &Arc<Registry>,
+        limits: &ConnectionLimits,
+        stopping: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            peer,
+            tracked,
+            registry: Arc::clone(registry),
+            header_timeout: limits.header_timeout,
+            stopping,
+            aged_at: limits.age_deadline(Instant::now()),
+            age_grace: limits.max_connection_age_grace,
+        }
+    }
+
+    /// The TLS handshake of a connection, which, like a request head, must come within the
+    /// header timeout; a connection still in it is idle, so it makes room at the cap and goes
+    /// at shutdown like any idle connection. None if it does not complete.
+    async fn handshake(
+        &self,
+        acceptor: &TlsAcceptor,
+        stream: TcpStream,
+    ) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+        let (peer, header_timeout) = (self.peer, self.header_timeout);
+        let mut stopping = self.stopping.clone();
+        tokio::select! {
+            handshake = timeout(header_timeout, acceptor.accept(stream)) => match handshake {
+                Ok(Ok(stream)) => return Some(stream),
+                Ok(Err(error)) => tracing::debug!(%peer, "TLS handshake failed: {error}"),
+                Err(_) => {
+                    tracing::debug!(%peer, "no TLS handshake within {header_timeout:?}");
+                }
+            },
+            () = self.tracked.reclaim.notified() => {
+                tracing::debug!(%peer, "closing a connection still in its TLS handshake to make room for a new one");
+            }
+            _ = stopping.changed() => {}
+        }
+        None
+    }
+
     /// Serves `connection` to its end: closed gracefully when idle past the header timeout,
     /// when asked to make room at the cap, at its age, or at shutdown, and dropped if it does
     /// not close within the grace period (for its age, once requests under way have had
