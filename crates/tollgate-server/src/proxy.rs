@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use tollgate::{AnyStore, Limiter};
 use tollgate_tower::RateLimitLayer;
 
 use crate::admin::{AdminArgs, AdminState};
@@ -82,37 +83,7 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
     );
     let shutdown = crate::shutdown::Shutdown::after_signal(args.health.shutdown_delay);
     let proxy_metrics = Arc::new(crate::proxy_metrics::ProxyMetrics::new());
-    let forwarder = Arc::new(Forwarder::new(
-        upstream,
-        ForwardSettings {
-            timeout: args.upstream_timeout,
-            http2: args.upstream_http2,
-            upstream_ca: args.upstream_ca.clone(),
-            listener_tls: tls.is_some() && args.tls.covers(crate::tls::Listener::Http),
-        },
-        Arc::clone(&proxy_metrics),
-    )?);
-    let forward = tower::service_fn(move |request| {
-        let forwarder = Arc::clone(&forwarder);
-        async move { Ok::<_, std::convert::Infallible>(forwarder.forward(request).await) }
-    });
-    let counted = Arc::clone(&proxy_metrics);
-    let app = Router::new().fallback_service(
-        tower::ServiceBuilder::new()
-            .map_response(move |response: axum::http::Response<_>| {
-                counted.answered(response.status().as_u16());
-                response
-            })
-            .layer(tollgate_tower::BodyDigestLayer::new(limiter.clone()))
-            .layer(RateLimitLayer::new(limiter.clone()))
-            .service(forward),
-    );
-    #[cfg(feature = "otel")]
-    let app = if crate::otel::enabled() {
-        app.layer(crate::otel::TraceLayer::propagating())
-    } else {
-        app
-    };
+    let app = proxy_app(&args, upstream, &limiter, tls.is_some(), &proxy_metrics)?;
     let admin_app = crate::admin::router(
         AdminState {
             limiter: limiter.clone(),
@@ -151,4 +122,47 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
     // Leased quota this node did not spend goes back for the other nodes.
     limiter.return_leases().await;
     Ok(())
+}
+
+/// The proxy's routes: every request through the rate limit layer (and the body digest
+/// layer) to the upstream, its answer counted; `tls` says whether the proxy listens over TLS.
+fn proxy_app(
+    args: &ProxyArgs,
+    upstream: Upstream,
+    limiter: &Limiter<AnyStore>,
+    tls: bool,
+    proxy_metrics: &Arc<crate::proxy_metrics::ProxyMetrics>,
+) -> Result<Router, String> {
+    let forwarder = Arc::new(Forwarder::new(
+        upstream,
+        ForwardSettings {
+            timeout: args.upstream_timeout,
+            http2: args.upstream_http2,
+            upstream_ca: args.upstream_ca.clone(),
+            listener_tls: tls && args.tls.covers(crate::tls::Listener::Http),
+        },
+        Arc::clone(proxy_metrics),
+    )?);
+    let forward = tower::service_fn(move |request| {
+        let forwarder = Arc::clone(&forwarder);
+        async move { Ok::<_, std::convert::Infallible>(forwarder.forward(request).await) }
+    });
+    let counted = Arc::clone(proxy_metrics);
+    let app = Router::new().fallback_service(
+        tower::ServiceBuilder::new()
+            .map_response(move |response: axum::http::Response<_>| {
+                counted.answered(response.status().as_u16());
+                response
+            })
+            .layer(tollgate_tower::BodyDigestLayer::new(limiter.clone()))
+            .layer(RateLimitLayer::new(limiter.clone()))
+            .service(forward),
+    );
+    #[cfg(feature = "otel")]
+    let app = if crate::otel::enabled() {
+        app.layer(crate::otel::TraceLayer::propagating())
+    } else {
+        app
+    };
+    Ok(app)
 }

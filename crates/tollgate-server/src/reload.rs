@@ -94,82 +94,99 @@ impl Reloader {
 
     fn reload_each(&self) {
         if let Some(path) = &self.config {
-            let loaded = crate::policies::load(Some(path)).and_then(|policies| {
-                // Switching every limit off takes an explicit `policies: []`.
-                let had_policies = self
-                    .limiter
-                    .policies()
-                    .is_some_and(|old| old.names().next().is_some());
-                match crate::policies::empty_by_omission(path, &policies) {
-                    Some(problem) if had_policies => Err(problem),
-                    _ => Ok(policies),
-                }
-            });
-            match loaded {
-                Ok(policies) => {
-                    let old = self.limiter.policies();
-                    let changed = old
-                        .as_ref()
-                        .is_none_or(|old| old.version() != policies.version());
-                    if changed {
-                        let what = old.map_or_else(
-                            || "first load".to_owned(),
-                            |old| what_changed(old.config(), policies.config()),
-                        );
-                        tracing::info!(file = %path.display(), version = format!("{:016x}", policies.version()), "policies reloaded: {what}");
-                        self.limiter.set_policies(policies);
-                    }
-                    self.succeeded.fetch_add(1, Ordering::Relaxed);
-                    self.limiter.metrics().record_reload(true);
-                }
-                Err(errors) => {
-                    self.failed.fetch_add(1, Ordering::Relaxed);
-                    self.limiter.metrics().record_reload(false);
-                    tracing::error!(file = %path.display(), "policies refused, the previous ones stay in force:\n{errors}");
-                }
-            }
+            self.reload_policies(path);
         }
         if let Some(tls) = &self.tls {
-            self.record(match tls.reload() {
-                Ok(()) => {
-                    tracing::info!("TLS certificates reloaded");
-                    true
-                }
-                Err(error) => {
-                    tracing::error!(
-                        "TLS certificates refused, the previous ones stay in force: {error}"
-                    );
-                    false
-                }
-            });
+            self.reload_tls(tls);
         }
         if let (Some(directory), Some(rls)) = (&self.rls_config, &self.rls) {
-            let loaded = RlsConfig::load_dir_merging(directory, rls.merges_domains())
-                .map_err(|errors| errors.to_string())
-                .and_then(|config| {
-                    let had_domains = rls.config().domains().next().is_some();
-                    if had_domains && config.domains().next().is_none() && !self.rls_empty_allowed {
-                        return Err(
-                            "it holds no domain, which would switch every Envoy limit off; \
-                             start with --rls-allow-empty to allow that"
-                                .to_owned(),
-                        );
-                    }
-                    Ok(config)
-                });
-            match loaded {
-                Ok(config) => {
-                    let what = domains_changed(&rls.config(), &config);
-                    tracing::info!(directory = %directory.display(), domains = config.domains().count(), "rate limit service configuration reloaded: {what}");
-                    rls.set_config(config);
-                    self.succeeded.fetch_add(1, Ordering::Relaxed);
-                    self.limiter.metrics().record_reload(true);
+            self.reload_rls(directory, rls);
+        }
+    }
+
+    /// Reloads the policies from `path`; an unchanged file changes nothing, and a file that
+    /// lost every policy by omission is refused while policies are in force.
+    fn reload_policies(&self, path: &Path) {
+        let loaded = crate::policies::load(Some(path)).and_then(|policies| {
+            // Switching every limit off takes an explicit `policies: []`.
+            let had_policies = self
+                .limiter
+                .policies()
+                .is_some_and(|old| old.names().next().is_some());
+            match crate::policies::empty_by_omission(path, &policies) {
+                Some(problem) if had_policies => Err(problem),
+                _ => Ok(policies),
+            }
+        });
+        match loaded {
+            Ok(policies) => {
+                let old = self.limiter.policies();
+                let changed = old
+                    .as_ref()
+                    .is_none_or(|old| old.version() != policies.version());
+                if changed {
+                    let what = old.map_or_else(
+                        || "first load".to_owned(),
+                        |old| what_changed(old.config(), policies.config()),
+                    );
+                    tracing::info!(file = %path.display(), version = format!("{:016x}", policies.version()), "policies reloaded: {what}");
+                    self.limiter.set_policies(policies);
                 }
-                Err(errors) => {
-                    self.failed.fetch_add(1, Ordering::Relaxed);
-                    self.limiter.metrics().record_reload(false);
-                    tracing::error!(directory = %directory.display(), "rate limit service configuration refused, the previous one stays in force:\n{errors}");
+                self.succeeded.fetch_add(1, Ordering::Relaxed);
+                self.limiter.metrics().record_reload(true);
+            }
+            Err(errors) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                self.limiter.metrics().record_reload(false);
+                tracing::error!(file = %path.display(), "policies refused, the previous ones stay in force:\n{errors}");
+            }
+        }
+    }
+
+    /// Reloads the TLS certificates.
+    fn reload_tls(&self, tls: &Tls) {
+        self.record(match tls.reload() {
+            Ok(()) => {
+                tracing::info!("TLS certificates reloaded");
+                true
+            }
+            Err(error) => {
+                tracing::error!(
+                    "TLS certificates refused, the previous ones stay in force: {error}"
+                );
+                false
+            }
+        });
+    }
+
+    /// Reloads the rate limit service's configuration from `directory`; one without a domain
+    /// is refused while domains are configured, unless empty configurations are allowed.
+    fn reload_rls(&self, directory: &Path, rls: &Rls) {
+        let loaded = RlsConfig::load_dir_merging(directory, rls.merges_domains())
+            .map_err(|errors| errors.to_string())
+            .and_then(|config| {
+                let had_domains = rls.config().domains().next().is_some();
+                if had_domains && config.domains().next().is_none() && !self.rls_empty_allowed {
+                    return Err(
+                        "it holds no domain, which would switch every Envoy limit off; \
+                         start with --rls-allow-empty to allow that"
+                            .to_owned(),
+                    );
                 }
+                Ok(config)
+            });
+        match loaded {
+            Ok(config) => {
+                let what = domains_changed(&rls.config(), &config);
+                tracing::info!(directory = %directory.display(), domains = config.domains().count(), "rate limit service configuration reloaded: {what}");
+                rls.set_config(config);
+                self.succeeded.fetch_add(1, Ordering::Relaxed);
+                self.limiter.metrics().record_reload(true);
+            }
+            Err(errors) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                self.limiter.metrics().record_reload(false);
+                tracing::error!(directory = %directory.display(), "rate limit service configuration refused, the previous one stays in force:\n{errors}");
             }
         }
     }
@@ -235,46 +252,53 @@ impl Reloader {
             }
         };
         if let Some(watcher) = watcher.as_mut() {
-            // Editors replace files, so watch the directory that holds the policy file.
-            let targets = self
-                .config
-                .iter()
-                .chain(&tls_files)
-                .filter_map(|file| {
-                    file.parent().map(|dir| {
-                        (
-                            if dir.as_os_str().is_empty() {
-                                PathBuf::from(".")
-                            } else {
-                                dir.to_path_buf()
-                            },
-                            RecursiveMode::NonRecursive,
-                        )
-                    })
-                })
-                .chain(
-                    self.rls_config
-                        .iter()
-                        .map(|dir| (dir.clone(), RecursiveMode::Recursive)),
-                )
-                .chain(self.rls_root.iter().filter_map(|root| {
-                    root.parent()
-                        .map(|parent| (parent.to_path_buf(), RecursiveMode::NonRecursive))
-                }));
-            let mut watched: Vec<PathBuf> = Vec::new();
-            for (target, mode) in targets {
-                // Certificates often sit beside the policy file: one watch a directory.
-                if watched.contains(&target) {
-                    continue;
-                }
-                watched.push(target.clone());
-                if let Err(error) = watcher.watch(&target, mode) {
-                    tracing::warn!(path = %target.display(), "cannot watch ({error}); SIGHUP still reloads");
-                }
-            }
+            self.watch_directories(watcher, &tls_files);
         }
         let hangup = hangup_signal();
         tokio::spawn(self.listen(watcher, changed, hangup));
+    }
+
+    /// Watches the directories of the policy file and the certificates (editors replace
+    /// files), the rate limit service's directory with everything below it, and the parent
+    /// of its root link: each directory once.
+    fn watch_directories(&self, watcher: &mut notify::RecommendedWatcher, tls_files: &[PathBuf]) {
+        // Editors replace files, so watch the directory that holds the policy file.
+        let targets = self
+            .config
+            .iter()
+            .chain(tls_files)
+            .filter_map(|file| {
+                file.parent().map(|dir| {
+                    (
+                        if dir.as_os_str().is_empty() {
+                            PathBuf::from(".")
+                        } else {
+                            dir.to_path_buf()
+                        },
+                        RecursiveMode::NonRecursive,
+                    )
+                })
+            })
+            .chain(
+                self.rls_config
+                    .iter()
+                    .map(|dir| (dir.clone(), RecursiveMode::Recursive)),
+            )
+            .chain(self.rls_root.iter().filter_map(|root| {
+                root.parent()
+                    .map(|parent| (parent.to_path_buf(), RecursiveMode::NonRecursive))
+            }));
+        let mut watched: Vec<PathBuf> = Vec::new();
+        for (target, mode) in targets {
+            // Certificates often sit beside the policy file: one watch a directory.
+            if watched.contains(&target) {
+                continue;
+            }
+            watched.push(target.clone());
+            if let Err(error) = watcher.watch(&target, mode) {
+                tracing::warn!(path = %target.display(), "cannot watch ({error}); SIGHUP still reloads");
+            }
+        }
     }
 
     /// Reloads on every change and signal; `_watcher` is kept alive while it runs.
