@@ -113,6 +113,28 @@ pub struct InlineLimit {
     /// server's: all of it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_debt: Option<u64>,
+    /// A fixed window's quota counted per calendar period in a time zone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calendar: Option<Calendar>,
+}
+
+/// Calendar periods for a fixed window (`quota: 10000/month` with a calendar): each period
+/// starts at local midnight in `tz`, on the anchor, instead of on the Unix epoch's grid.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Calendar {
+    /// A tz database name such as `Europe/Berlin` (the server's default: UTC).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tz: Option<String>,
+    /// Months: the day each period starts on, 1 to 31 (the month's last day where it has
+    /// fewer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub anchor_day: Option<u8>,
+    /// Weeks: the day each period starts on, such as `sunday` (the server's default: monday).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_day: Option<String>,
+    /// Years: the month and day each period starts on, `MM-DD`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub anchor_date: Option<String>,
 }
 
 impl InlineLimit {
@@ -133,6 +155,7 @@ impl InlineLimit {
             name: None,
             cost: None,
             max_debt: None,
+            calendar: None,
         }
     }
 }

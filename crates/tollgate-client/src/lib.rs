@@ -30,7 +30,9 @@ mod retry;
 mod tls;
 mod usage;
 
-pub use api::{Attributes, CheckAnswer, ClientError, DecisionAnswer, InlineLimit, TollgateClient};
+pub use api::{
+    Attributes, Calendar, CheckAnswer, ClientError, DecisionAnswer, InlineLimit, TollgateClient,
+};
 pub use builder::{DEFAULT_TIMEOUT, TollgateClientBuilder};
 pub use pacing::{Pacer, PacingLayer, PacingService};
 pub use reqwest_retry::send_with_retry;

@@ -80,10 +80,36 @@ async fn the_clients_wire_types_are_the_servers() {
         body_sha256: Some("0".repeat(64)),
         headers: [("x-plan".to_owned(), "pro".to_owned())].into(),
     };
-    assert_eq!(
-        field_names(&limit),
-        schema_properties(&document, "InlineLimit")
-    );
+    // A calendar is a fixed window's alone: the other fields go with a leaky bucket.
+    let monthly = InlineLimit {
+        calendar: Some(tollgate_client::Calendar {
+            tz: Some("Europe/Berlin".into()),
+            anchor_day: Some(15),
+            ..tollgate_client::Calendar::default()
+        }),
+        ..InlineLimit::new("job:1", "fixed_window", "1000/month")
+    };
+    let mut sent = field_names(&limit);
+    sent.extend(field_names(&monthly));
+    sent.sort();
+    sent.dedup();
+    assert_eq!(sent, schema_properties(&document, "InlineLimit"));
+    let mut calendar = field_names(monthly.calendar.as_ref().expect("set"));
+    calendar.extend(field_names(&tollgate_client::Calendar {
+        first_day: Some("sunday".into()),
+        anchor_date: Some("04-01".into()),
+        ..tollgate_client::Calendar::default()
+    }));
+    calendar.sort();
+    let mut described: Vec<String> = document["components"]["schemas"]["InlineLimit"]["properties"]
+        ["calendar"]["properties"]
+        .as_object()
+        .expect("the calendar's fields")
+        .keys()
+        .cloned()
+        .collect();
+    described.sort();
+    assert_eq!(calendar, described);
     assert_eq!(
         field_names(&attributes),
         schema_properties(&document, "Attributes")
@@ -95,6 +121,11 @@ async fn the_clients_wire_types_are_the_servers() {
         .await
         .expect("the server takes every field");
     assert_eq!(answer.decisions[0].limit, "smooth");
+    let answer = client
+        .check_limits(std::slice::from_ref(&monthly), None)
+        .await
+        .expect("the server takes a calendar");
+    assert!(answer.allowed, "{answer:?}");
     let answer = client
         .check_matching(&attributes, None)
         .await
