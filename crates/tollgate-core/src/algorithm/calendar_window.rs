@@ -10,7 +10,7 @@
 //! `max_debt` is at most one quota), so it starts afresh.
 
 use super::Transition;
-use super::fixed_window::{FixedWindow, State, owed_windows};
+use super::fixed_window::{FixedWindow, State, owed_windows, wait_until};
 use crate::calendar::Boundaries;
 use crate::clock::Micros;
 use crate::limit::Limit;
@@ -102,14 +102,9 @@ impl Transition for CalendarWindow {
     }
 
     fn wait_for(state: &State, limit: &Limit, now: Micros, cost: u64) -> Option<Micros> {
-        if cost > limit.count() {
-            None
-        } else if state.count + cost <= limit.count() {
-            Some(0)
-        } else {
-            let windows = owed_windows(limit, state.count + cost - limit.count());
-            Some(start_after(&boundaries(limit, now), state.start, windows).saturating_sub(now))
-        }
+        wait_until(state, limit, now, cost, |windows| {
+            start_after(&boundaries(limit, now), state.start, windows)
+        })
     }
 }
 

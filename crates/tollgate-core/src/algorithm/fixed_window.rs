@@ -35,6 +35,26 @@ pub(super) fn owed_windows(limit: &Limit, units: u64) -> u64 {
     }
 }
 
+/// The wait before `cost` fits, given when the window `windows` after the state's starts:
+/// none if the cost is above the quota, else until the first window whose carried count
+/// leaves room for it. Shared with the calendar window, whose windows start elsewhere.
+pub(super) fn wait_until(
+    state: &State,
+    limit: &Limit,
+    now: Micros,
+    cost: u64,
+    start_after: impl FnOnce(u64) -> Micros,
+) -> Option<Micros> {
+    if cost > limit.count() {
+        None
+    } else if state.count + cost <= limit.count() {
+        Some(0)
+    } else {
+        let windows = owed_windows(limit, state.count + cost - limit.count());
+        Some(start_after(windows).saturating_sub(now))
+    }
+}
+
 impl Transition for FixedWindow {
     type State = State;
 
@@ -88,15 +108,9 @@ impl Transition for FixedWindow {
     }
 
     fn wait_for(state: &State, limit: &Limit, now: Micros, cost: u64) -> Option<Micros> {
-        if cost > limit.count() {
-            None
-        } else if state.count + cost <= limit.count() {
-            Some(0)
-        } else {
-            // The first window whose carried count leaves room for the cost.
-            let windows = owed_windows(limit, state.count + cost - limit.count());
-            Some((state.start + windows * limit.period()).saturating_sub(now))
-        }
+        wait_until(state, limit, now, cost, |windows| {
+            state.start + windows * limit.period()
+        })
     }
 }
 
