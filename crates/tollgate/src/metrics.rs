@@ -20,9 +20,13 @@ use crate::observer::Observer;
 use crate::policy::{Action, DecidedBy, Evaluation, Request};
 use crate::store::StoreError;
 
+mod global;
 mod histogram;
+mod memory;
 
+use global::GlobalMetrics;
 use histogram::Histogram;
+use memory::MemoryMetrics;
 
 /// How many [`MetricOutcome`]s there are.
 const OUTCOMES: usize = 7;
@@ -106,83 +110,6 @@ struct UsageLabels {
 /// The kinds of store errors counted, each present from the start.
 const ERROR_KINDS: [&str; 4] = ["timeout", "unavailable", "circuit_open", "failed"];
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct LeaseLabels {
-    event: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct GlobalCheckLabels {
-    answer: &'static str,
-}
-
-/// The global tier's counts, copied from its own counters when metrics are read.
-#[derive(Debug, Default)]
-struct GlobalMetrics {
-    units: Family<LeaseLabels, Counter>,
-    held: Gauge,
-    calls: Counter,
-    checks: Family<GlobalCheckLabels, Counter>,
-    /// Copies run one at a time, so that each counter moves up by exactly what is new.
-    copying: Mutex<()>,
-}
-
-impl GlobalMetrics {
-    fn register(registry: &mut Registry) -> Self {
-        let metrics = Self::default();
-        registry.register(
-            "global_lease_units",
-            "Units of global limits leased from the global store, spent here, returned unspent, or stranded (expired unspent)",
-            metrics.units.clone(),
-        );
-        registry.register(
-            "global_lease_units_held",
-            "Units of global limits this node holds now",
-            metrics.held.clone(),
-        );
-        registry.register(
-            "global_store_calls",
-            "Calls to the global store: leases, returns, refunds",
-            metrics.calls.clone(),
-        );
-        registry.register(
-            "global_checks",
-            "Checks of global limits that waited for the global store, or were denied here while its denial lasted",
-            metrics.checks.clone(),
-        );
-        metrics
-    }
-
-    fn copy(&self, stats: &GlobalStats) {
-        let _one = self.copying.lock().unwrap_or_else(|e| e.into_inner());
-        let raise = |counter: &Counter, to: u64| {
-            let now = counter.get();
-            if to > now {
-                counter.inc_by(to - now);
-            }
-        };
-        for (event, units) in [
-            ("leased", stats.leased),
-            ("spent", stats.spent),
-            ("returned", stats.returned),
-            ("stranded", stats.stranded),
-        ] {
-            raise(&self.units.get_or_create(&LeaseLabels { event }), units);
-        }
-        self.held.set(i64::try_from(stats.held).unwrap_or(i64::MAX));
-        raise(&self.calls, stats.store_calls);
-        for (answer, checks) in [
-            ("waited", stats.checks_waited),
-            ("denied_here", stats.checks_denied_here),
-        ] {
-            raise(
-                &self.checks.get_or_create(&GlobalCheckLabels { answer }),
-                checks,
-            );
-        }
-    }
-}
-
 /// Latencies in power-of-two buckets of microseconds, for quantiles a dashboard can show (the
 /// Prometheus histograms are for Prometheus to aggregate).
 struct Latencies {
@@ -258,11 +185,7 @@ pub struct Metrics {
     last_reload_successful: Gauge,
     store_up: Gauge,
     usage_units: Family<UsageLabels, Counter>,
-    memory_keys: Gauge,
-    memory_max_keys: Gauge,
-    memory_evictions: Counter,
-    /// The store's eviction count when last copied into `memory_evictions`.
-    evictions_copied: AtomicU64,
+    memory: MemoryMetrics,
     global: GlobalMetrics,
 }
 
@@ -279,6 +202,8 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Fresh metrics, registered under `tollgate_`.
+    // A flat list: each metric registered once, in the order the exposition lists them.
+    #[allow(clippy::too_many_lines)]
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("tollgate");
         let decisions = Family::<DecisionLabels, Counter>::default();
@@ -356,24 +281,7 @@ impl Metrics {
         for result in ["success", "failure"] {
             let _ = reloads.get_or_create(&ReloadLabels { result });
         }
-        let memory_keys = Gauge::default();
-        registry.register(
-            "memory_keys",
-            "Keys held by the in-process store",
-            memory_keys.clone(),
-        );
-        let memory_max_keys = Gauge::default();
-        registry.register(
-            "memory_max_keys",
-            "The most keys the in-process store holds (0 for other stores)",
-            memory_max_keys.clone(),
-        );
-        let memory_evictions = Counter::default();
-        registry.register(
-            "memory_evictions",
-            "Live keys the in-process store evicted to stay within its bound (least recently used first)",
-            memory_evictions.clone(),
-        );
+        let memory = MemoryMetrics::register(&mut registry);
         let global = GlobalMetrics::register(&mut registry);
         Self {
             by_policy: Mutex::new(BTreeMap::new()),
@@ -392,10 +300,7 @@ impl Metrics {
             last_reload_successful,
             store_up,
             usage_units,
-            memory_keys,
-            memory_max_keys,
-            memory_evictions,
-            evictions_copied: AtomicU64::new(0),
+            memory,
             global,
         }
     }
@@ -556,14 +461,7 @@ impl Metrics {
     pub(crate) fn set_gauges(&self, breaker_open: bool, memory: Option<crate::store::HeldKeys>) {
         self.breaker_open.set(i64::from(breaker_open));
         if let Some(memory) = memory {
-            let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-            self.memory_keys.set(gauge(memory.held));
-            self.memory_max_keys.set(gauge(memory.max));
-            let before = self
-                .evictions_copied
-                .fetch_max(memory.evictions, Ordering::Relaxed);
-            self.memory_evictions
-                .inc_by(memory.evictions.saturating_sub(before));
+            self.memory.copy(&memory);
         }
     }
 
