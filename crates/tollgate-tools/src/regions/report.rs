@@ -100,7 +100,6 @@ impl Report {
 
     /// The table.
     pub(super) fn render(&self) -> String {
-        let quota = self.quota.count();
         let offered: u64 = self.rows.iter().map(|r| r.record.offered_total()).sum();
         let admitted: u64 = self
             .rows
@@ -111,61 +110,8 @@ impl Report {
         let stranded: u64 = self.rows.iter().map(|r| r.stats.stranded).sum();
         let waited: u64 = self.rows.iter().map(|r| r.stats.checks_waited).sum();
         let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "one global limit, {} (fixed window), shared by {} regions, each with a Redis of its own",
-            self.quota,
-            self.rows.len()
-        );
-        let _ = writeln!(
-            out,
-            "load: {} checks/s in total for {} s, open loop: {} checks, {:.1}x the quota over the run",
-            self.rate,
-            self.seconds,
-            thousands(offered),
-            offered as f64 / quota.max(1) as f64
-        );
-        let _ = writeln!(
-            out,
-            "round trip added between each region and the global store: half each way, by a delaying proxy"
-        );
-        let _ = writeln!(
-            out,
-            "latency: the client's HTTP round trip to its region on loopback, from when the check was due\n"
-        );
-        let _ = writeln!(
-            out,
-            "{:<9} {:>10} {:>5} {:>9} {:>9} {:>7} {:>7} {:>8} {:>7} {:>6} {:>8}",
-            "region",
-            "round trip",
-            "load",
-            "offered",
-            "admitted",
-            "p50 ms",
-            "p99 ms",
-            "p99.9 ms",
-            "waited",
-            "calls",
-            "stranded"
-        );
-        for row in &self.rows {
-            let latency = &row.record.latency;
-            let _ = writeln!(
-                out,
-                "{:<9} {:>7} ms {:>5} {:>9} {:>9} {:>7} {:>7} {:>8} {:>7} {:>6} {:>8}",
-                row.region.name,
-                row.region.round_trip_ms,
-                format!("{}%", row.region.share_percent),
-                thousands(row.record.offered_total()),
-                thousands(row.record.admitted.len() as u64),
-                ms(latency.value_at_percentile(50.0)),
-                ms(latency.value_at_percentile(99.0)),
-                ms(latency.value_at_percentile(99.9)),
-                thousands(row.stats.checks_waited),
-                thousands(row.stats.store_calls),
-                thousands(row.stats.stranded),
-            );
-        }
+        self.render_heading(&mut out, offered);
+        self.render_regions(&mut out);
         let _ = writeln!(
             out,
             "{:<9} {:>10} {:>5} {:>9} {:>9} {:>7} {:>7} {:>8} {:>7} {:>6} {:>8}",
@@ -201,6 +147,70 @@ impl Report {
             }
         }
         out
+    }
+
+    /// What was run: the limit, the regions, the load and how latency is measured.
+    fn render_heading(&self, out: &mut String, offered: u64) {
+        let quota = self.quota.count();
+        let _ = writeln!(
+            out,
+            "one global limit, {} (fixed window), shared by {} regions, each with a Redis of its own",
+            self.quota,
+            self.rows.len()
+        );
+        let _ = writeln!(
+            out,
+            "load: {} checks/s in total for {} s, open loop: {} checks, {:.1}x the quota over the run",
+            self.rate,
+            self.seconds,
+            thousands(offered),
+            offered as f64 / quota.max(1) as f64
+        );
+        let _ = writeln!(
+            out,
+            "round trip added between each region and the global store: half each way, by a delaying proxy"
+        );
+        let _ = writeln!(
+            out,
+            "latency: the client's HTTP round trip to its region on loopback, from when the check was due\n"
+        );
+    }
+
+    /// The table's head and a row per region.
+    fn render_regions(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "{:<9} {:>10} {:>5} {:>9} {:>9} {:>7} {:>7} {:>8} {:>7} {:>6} {:>8}",
+            "region",
+            "round trip",
+            "load",
+            "offered",
+            "admitted",
+            "p50 ms",
+            "p99 ms",
+            "p99.9 ms",
+            "waited",
+            "calls",
+            "stranded"
+        );
+        for row in &self.rows {
+            let latency = &row.record.latency;
+            let _ = writeln!(
+                out,
+                "{:<9} {:>7} ms {:>5} {:>9} {:>9} {:>7} {:>7} {:>8} {:>7} {:>6} {:>8}",
+                row.region.name,
+                row.region.round_trip_ms,
+                format!("{}%", row.region.share_percent),
+                thousands(row.record.offered_total()),
+                thousands(row.record.admitted.len() as u64),
+                ms(latency.value_at_percentile(50.0)),
+                ms(latency.value_at_percentile(99.0)),
+                ms(latency.value_at_percentile(99.9)),
+                thousands(row.stats.checks_waited),
+                thousands(row.stats.store_calls),
+                thousands(row.stats.stranded),
+            );
+        }
     }
 
     /// The baseline: the same servers' latency at the same time for a limit counted in the
