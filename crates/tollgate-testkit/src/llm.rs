@@ -140,6 +140,28 @@ fn pieces(text: String) -> Vec<Result<Vec<u8>, std::io::Error>> {
         .collect()
 }
 
+/// A stream cut after its content, its final events (with the usage) sent after the cut.
+fn cut(usage: &str) -> Body {
+    let mut stream = pieces(content_events());
+    stream.push(Err(std::io::Error::other("the stub cuts the stream")));
+    stream.extend(pieces(final_events(usage)));
+    Body::from_stream(futures_util::stream::iter(stream))
+}
+
+/// A stream whose final events (with the usage) wait until the test releases one.
+fn held(shared: Arc<Shared>, usage: String) -> Body {
+    let first = futures_util::stream::iter(pieces(content_events()));
+    let rest = futures_util::stream::once(async move {
+        shared.holding.fetch_add(1, Ordering::SeqCst);
+        let permit = shared.release.acquire().await;
+        shared.holding.fetch_sub(1, Ordering::SeqCst);
+        permit.expect("the stub's semaphore stays open").forget();
+        futures_util::stream::iter(pieces(final_events(&usage)))
+    })
+    .flatten();
+    Body::from_stream(first.chain(rest))
+}
+
 async fn complete(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response<Body> {
     shared.requests.fetch_add(1, Ordering::SeqCst);
     let usage = usage(
@@ -190,30 +212,14 @@ async fn complete(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Resp
                     .chain([Err(std::io::Error::other("the stub cuts the stream"))]),
             )),
         ),
-        "cut" => {
-            let mut stream = pieces(content_events());
-            stream.push(Err(std::io::Error::other("the stub cuts the stream")));
-            stream.extend(pieces(final_events(&usage)));
-            (
-                response.header("content-type", "text/event-stream"),
-                Body::from_stream(futures_util::stream::iter(stream)),
-            )
-        }
-        "hold" => {
-            let first = futures_util::stream::iter(pieces(content_events()));
-            let rest = futures_util::stream::once(async move {
-                shared.holding.fetch_add(1, Ordering::SeqCst);
-                let permit = shared.release.acquire().await;
-                shared.holding.fetch_sub(1, Ordering::SeqCst);
-                permit.expect("the stub's semaphore stays open").forget();
-                futures_util::stream::iter(pieces(final_events(&usage)))
-            })
-            .flatten();
-            (
-                response.header("content-type", "text/event-stream; charset=utf-8"),
-                Body::from_stream(first.chain(rest)),
-            )
-        }
+        "cut" => (
+            response.header("content-type", "text/event-stream"),
+            cut(&usage),
+        ),
+        "hold" => (
+            response.header("content-type", "text/event-stream; charset=utf-8"),
+            held(shared, usage),
+        ),
         _ => (
             response.header("content-type", "text/event-stream"),
             Body::from_stream(futures_util::stream::iter(pieces(
