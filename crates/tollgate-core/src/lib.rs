@@ -17,7 +17,8 @@
 //! - [`algorithm`]: the six algorithms, each a pure state transition;
 //! - [`check`] and [`decision`]: the question (several limits, all-or-nothing) and the answers;
 //! - [`counter`]: envoyproxy/ratelimit's plain window counters, for sharing a Redis with it;
-//! - [`store`]: the `Store` trait and the sharded in-process store.
+//! - [`store`]: the `Store` trait and the sharded in-process store;
+//! - [`overrides`]: where run-time overrides are kept, versioned.
 
 pub mod algorithm;
 pub mod calendar;
@@ -26,6 +27,7 @@ pub mod clock;
 pub mod counter;
 pub mod decision;
 pub mod limit;
+pub mod overrides;
 pub mod quota;
 pub mod scope;
 pub mod spec;

@@ -298,30 +298,48 @@ impl Limit {
         if nodes <= 1 {
             return self.clone();
         }
-        let share = |n: u64| if n == 0 { 0 } else { (n / nodes).max(1) };
-        let divided = Quota::new(share(self.shape.quota.count()), self.shape.quota.period())
-            .ok()
-            .and_then(|quota| {
-                let mut builder =
-                    Limit::builder(Arc::clone(&self.shape.name), self.shape.algorithm, quota);
-                if self.shape.algorithm == Algorithm::LeakyBucket {
-                    builder = builder.mode(self.shape.mode);
-                }
-                if let Some(burst) = self.burst() {
-                    builder = builder.burst(share(burst));
-                }
-                builder
-                    .lease(share(self.shape.lease))
-                    .scope(self.shape.scope)
-                    .max_debt(share(self.shape.debt))
-                    .pinned(self.shape.pinned)
-                    .debt_expires_with_window(self.shape.debt_expires)
-                    .calendar(self.shape.calendar.as_ref().map(|c| c.spec().clone()))
-                    .build()
-                    .ok()
-            });
         // A share that would not validate (it always does) keeps the whole limit.
-        divided.unwrap_or_else(|| self.clone())
+        self.resized(|n| if n == 0 { 0 } else { (n / nodes).max(1) })
+            .unwrap_or_else(|| self.clone())
+    }
+
+    /// This limit with its quota count, burst, lease and debt bound multiplied by `factor`
+    /// (rounded down, at least 1 for what was at least 1), same name, period, algorithm, mode
+    /// and calendar; `None` for a factor that is not a positive number or a limit that would
+    /// not validate so (a count past [`crate::MAX_COUNT`], a sliding log past its entries).
+    pub fn multiplied(&self, factor: f64) -> Option<Limit> {
+        if !factor.is_finite() || factor <= 0.0 {
+            return None;
+        }
+        let mut too_large = false;
+        let limit = self.resized(|n| {
+            let scaled = (n as f64 * factor).floor();
+            too_large |= scaled >= u64::MAX as f64;
+            if n == 0 { 0 } else { (scaled as u64).max(1) }
+        })?;
+        (!too_large).then_some(limit)
+    }
+
+    /// This limit with each of its counts (quota count, burst, lease, debt bound) resized by
+    /// `resize`; `None` when the result does not validate.
+    fn resized(&self, mut resize: impl FnMut(u64) -> u64) -> Option<Limit> {
+        let quota = Quota::new(resize(self.shape.quota.count()), self.shape.quota.period()).ok()?;
+        let mut builder = Limit::builder(Arc::clone(&self.shape.name), self.shape.algorithm, quota);
+        if self.shape.algorithm == Algorithm::LeakyBucket {
+            builder = builder.mode(self.shape.mode);
+        }
+        if let Some(burst) = self.burst() {
+            builder = builder.burst(resize(burst));
+        }
+        builder
+            .lease(resize(self.shape.lease))
+            .scope(self.shape.scope)
+            .max_debt(resize(self.shape.debt))
+            .pinned(self.shape.pinned)
+            .debt_expires_with_window(self.shape.debt_expires)
+            .calendar(self.shape.calendar.as_ref().map(|c| c.spec().clone()))
+            .build()
+            .ok()
     }
 }
 
@@ -730,6 +748,25 @@ mod tests {
         assert_eq!(gcra.divided(2).capacity(), 2);
         assert_eq!(gcra.divided(100).capacity(), 1, "never below one");
         assert_eq!(gcra.divided(1).capacity(), 4);
+    }
+
+    #[test]
+    fn a_multiplied_limit_scales_its_counts_and_keeps_the_rest() {
+        let limit = Limit::builder("l", Algorithm::Gcra, quota("10/m"))
+            .burst(4)
+            .build()
+            .expect("valid");
+        let five = limit.multiplied(5.0).expect("valid");
+        assert_eq!((five.name(), five.count(), five.capacity()), ("l", 50, 20));
+        assert_eq!(five.period(), limit.period());
+        assert_ne!(five.state_id(), limit.state_id(), "its own state");
+        let half = limit.multiplied(0.01).expect("valid");
+        assert_eq!((half.count(), half.capacity()), (1, 1), "never below one");
+        assert!(limit.multiplied(0.0).is_none());
+        assert!(limit.multiplied(f64::NAN).is_none());
+        assert!(limit.multiplied(1e30).is_none(), "past the largest count");
+        let log = Limit::new("s", Algorithm::SlidingLog, quota("5000/h")).expect("valid");
+        assert!(log.multiplied(3.0).is_none(), "a log past its entries");
     }
 
     fn quota(text: &str) -> Quota {

@@ -59,6 +59,7 @@ mod limiter;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod observer;
+pub mod overrides;
 pub mod policy;
 pub mod problem;
 mod refusal;
@@ -79,7 +80,7 @@ pub use decision::Decision;
 pub use error::Error;
 pub use layer::BreakerConfig;
 pub use limit::{Limit, LimitBuilder, LimitError, MAX_SLIDING_LOG_COUNT};
-pub use limiter::{KeyLogging, Limiter, LimiterBuilder};
+pub use limiter::{KeyLogging, Limiter, LimiterBuilder, Overrides};
 pub use policy::{Config, Evaluation, Identity, Policies, Request};
 pub use quota::{MAX_COUNT, MAX_PERIOD_MICROS, Quota, QuotaError, parse_duration};
 pub use scope::{Scope, ScopeError};

@@ -103,6 +103,11 @@ struct ReloadLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OverrideChangeLabels {
+    operation: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UsageLabels {
     policy: String,
 }
@@ -185,6 +190,9 @@ pub struct Metrics {
     last_reload_successful: Gauge,
     store_up: Gauge,
     usage_units: Family<UsageLabels, Counter>,
+    override_changes: Family<OverrideChangeLabels, Counter>,
+    overrides: Gauge,
+    override_refresh_failures: Counter,
     memory: MemoryMetrics,
     global: GlobalMetrics,
 }
@@ -273,8 +281,29 @@ impl Metrics {
             "Units policies that charge by usage settled at, as responses reported them (tokens, bytes), by policy",
             usage_units.clone(),
         );
+        let override_changes = Family::<OverrideChangeLabels, Counter>::default();
+        registry.register(
+            "override_changes",
+            "Overrides set or removed through this process, by operation (put, delete)",
+            override_changes.clone(),
+        );
+        let overrides = Gauge::default();
+        registry.register(
+            "overrides",
+            "Overrides in the table this process applies",
+            overrides.clone(),
+        );
+        let override_refresh_failures = Counter::default();
+        registry.register(
+            "override_refresh_failures",
+            "Reads of the override table that failed (the table read last stays in force)",
+            override_refresh_failures.clone(),
+        );
         // Counters an alert reads with increase() exist from the start, so the first event is
         // an increase from 0, not the appearance of a series.
+        for operation in ["put", "delete"] {
+            let _ = override_changes.get_or_create(&OverrideChangeLabels { operation });
+        }
         for kind in ERROR_KINDS {
             let _ = store_errors.get_or_create(&ErrorLabels { kind });
         }
@@ -300,6 +329,9 @@ impl Metrics {
             last_reload_successful,
             store_up,
             usage_units,
+            override_changes,
+            overrides,
+            override_refresh_failures,
             memory,
             global,
         }
@@ -396,6 +428,23 @@ impl Metrics {
     pub fn record_reload(&self, succeeded: bool) {
         let result = if succeeded { "success" } else { "failure" };
         self.reloads.get_or_create(&ReloadLabels { result }).inc();
+    }
+
+    /// Counts a change to the overrides (`put` or `delete`).
+    pub fn record_override_change(&self, operation: &'static str) {
+        self.override_changes
+            .get_or_create(&OverrideChangeLabels { operation })
+            .inc();
+    }
+
+    /// Sets how many overrides the table applied here holds.
+    pub fn set_overrides(&self, count: usize) {
+        self.overrides.set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// Counts a read of the override table that failed.
+    pub fn record_override_refresh_failure(&self) {
+        self.override_refresh_failures.inc();
     }
 
     /// Says whether the last reload took every file (`tollgate_config_last_reload_successful`).

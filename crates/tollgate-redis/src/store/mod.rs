@@ -21,6 +21,7 @@ mod batcher;
 mod connection;
 mod counters;
 mod keys;
+mod overrides;
 mod program;
 mod security;
 mod sentinel;

@@ -22,8 +22,8 @@ impl<S: Store> Limiter<S> {
         let policies = self
             .policies()
             .ok_or_else(|| Error::UnknownPolicy(policy.to_owned()))?;
-        let plan = policies
-            .plan_in(Scope::Policy(policy), request)
+        let plan = self
+            .plan(&policies, Scope::Policy(policy), request)
             .ok_or_else(|| Error::UnknownPolicy(policy.to_owned()))?;
         let items = plan.enforced.into_iter().chain(plan.shadow).collect();
         Ok((policies, items))

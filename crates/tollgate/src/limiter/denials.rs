@@ -100,7 +100,7 @@ impl Denials {
             .unwrap_or_else(|e| e.into_inner()) = secret;
     }
 
-    fn key_for_logs(&self, key: &str) -> String {
+    pub(crate) fn key_for_logs(&self, key: &str) -> String {
         match self.key_logging.load(Ordering::Relaxed) {
             x if x == KeyLogging::Plain as u8 => key.to_owned(),
             x if x == KeyLogging::Omitted as u8 => "(hidden)".to_owned(),

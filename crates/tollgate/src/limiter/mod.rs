@@ -6,6 +6,7 @@ mod counting;
 mod denial_log;
 mod denials;
 mod look;
+mod overrides;
 mod penalty;
 mod requests;
 mod usage;
@@ -32,6 +33,7 @@ use crate::top_keys::TopKey;
 
 use denials::Denials;
 pub use denials::KeyLogging;
+pub use overrides::Overrides;
 
 /// Decides checks against a store, and requests against policies. Cheap to clone: every clone
 /// shares the same store and policies, so one limiter per process enforces one set of limits
@@ -55,6 +57,8 @@ struct Inner<S> {
     /// Everything that watches decisions: the metrics, the denials, and the caller's own.
     observers: Observers,
     policies: ArcSwapOption<Policies>,
+    /// Exceptions to the policies for single identities.
+    overrides: crate::overrides::OverrideState,
 }
 
 impl<S> std::fmt::Debug for Limiter<S> {
@@ -155,6 +159,7 @@ impl<S: Store> LimiterBuilder<S> {
                 denials,
                 observers,
                 policies: ArcSwapOption::empty(),
+                overrides: crate::overrides::OverrideState::default(),
             }),
         }
     }
@@ -204,6 +209,7 @@ impl<S: Store> Limiter<S> {
         self.set_deny_cache(options.deny_cache && self.store().kind() != "memory");
         #[cfg(feature = "metrics")]
         self.inner.metrics.declare(&policies);
+        self.recompile_overrides(&policies);
         self.inner.policies.store(Some(Arc::new(policies)));
     }
 

@@ -154,7 +154,7 @@ impl<S: Store> Limiter<S> {
                 Vec::new(),
             )));
         };
-        let Some(mut plan) = policies.plan_in(scope, request) else {
+        let Some(mut plan) = self.plan(&policies, scope, request) else {
             return Err(Error::UnknownPolicy(scope_name(scope)));
         };
         if let Some(cost) = cost {
@@ -391,7 +391,7 @@ impl<S: Store> Limiter<S> {
         let Some(policies) = self.policies() else {
             return Ok(ChargeSet::default());
         };
-        let Some(mut plan) = policies.plan_in(scope, request) else {
+        let Some(mut plan) = self.plan(&policies, scope, request) else {
             return Err(Error::UnknownPolicy(scope_name(scope)));
         };
         if let Some(cost) = cost {

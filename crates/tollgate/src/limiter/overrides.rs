@@ -1,0 +1,350 @@
+//! A limiter's overrides as an operator changes them (`limiter.overrides()`): set, read, list,
+//! remove, import and export; every change logged (who, what, before, after) and counted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Limiter;
+use crate::overrides::table::compile_one;
+use crate::overrides::{
+    Change, MAX_ACTOR_BYTES, MAX_OVERRIDES, Override, OverrideBackend, OverrideError,
+    OverrideState, OverrideTarget, OverrideWritten, StoredOverride, lines,
+};
+use crate::policy::{Plan, Policies, Request, Scope};
+use crate::store::{Store, StoreError};
+
+/// The overrides of a limiter: see [`crate::overrides`].
+#[derive(Debug)]
+pub struct Overrides<'l, S> {
+    limiter: &'l Limiter<S>,
+}
+
+impl<S: Store> Limiter<S> {
+    /// The overrides: who is let through, refused or limited otherwise than the policies say.
+    pub fn overrides(&self) -> Overrides<'_, S> {
+        Overrides { limiter: self }
+    }
+
+    /// The request's plan under `scope` with the overrides in force applied; `None` when the
+    /// scope names a policy that does not exist.
+    pub(super) fn plan(
+        &self,
+        policies: &Policies,
+        scope: Scope<'_>,
+        request: &Request<'_>,
+    ) -> Option<Plan> {
+        let mut plan = policies.plan_in(scope, request)?;
+        self.inner
+            .overrides
+            .apply(policies, &mut plan, || self.inner.clock.now());
+        Some(plan)
+    }
+
+    /// Compiles the overrides in force against `policies`, which are about to be.
+    pub(super) fn recompile_overrides(&self, policies: &Policies) {
+        let state = &self.inner.overrides;
+        let table = state.table();
+        let unfit = state.install(Some(policies), Arc::clone(&table.stored), table.version);
+        warn_unfit(&unfit);
+    }
+}
+
+/// Says which overrides apply to nothing and why.
+fn warn_unfit(unfit: &[(String, String)]) {
+    for (id, why) in unfit {
+        // Named by policy and limit: the key is shown only as key logging allows.
+        let target = OverrideTarget::from_id(id);
+        tracing::warn!(
+            policy = target.as_ref().map(|t| t.policy.as_str()),
+            limit = target.as_ref().and_then(|t| t.limit.as_deref()),
+            "an override applies to nothing under the policies in force: {why}"
+        );
+    }
+}
+
+impl<S: Store> Overrides<'_, S> {
+    fn state(&self) -> &OverrideState {
+        &self.limiter.inner.overrides
+    }
+
+    /// Keeps overrides in `backend` from now on (the default is this process's memory); the
+    /// table in force is read from it at the next [`refresh`](Self::refresh).
+    pub fn attach(&self, backend: Arc<dyn OverrideBackend>) {
+        self.state().attach(backend);
+    }
+
+    /// Where the overrides are kept: `memory`, `file` or `redis`.
+    pub fn kind(&self) -> &'static str {
+        self.state().backend().kind()
+    }
+
+    /// The version of the table in force.
+    pub fn version(&self) -> u64 {
+        self.state().table().version
+    }
+
+    /// Every override in force, by policy, key and limit.
+    pub fn list(&self) -> Arc<Vec<StoredOverride>> {
+        Arc::clone(&self.state().table().stored)
+    }
+
+    /// The override in force for `target`.
+    pub fn get(&self, target: &OverrideTarget) -> Option<StoredOverride> {
+        self.list()
+            .iter()
+            .find(|one| one.item.target() == *target)
+            .cloned()
+    }
+
+    /// Reads the table again if the backend's version moved; `true` when it did.
+    pub async fn refresh(&self) -> Result<bool, StoreError> {
+        let refreshed = self.read_again().await;
+        if refreshed.is_err() {
+            #[cfg(feature = "metrics")]
+            self.limiter.inner.metrics.record_override_refresh_failure();
+        }
+        refreshed
+    }
+
+    async fn read_again(&self) -> Result<bool, StoreError> {
+        let backend = self.state().backend();
+        if backend.version().await? == self.version() {
+            return Ok(false);
+        }
+        let snapshot = backend.load().await?;
+        let (stored, unreadable) = OverrideState::read(&snapshot);
+        warn_unfit(&unreadable);
+        let count = stored.len();
+        let policies = self.limiter.policies();
+        let unfit = self
+            .state()
+            .install(policies.as_deref(), Arc::new(stored), snapshot.version);
+        warn_unfit(&unfit);
+        #[cfg(feature = "metrics")]
+        self.limiter.inner.metrics.set_overrides(count);
+        tracing::debug!(version = snapshot.version, count, "overrides read");
+        Ok(true)
+    }
+
+    /// Refreshes every `every`, for ever: a change made on another node applies here within
+    /// `every` and one read of the backend. A failure is logged when it starts and when it
+    /// ends, and counted each time; the table in force stays meanwhile.
+    pub async fn follow(&self, every: Duration) {
+        let mut failing = false;
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            match self.refresh().await {
+                Ok(_) if failing => {
+                    failing = false;
+                    tracing::info!("overrides: the backend answers again");
+                }
+                Err(error) if !failing => {
+                    failing = true;
+                    tracing::warn!(
+                        %error,
+                        "overrides: cannot read the backend; the overrides read last stay in force"
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Checks `item` against the policies in force.
+    fn check(&self, item: &Override) -> Result<(), String> {
+        item.validate()?;
+        let policies = self
+            .limiter
+            .policies()
+            .ok_or_else(|| "policy: no policies are loaded".to_owned())?;
+        match item.change {
+            Change::Allow | Change::Deny => {
+                if !policies.names().any(|name| name == item.policy) {
+                    return Err(format!("policy: no policy is named {:?}", item.policy));
+                }
+            }
+            Change::Set(_) | Change::Multiply(_) => {
+                compile_one(&policies, item)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets `item` if its override is at version `replaces` now (0: there is none), as written
+    /// by `actor`; the override as stored, with its new version.
+    pub async fn put(
+        &self,
+        item: Override,
+        replaces: u64,
+        actor: &str,
+    ) -> Result<StoredOverride, OverrideError> {
+        check_actor(actor)?;
+        self.check(&item).map_err(OverrideError::Invalid)?;
+        if replaces == 0 && self.list().len() >= MAX_OVERRIDES {
+            return Err(OverrideError::Full);
+        }
+        let target = item.target();
+        let mut stored = StoredOverride {
+            item,
+            updated_by: actor.to_owned(),
+            updated_at: crate::overrides::rfc3339(self.limiter.inner.clock.now()),
+            version: 0,
+        };
+        let body = body_of(&stored);
+        let before = self.get(&target);
+        let id = target.id();
+        stored.version = self.write(&id, replaces, Some(&body)).await?;
+        self.changed("put", actor, before.as_ref(), Some(&stored))
+            .await;
+        Ok(stored)
+    }
+
+    /// Removes the override of `target` if it is at version `replaces` now; the override as it
+    /// was.
+    pub async fn remove(
+        &self,
+        target: &OverrideTarget,
+        replaces: u64,
+        actor: &str,
+    ) -> Result<Option<StoredOverride>, OverrideError> {
+        check_actor(actor)?;
+        if replaces == 0 {
+            return Err(OverrideError::NotFound);
+        }
+        let before = self.get(target);
+        match self.write(&target.id(), replaces, None).await {
+            Err(OverrideError::Conflict { current: 0 }) => return Err(OverrideError::NotFound),
+            written => written?,
+        };
+        self.changed("delete", actor, before.as_ref(), None).await;
+        Ok(before)
+    }
+
+    async fn write(
+        &self,
+        id: &str,
+        replaces: u64,
+        body: Option<&str>,
+    ) -> Result<u64, OverrideError> {
+        match self.state().backend().write(id, replaces, body).await? {
+            OverrideWritten::Done { version } => Ok(version),
+            OverrideWritten::Conflict { current } => Err(OverrideError::Conflict { current }),
+        }
+    }
+
+    /// Logs and counts a change, and reads the table again so that it applies here at once
+    /// (should that read fail, [`follow`](Self::follow) reads it later).
+    async fn changed(
+        &self,
+        operation: &'static str,
+        actor: &str,
+        before: Option<&StoredOverride>,
+        after: Option<&StoredOverride>,
+    ) {
+        let shown = |one: Option<&StoredOverride>| {
+            one.map_or_else(
+                || "null".to_owned(),
+                |one| {
+                    let mut value = one.to_json();
+                    value["key"] = self
+                        .limiter
+                        .inner
+                        .denials
+                        .key_for_logs(&one.item.key)
+                        .into();
+                    value.to_string()
+                },
+            )
+        };
+        let target = after.or(before).map(|one| &one.item);
+        tracing::info!(
+            target: "tollgate::audit",
+            operation,
+            actor,
+            policy = target.map(|item| item.policy.as_str()),
+            key = target.map(|item| self.limiter.inner.denials.key_for_logs(&item.key)),
+            limit = target.and_then(|item| item.limit.as_deref()),
+            before = %shown(before),
+            after = %shown(after),
+            "override changed"
+        );
+        #[cfg(feature = "metrics")]
+        self.limiter.inner.metrics.record_override_change(operation);
+        if let Err(error) = self.refresh().await {
+            tracing::warn!(%error, "overrides: written, but not read back yet");
+        }
+    }
+
+    /// Every override in force as JSON lines (see [`lines`]).
+    pub fn export(&self) -> String {
+        lines::export(&self.list())
+    }
+
+    /// Sets every override of `text` (JSON lines), each replacing whatever version of it is
+    /// stored when the import starts. The whole text is checked first: the error names the
+    /// first bad line, and then nothing is written. Should another writer change one of the
+    /// same overrides meanwhile, the import stops there (what came before it is written) and
+    /// says which line. Returns how many were written.
+    pub async fn import(&self, text: &str, actor: &str) -> Result<usize, OverrideError> {
+        check_actor(actor)?;
+        let items = lines::parse(text).map_err(OverrideError::Invalid)?;
+        // Line numbers of the non-blank lines, for errors found after parsing.
+        let numbers: Vec<usize> = text
+            .lines()
+            .enumerate()
+            .filter(|(_, line)| !line.trim().is_empty())
+            .map(|(index, _)| index + 1)
+            .collect();
+        for (item, number) in items.iter().zip(&numbers) {
+            self.check(item)
+                .map_err(|error| OverrideError::Invalid(format!("line {number}: {error}")))?;
+        }
+        self.refresh().await?;
+        let current = self.list();
+        let version_of = |target: &OverrideTarget| {
+            current
+                .iter()
+                .find(|one| one.item.target() == *target)
+                .map(|one| one.version)
+        };
+        let new = items
+            .iter()
+            .filter(|item| version_of(&item.target()).is_none())
+            .count();
+        if current.len() + new > MAX_OVERRIDES {
+            return Err(OverrideError::Full);
+        }
+        let written = items.len();
+        for (item, number) in items.into_iter().zip(numbers) {
+            let replaces = version_of(&item.target()).unwrap_or(0);
+            self.put(item, replaces, actor).await.map_err(|error| match error {
+                OverrideError::Conflict { .. } => OverrideError::Invalid(format!(
+                    "line {number}: changed by another writer during the import; lines before it were written"
+                )),
+                other => other,
+            })?;
+        }
+        Ok(written)
+    }
+}
+
+/// The body stored for `stored`: the override and who wrote it when (its version is the
+/// record's).
+fn body_of(stored: &StoredOverride) -> String {
+    let mut value = stored.to_json();
+    if let Some(object) = value.as_object_mut() {
+        object.remove("version");
+    }
+    value.to_string()
+}
+
+fn check_actor(actor: &str) -> Result<(), OverrideError> {
+    if actor.is_empty() || actor.len() > MAX_ACTOR_BYTES {
+        return Err(OverrideError::Invalid(format!(
+            "actor: must be 1 to {MAX_ACTOR_BYTES} bytes"
+        )));
+    }
+    Ok(())
+}
