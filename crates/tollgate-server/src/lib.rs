@@ -11,6 +11,7 @@ pub mod health;
 pub mod http_server;
 #[cfg(feature = "otel")]
 pub mod otel;
+pub mod overrides;
 pub mod policies;
 pub mod process_metrics;
 pub mod proxy;

@@ -98,7 +98,7 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
                 rls_domains: None,
             },
         },
-        args.admin.admin_token.clone(),
+        args.admin.tokens(),
         admin_hosts,
     );
     let tls_for = |listener| tls.as_ref().filter(|_| args.tls.covers(listener));

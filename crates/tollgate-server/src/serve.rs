@@ -123,7 +123,7 @@ fn print_banner(args: &ServeArgs, bound: &Bound, store: &str) {
     );
     match bound.admin {
         Some(admin) => println!(
-            "  admin: {}://{admin} (GET /dashboard, /admin/stats, /admin/top, /admin/config; POST /admin/inspect, /admin/reset, /admin/lift){}",
+            "  admin: {}://{admin} (GET /dashboard, /admin/stats, /admin/top, /admin/config, /admin/overrides; PUT, DELETE /admin/overrides; POST /admin/inspect, /admin/reset, /admin/lift, /admin/overrides/import){}",
             scheme(crate::tls::Listener::Admin),
             if args.admin.admin_token.is_some() {
                 "; token required"
@@ -386,7 +386,7 @@ fn http_apps(
     };
     let admin_app = crate::admin::router(
         state,
-        args.admin.admin_token.clone(),
+        args.admin.tokens(),
         args.admin
             .allowed_hosts(bound.unwrap_or(args.admin.admin))?,
     );

@@ -150,6 +150,9 @@ pub struct StoreFlags {
     /// directly. Without either, each process keys with a random secret of its own.
     #[arg(long, env = "TOLLGATE_LOG_KEYS_SECRET_FILE", value_name = "FILE")]
     pub log_keys_secret_file: Option<std::path::PathBuf>,
+    /// Where the overrides live and how often they are read again.
+    #[command(flatten)]
+    pub overrides: crate::overrides::OverrideFlags,
 }
 
 impl StoreFlags {
@@ -454,6 +457,8 @@ pub async fn open_limiter(
     if let Some(secret) = flags.log_keys_secret()? {
         limiter.set_key_log_secret(secret);
     }
+    let overrides = crate::overrides::attach(&limiter, &flags.overrides).await?;
+    description.push_str(&format!("; overrides {overrides}"));
     Ok((limiter, description))
 }
 

@@ -51,11 +51,48 @@ fn token_in_query(request: &Request) -> bool {
     })
 }
 
-/// Lets a request through when no token is configured or it presents the token in its
-/// `Authorization` header; the dashboard page needs none.
+/// The admin tokens: one that may do everything, one that may only read.
+#[derive(Debug, Clone, Default)]
+pub struct Tokens {
+    /// `--admin-token`: every admin endpoint.
+    pub write: Option<String>,
+    /// `--admin-read-token`: the admin endpoints that change nothing (`GET`, `HEAD`).
+    pub read: Option<String>,
+}
+
+/// Who a request was let through as, for the handlers that record who changed what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    /// No token is configured (a loopback listener).
+    Open,
+    /// The read-only token.
+    Reader,
+    /// The admin token.
+    Writer,
+}
+
+impl Role {
+    /// How a change log names the role.
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Role::Open => "no token",
+            Role::Reader => "read token",
+            Role::Writer => "admin token",
+        }
+    }
+}
+
+/// Whether `method` changes nothing.
+fn reads_only(method: &Method) -> bool {
+    *method == Method::GET || *method == Method::HEAD
+}
+
+/// Lets a request through when no token is configured or it presents a token in its
+/// `Authorization` header that may do what it asks (the read token only reads); the dashboard
+/// page needs none. The role it came in as goes with it.
 pub(super) async fn require_token(
-    State(token): State<Arc<Option<String>>>,
-    request: Request,
+    State(tokens): State<Arc<Tokens>>,
+    mut request: Request,
     next: Next,
 ) -> Response {
     if token_in_query(&request) {
@@ -65,14 +102,38 @@ pub(super) async fn require_token(
         )
         .into_response();
     }
-    let page = request.uri().path() == "/dashboard"
-        && (request.method() == Method::GET || request.method() == Method::HEAD);
-    let Some(expected) = token.as_deref() else {
+    let page = request.uri().path() == "/dashboard" && reads_only(request.method());
+    let Some(expected) = tokens.write.as_deref() else {
+        request.extensions_mut().insert(Role::Open);
         return next.run(request).await;
     };
-    if page || bearer(&request).is_some_and(|given| same(given, expected)) {
-        return next.run(request).await;
+    let given = bearer(&request);
+    let role = if given.is_some_and(|given| same(given, expected)) {
+        Some(Role::Writer)
+    } else if let Some(read) = tokens.read.as_deref()
+        && given.is_some_and(|given| same(given, read))
+    {
+        Some(Role::Reader)
+    } else {
+        None
+    };
+    match role {
+        Some(Role::Reader) if !reads_only(request.method()) => ApiError {
+            status: StatusCode::FORBIDDEN,
+            detail: "the read-only admin token only reads (GET): changes need the admin token"
+                .to_owned(),
+        }
+        .into_response(),
+        Some(role) => {
+            request.extensions_mut().insert(role);
+            next.run(request).await
+        }
+        None if page => next.run(request).await,
+        None => unauthorized(),
     }
+}
+
+fn unauthorized() -> Response {
     let mut response = ApiError {
         status: StatusCode::UNAUTHORIZED,
         detail: "the admin API needs the admin token: Authorization: Bearer <token>".to_owned(),

@@ -6,11 +6,13 @@
 
 mod auth;
 pub mod origin;
+mod overrides;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+pub use auth::Tokens;
 use axum::Json;
 use axum::Router;
 use axum::extract::{Query, State};
@@ -53,6 +55,15 @@ pub struct AdminArgs {
         hide_env_values = true
     )]
     pub admin_token: Option<String>,
+    /// A second bearer token that may only read (`GET`): the dashboard, stats, the
+    /// configuration, the overrides and their export. Needs --admin-token beside it.
+    #[arg(
+        long,
+        env = "TOLLGATE_ADMIN_READ_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub admin_read_token: Option<String>,
     /// A further name the admin listener answers to (its own address, localhost, 127.0.0.1 and
     /// `[::1]` with its port always work); repeat for more. Without a port, the name alone and
     /// the name with the listener's port match.
@@ -74,7 +85,31 @@ impl AdminArgs {
                 self.admin
             ));
         }
+        if self
+            .admin_read_token
+            .as_deref()
+            .is_some_and(|read| !read.is_empty())
+        {
+            match self.admin_token.as_deref() {
+                None | Some("") => {
+                    return Err("--admin-read-token needs --admin-token beside it (for the changes the read token cannot make)".to_owned());
+                }
+                Some(write) if Some(write) == self.admin_read_token.as_deref() => {
+                    return Err("--admin-read-token must differ from --admin-token".to_owned());
+                }
+                Some(_) => {}
+            }
+        }
         Ok(())
+    }
+
+    /// The tokens the admin API takes.
+    pub fn tokens(&self) -> Tokens {
+        let given = |token: &Option<String>| token.clone().filter(|t| !t.is_empty());
+        Tokens {
+            write: given(&self.admin_token),
+            read: given(&self.admin_read_token),
+        }
     }
 
     /// The addresses and names the listener bound at `bound` answers to.
@@ -245,7 +280,7 @@ async fn metrics(State(state): State<AdminState>) -> Response {
 
 /// The admin routes: only for requests to one of `hosts` that no other web site could have
 /// made, and behind the token when there is one.
-pub fn router(state: AdminState, token: Option<String>, hosts: AllowedHosts) -> Router {
+pub fn router(state: AdminState, tokens: Tokens, hosts: AllowedHosts) -> Router {
     // Probes reach the health routes without the token and by any host name: they tell
     // nothing but whether the process lives and is ready.
     let health = Router::new()
@@ -270,6 +305,14 @@ pub fn router(state: AdminState, token: Option<String>, hosts: AllowedHosts) -> 
             "/admin/lift",
             post(|State(state), body| operate(state, body, Operation::Lift)),
         )
+        .route(
+            "/admin/overrides",
+            get(overrides::list)
+                .put(overrides::put)
+                .delete(overrides::delete),
+        )
+        .route("/admin/overrides/export", get(overrides::export))
+        .route("/admin/overrides/import", post(overrides::import))
         .route("/admin/top", get(top))
         .route("/admin/config", get(config))
         .route("/admin/stats", get(stats))
@@ -283,7 +326,7 @@ pub fn router(state: AdminState, token: Option<String>, hosts: AllowedHosts) -> 
             crate::api::problem::problem_details,
         ))
         .layer(axum::middleware::from_fn_with_state(
-            Arc::new(token),
+            Arc::new(tokens),
             auth::require_token,
         ))
         .layer(axum::middleware::from_fn_with_state(

@@ -8,9 +8,9 @@
 //! - An `Origin`, when a browser sends one, must name one of those too (`403`): only the
 //!   dashboard's own page calls the API from a browser.
 //! - No CORS: a preflight (`OPTIONS`) is refused and no `Access-Control-*` header is ever sent.
-//! - A call that is not `GET` or `HEAD` must be `Content-Type: application/json` (`415`), which
-//!   a page on another site cannot send without a preflight; a form's `text/plain` cannot reset
-//!   a key or lift a penalty.
+//! - A call that is not `GET` or `HEAD` must be `Content-Type: application/json` (or, for JSON
+//!   lines, `application/jsonl`) (`415`), which a page on another site cannot send without a
+//!   preflight; a form's `text/plain` cannot reset a key or lift a penalty.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -116,12 +116,19 @@ fn refuse(status: StatusCode, detail: &str) -> Response {
     .into_response()
 }
 
-/// Whether a `Content-Type` value is JSON (`application/json`, any parameters).
+/// Whether a `Content-Type` value is JSON or JSON lines (`application/json`,
+/// `application/jsonl`, `application/x-ndjson`; any parameters): none of them a type a page may
+/// send to another site without a preflight.
 fn is_json(value: &str) -> bool {
-    value
-        .split(';')
-        .next()
-        .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
+    value.split(';').next().is_some_and(|essence| {
+        [
+            "application/json",
+            "application/jsonl",
+            "application/x-ndjson",
+        ]
+        .iter()
+        .any(|json| essence.trim().eq_ignore_ascii_case(json))
+    })
 }
 
 /// Refuses requests a web page on another site could have made, before anything else runs.
@@ -183,7 +190,7 @@ pub(super) async fn same_site_only(
         if !json {
             return refuse(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "admin calls that change state take Content-Type: application/json",
+                "admin calls that change state take Content-Type: application/json (application/jsonl for JSON lines)",
             );
         }
     }

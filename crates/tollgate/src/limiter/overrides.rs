@@ -244,19 +244,7 @@ impl<S: Store> Overrides<'_, S> {
         after: Option<&StoredOverride>,
     ) {
         let shown = |one: Option<&StoredOverride>| {
-            one.map_or_else(
-                || "null".to_owned(),
-                |one| {
-                    let mut value = one.to_json();
-                    value["key"] = self
-                        .limiter
-                        .inner
-                        .denials
-                        .key_for_logs(&one.item.key)
-                        .into();
-                    value.to_string()
-                },
-            )
+            one.map_or_else(|| "null".to_owned(), |one| self.shown(one).to_string())
         };
         let target = after.or(before).map(|one| &one.item);
         tracing::info!(
@@ -277,7 +265,21 @@ impl<S: Store> Overrides<'_, S> {
         }
     }
 
-    /// Every override in force as JSON lines (see [`lines`]).
+    /// `one` as JSON with its key as the logs show keys (see
+    /// [`set_key_logging`](Limiter::set_key_logging)): for listings that anyone with read
+    /// access sees.
+    pub fn shown(&self, one: &StoredOverride) -> serde_json::Value {
+        let mut value = one.to_json();
+        value["key"] = self
+            .limiter
+            .inner
+            .denials
+            .key_for_logs(&one.item.key)
+            .into();
+        value
+    }
+
+    /// Every override in force as JSON lines (see [`lines`]), keys as they are.
     pub fn export(&self) -> String {
         lines::export(&self.list())
     }
