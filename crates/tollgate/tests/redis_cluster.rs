@@ -314,3 +314,37 @@ fn checks_refunded_at_once_on_the_masters_own_clocks_leave_nothing_behind() {
         })
         .expect("refunds on the masters' own clocks give everything back");
 }
+
+/// The override table and its version share one slot, so that a write compares and raises them
+/// in one script on the cluster too.
+#[tokio::test]
+async fn overrides_are_written_and_read_on_the_cluster() {
+    use tollgate::overrides::{OverrideBackend, OverrideWritten};
+    let store = cluster_store().await;
+    let overrides = store.override_backend();
+    let version = overrides.version().await.expect("read");
+    let written = overrides
+        .write("a", 0, Some("{\"x\":1}"))
+        .await
+        .expect("written");
+    assert_eq!(
+        written,
+        OverrideWritten::Done {
+            version: version + 1
+        }
+    );
+    assert_eq!(
+        overrides.write("a", 0, Some("{}")).await.expect("answered"),
+        OverrideWritten::Conflict {
+            current: version + 1
+        }
+    );
+    let table = overrides.load().await.expect("read");
+    assert_eq!(table.version, version + 1);
+    assert!(
+        table
+            .records
+            .iter()
+            .any(|r| r.id == "a" && r.body == "{\"x\":1}")
+    );
+}

@@ -13,6 +13,7 @@ use common::{
     fresh_config, never_over_admits, queued_together, replay_both, server, single_store, workload,
 };
 use proptest::test_runner::TestRunner;
+use tollgate::overrides::{OverrideBackend, OverrideWritten};
 use tollgate::{
     Adjustment, Algorithm, Check, Limit, Micros, RedisConfig, RedisStore, Store, StoreError,
 };
@@ -224,8 +225,7 @@ async fn a_connection_the_user_may_not_set_up_says_it_lacks_a_permission() {
 #[tokio::test]
 async fn the_documented_acl_user_can_load_check_and_refund() {
     let own = tollgate_testkit::RedisServer::start();
-    let rules =
-        "on >secret ~tg:* +fcall +function|load +evalsha +script|load +time +mget +set +del +ping";
+    let rules = "on >secret ~tg:* +fcall +function|load +evalsha +script|load +time +mget +set +del +ping +hget +hset +hdel +hgetall +incr";
     let created: String = own
         .query(
             redis::cmd("ACL")
@@ -257,6 +257,39 @@ async fn the_documented_acl_user_can_load_check_and_refund() {
         0,
         "the library was loaded and called, no script"
     );
+    // And it reads and writes overrides.
+    let overrides = store.override_backend();
+    assert_eq!(overrides.version().await.unwrap(), 0);
+    assert_eq!(
+        overrides.write("id", 0, Some("{}")).await.unwrap(),
+        OverrideWritten::Done { version: 1 }
+    );
+    assert_eq!(overrides.load().await.unwrap().records.len(), 1);
+}
+
+/// A Redis user with the limits' permissions only reads an empty override table (so that the
+/// table's follower stays quiet) and is refused a write, with Redis's reason.
+#[tokio::test]
+async fn a_user_without_the_override_permissions_reads_none_and_cannot_write() {
+    let own = tollgate_testkit::RedisServer::start();
+    let rules =
+        "on >secret ~tg:* +fcall +function|load +evalsha +script|load +time +mget +set +del +ping";
+    let _: String = own
+        .query(
+            redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg("tollgate")
+                .arg(rules.split(' ').collect::<Vec<_>>()),
+        )
+        .unwrap();
+    let url = own.url().replace("redis://", "redis://tollgate:secret@");
+    let store = RedisStore::connect(&url, RedisConfig::default())
+        .await
+        .unwrap();
+    let overrides = store.override_backend();
+    assert_eq!(overrides.version().await.unwrap(), 0);
+    let error = overrides.write("id", 0, Some("{}")).await.unwrap_err();
+    assert!(error.to_string().contains("lacks a permission"), "{error}");
 }
 
 /// The store speaks RESP3 where the server does (it then notices a lost connection as the

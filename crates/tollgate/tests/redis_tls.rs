@@ -8,8 +8,7 @@ use tollgate::{Algorithm, Check, Limit, RedisAuth, RedisConfig, RedisStore, Redi
 use tollgate_testkit::{Certificates, RedisServer};
 
 /// The ACL rules the README gives Tollgate's user.
-const RULES: &str =
-    "on >secret ~tg:* +fcall +function|load +evalsha +script|load +time +mget +set +del +ping";
+const RULES: &str = "on >secret ~tg:* +fcall +function|load +evalsha +script|load +time +mget +set +del +ping +hget +hset +hdel +hgetall +incr";
 
 /// A TLS-only server requiring client certificates, with Tollgate's ACL user and the default
 /// user off.

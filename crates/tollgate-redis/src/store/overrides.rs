@@ -2,7 +2,8 @@
 //! table: a hash of records and the table's version beside it, both under one hash tag (one
 //! Cluster slot), written by a script that compares the version a write replaces and raises
 //! the table's version in the same step. A node reads the version (one `GET`) to learn whether
-//! to read the table again.
+//! to read the table again. Besides the limits' commands, a Redis user needs `HGET`, `HSET`,
+//! `HDEL`, `HGETALL` and `INCR` (called by the scripts) to read and write overrides.
 
 use redis::Script;
 use tollgate_core::overrides::{
@@ -17,7 +18,7 @@ use super::connection::store_error;
 const WRITE: &str = include_str!("scripts/override_write.lua");
 
 /// Reads the table and its version in one step.
-const LOAD: &str = "return {redis.call('GET', KEYS[2]) or '0', redis.call('HGETALL', KEYS[1])}";
+const LOAD: &str = "return {redis.call('MGET', KEYS[2])[1] or '0', redis.call('HGETALL', KEYS[1])}";
 
 /// The overrides of a Redis store's deployment (see [`RedisStore::override_backend`]).
 #[derive(Debug, Clone)]
@@ -81,11 +82,13 @@ impl OverrideBackend for RedisOverrideBackend {
         Box::pin(async move {
             let mut connection = self.store.shared.connection.clone();
             let timeout = self.store.shared.config.timeout;
-            let mut command = redis::cmd("GET");
+            // MGET, which the limits' scripts use too: a Redis user allowed those reads the
+            // version without a further permission, and finds no overrides until one is set.
+            let mut command = redis::cmd("MGET");
             command.arg(&self.version);
-            let get = command.query_async::<Option<u64>>(&mut connection);
+            let get = command.query_async::<Vec<Option<u64>>>(&mut connection);
             match tokio::time::timeout(timeout, get).await {
-                Ok(Ok(version)) => Ok(version.unwrap_or(0)),
+                Ok(Ok(version)) => Ok(version.into_iter().flatten().next().unwrap_or(0)),
                 Ok(Err(error)) => Err(store_error(&error, timeout)),
                 Err(_) => Err(StoreError::Timeout(timeout)),
             }
