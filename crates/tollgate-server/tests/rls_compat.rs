@@ -369,6 +369,34 @@ descriptors:
     );
 }
 
+#[tokio::test]
+async fn calendar_windows_reset_at_the_calendars_boundary() {
+    // 23:13:20 in Berlin on the 14th: the billing month ends at local midnight, 2 800 s away.
+    let (rls, clock) = rls(r#"
+domain: d
+descriptors:
+  - key: tenant
+    rate_limit:
+      unit: month
+      requests_per_unit: 2
+      calendar: { tz: Europe/Berlin, anchor_day: 15 }
+"#);
+    let call = request("d", vec![descriptor(&[("tenant", "acme")])]);
+    let limit = Some((2, "MONTH", ""));
+    assert_eq!(statuses(&rls, &call).await.1, [(OK, 1, limit, Some(2_800))]);
+    assert_eq!(statuses(&rls, &call).await.1, [(OK, 0, limit, Some(2_800))]);
+    assert_eq!(
+        statuses(&rls, &call).await.1,
+        [(OVER, 0, limit, Some(2_800))]
+    );
+    clock.advance(std::time::Duration::from_secs(2_800));
+    assert_eq!(
+        statuses(&rls, &call).await.1,
+        [(OK, 1, limit, Some(30 * 86_400))],
+        "a new month, to local midnight on December 15th"
+    );
+}
+
 /// A descriptor of `hits`, as Envoy sends a usage report at the end of a stream.
 fn report(entries: &[(&str, &str)], hits: u64) -> RateLimitRequest {
     let mut reported = descriptor(entries);
@@ -514,6 +542,14 @@ async fn malformed_requests_are_invalid_arguments() {
 
 /// Configurations that must be refused, with the error each must produce.
 const REFUSED: &[(&str, &str)] = &[
+    (
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 5, calendar: { tz: Europe/Berlin } }\n",
+        "bad.yaml:4:17: descriptor \"k\": rate_limit: calendar: the quota's period must be one day, week, month or year",
+    ),
+    (
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: month, requests_per_unit: 5, calendar: { tz: Mars/Olympus } }\n",
+        "bad.yaml:4:70: descriptor \"k\": rate_limit: calendar.tz: unknown time zone \"Mars/Olympus\"",
+    ),
     (
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: hour, requests_per_unit: 5, count_refused: always }\n",
         "bad.yaml:4:68: descriptor \"k\": rate_limit.count_refused: expected true or false, found a string",

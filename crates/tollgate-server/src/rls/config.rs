@@ -12,7 +12,9 @@
 //!
 //! Beyond envoyproxy/ratelimit, a `rate_limit` may name an `algorithm` (any of the six, with a
 //! `burst` for the rate algorithms), a `period` of any length (`30s`, `5m`) instead of a
-//! unit, and `count_refused` (charge refused hits too, as the classic window does); without
+//! unit, `count_refused` (charge refused hits too, as the classic window does) and, for a fixed
+//! window of a day, week, month or year, a `calendar` (`{ tz: Europe/Berlin, anchor_day: 15 }`,
+//! as the policy file writes it) that aligns its windows to the calendar in a time zone; without
 //! them a limit is the classic fixed window of `requests_per_unit` per unit.
 //! Unknown fields are errors at every level.
 
@@ -259,6 +261,8 @@ pub(crate) struct RuleLimit {
     pub(crate) replaces: Vec<String>,
     /// `count_refused`: whether refused hits are charged (the default for the fixed window).
     pub(crate) count_refused: Option<bool>,
+    /// `calendar`: the fixed window counts calendar periods in a time zone.
+    pub(crate) calendar: Option<tollgate::CalendarSpec>,
 }
 
 impl RuleLimit {
@@ -278,6 +282,7 @@ impl RuleLimit {
         let spec = LimitSpec {
             burst: self.burst,
             debt_expires_with_window: true,
+            calendar: self.calendar.clone(),
             ..LimitSpec::new(self.algorithm, quota)
         };
         let limit = spec.build(state_name).map_err(|error| error.detail())?;
@@ -293,7 +298,9 @@ impl RuleLimit {
             shadow: options.shadow,
             quota_mode: options.quota_mode,
             metadata: options.metadata,
-            classic: self.algorithm == Algorithm::FixedWindow,
+            // A calendar window resets at the calendar's boundary, not at a multiple of its
+            // unit, and upstream keeps no such counter.
+            classic: self.algorithm == Algorithm::FixedWindow && self.calendar.is_none(),
             counts_refused: self
                 .count_refused
                 .unwrap_or(self.algorithm == Algorithm::FixedWindow),

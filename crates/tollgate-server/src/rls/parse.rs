@@ -33,6 +33,7 @@ const LIMIT_FIELDS: &[&str] = &[
     "burst",
     "period",
     "count_refused",
+    "calendar",
 ];
 
 /// One domain's document: its name, descriptor tree, and what the quota service assigns a
@@ -388,6 +389,10 @@ fn rule_limit(node: Yaml<'_, '_>, what: &str) -> Option<RuleLimit> {
     let count_refused = map
         .get("count_refused")
         .and_then(|n| n.boolean(&format!("{what}.count_refused")));
+    let calendar = match map.get("calendar") {
+        Some(node) => Some(tollgate::yaml::read_calendar(node, &what)?),
+        None => None,
+    };
     map.deny_unknown(&what, LIMIT_FIELDS);
     if name.is_some() && replaces.iter().any(|r| Some(r) == name.as_ref()) {
         map.error(format!("{what}: replaces may not name the limit itself"));
@@ -422,5 +427,6 @@ fn rule_limit(node: Yaml<'_, '_>, what: &str) -> Option<RuleLimit> {
         name,
         replaces,
         count_refused,
+        calendar,
     })
 }

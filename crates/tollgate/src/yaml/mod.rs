@@ -7,12 +7,16 @@
 //! with the same errors, without a line and column.
 
 #[cfg(feature = "yaml")]
+mod calendar;
+#[cfg(feature = "yaml")]
 mod node;
 mod reader;
 
 use std::fmt;
 use std::sync::Arc;
 
+#[cfg(feature = "yaml")]
+pub use calendar::read_calendar;
 #[cfg(feature = "yaml")]
 pub use node::{Map, Node};
 pub use reader::Reader;

@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use super::calendar::read_calendar;
 use super::values::read_duration;
 use super::{LIMIT_FIELDS, MAX_LIMITS_PER_POLICY};
 use crate::algorithm::Algorithm;
@@ -10,6 +9,7 @@ use crate::policy::model::{ConcurrencyConfig, CostConfig, LimitConfig, PenaltyCo
 use crate::quota::Quota;
 use crate::spec::{LimitSpec, leaky_mode};
 use crate::yaml::Node;
+use crate::yaml::read_calendar;
 
 pub(super) fn read_limits(node: Node<'_, '_>, what: &str, default_name: &str) -> Vec<LimitConfig> {
     let Some(items) = node.strict_list(&format!("{what}: limits")) else {

@@ -3,7 +3,6 @@
 use super::model::{Config, GlobalConfig};
 use crate::yaml::{ConfigErrors, Node, Reader};
 
-mod calendar;
 mod limits;
 mod policy;
 mod store;

@@ -1,14 +1,15 @@
-//! A limit's `calendar`: the time zone and anchor of a fixed window counted by calendar periods.
+//! A limit's `calendar`: the time zone and anchor of a fixed window counted by calendar periods,
+//! as the policy file and the rate limit service's rules write it.
 
+use super::Node;
 use crate::calendar::{CalendarError, CalendarSpec};
-use crate::yaml::Node;
 
 /// The fields a `calendar` may have.
 const CALENDAR_FIELDS: &[&str] = &["tz", "anchor_day", "first_day", "anchor_date"];
 
 /// Reads `calendar: { tz, anchor_day, first_day, anchor_date }` (`tz` defaults to UTC); each
 /// wrong field is reported where it is written.
-pub(super) fn read_calendar(node: Node<'_, '_>, what: &str) -> Option<CalendarSpec> {
+pub fn read_calendar(node: Node<'_, '_>, what: &str) -> Option<CalendarSpec> {
     let what = format!("{what}: calendar");
     let map = node.map(&what)?;
     map.deny_unknown(&what, CALENDAR_FIELDS);
