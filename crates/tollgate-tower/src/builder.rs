@@ -8,8 +8,8 @@ use http::Response;
 use ipnet::IpNet;
 use tollgate::policy::{KeyPart, LimitConfig, PolicyConfig};
 use tollgate::{
-    Algorithm, Config, ConfigErrors, LimitError, LimitSpec, Limiter, MemoryStore, Policies, Quota,
-    QuotaError, Store,
+    Algorithm, CalendarSpec, Config, ConfigErrors, LimitError, LimitSpec, Limiter, MemoryStore,
+    Policies, Quota, QuotaError, Store,
 };
 
 use crate::RateLimitLayer;
@@ -25,13 +25,15 @@ const LIMIT: &str = "rate";
 /// [`per_hour`](RateLimitLayer::per_hour) or [`rate`](RateLimitLayer::rate).
 ///
 /// The rate is enforced as GCRA (an exact rate with a burst) on the in-process store unless
-/// [`store`](Self::store) gives another. Requests are counted by client address, through the
+/// [`store`](Self::store) gives another; with a [`calendar`](Self::calendar), as a quota per
+/// calendar period. Requests are counted by client address, through the
 /// [`trusted_proxies`](Self::trusted_proxies)' forwarding header, unless [`key`](Self::key)
 /// says otherwise.
 #[must_use = "a builder does nothing until built"]
 pub struct RateLimitBuilder<S = MemoryStore> {
     quota: Result<Quota, QuotaError>,
     burst: Option<u64>,
+    calendar: Option<CalendarSpec>,
     trusted_proxies: Vec<IpNet>,
     hooks: Hooks,
     store: S,
@@ -42,6 +44,7 @@ impl<S> std::fmt::Debug for RateLimitBuilder<S> {
         f.debug_struct("RateLimitBuilder")
             .field("quota", &self.quota)
             .field("burst", &self.burst)
+            .field("calendar", &self.calendar)
             .field("trusted_proxies", &self.trusted_proxies)
             .field("hooks", &self.hooks)
             .finish_non_exhaustive()
@@ -99,6 +102,7 @@ impl RateLimitBuilder<MemoryStore> {
         Self {
             quota,
             burst: None,
+            calendar: None,
             trusted_proxies: Vec::new(),
             hooks: Hooks::default(),
             store: MemoryStore::new(),
@@ -110,6 +114,25 @@ impl<S: Store> RateLimitBuilder<S> {
     /// The most requests admitted back to back after a quiet spell. Default: the rate's count.
     pub fn burst(mut self, burst: u64) -> Self {
         self.burst = Some(burst);
+        self
+    }
+
+    /// Counts the quota per calendar period in a time zone instead of as a rate: a quota of a
+    /// day, week, month or year (`"10000/month".parse()?`) renews at local midnight, on the
+    /// calendar's anchor day for a month. A fixed window: it takes no burst.
+    ///
+    /// ```
+    /// use tollgate::CalendarSpec;
+    /// use tollgate_tower::RateLimitLayer;
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let monthly = CalendarSpec::new("Europe/Berlin")?.anchor_day(15)?;
+    /// let layer = RateLimitLayer::rate("10000/month".parse()?).calendar(monthly).build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn calendar(mut self, calendar: CalendarSpec) -> Self {
+        self.calendar = Some(calendar);
         self
     }
 
@@ -156,6 +179,7 @@ impl<S: Store> RateLimitBuilder<S> {
         RateLimitBuilder {
             quota: self.quota,
             burst: self.burst,
+            calendar: self.calendar,
             trusted_proxies: self.trusted_proxies,
             hooks: self.hooks,
             store,
@@ -164,8 +188,13 @@ impl<S: Store> RateLimitBuilder<S> {
 
     /// The layer. Fails when the rate or the burst is out of range (zero, or too large).
     pub fn build(self) -> Result<RateLimitLayer<S>, BuildError> {
-        let mut spec = LimitSpec::new(Algorithm::Gcra, self.quota.map_err(BuildError::Rate)?);
+        let algorithm = match self.calendar {
+            Some(_) => Algorithm::FixedWindow,
+            None => Algorithm::Gcra,
+        };
+        let mut spec = LimitSpec::new(algorithm, self.quota.map_err(BuildError::Rate)?);
         spec.burst = self.burst;
+        spec.calendar = self.calendar;
         spec.build(LIMIT).map_err(BuildError::Limit)?;
         let mut policy = PolicyConfig::new(POLICY);
         if self.hooks.key.is_some() {

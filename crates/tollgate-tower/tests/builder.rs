@@ -251,6 +251,32 @@ async fn the_refusal_hook_answers_what_the_layer_cannot_decide() {
     assert_eq!(body["error"], "misconfigured");
 }
 
+#[tokio::test]
+async fn a_calendar_quota_renews_at_the_calendars_boundary() {
+    // 23:13:20 in Berlin on November 14th: the month from the 15th renews 2 800 s later.
+    let (store, clock) = manual_store();
+    let monthly = tollgate::CalendarSpec::new("Europe/Berlin")
+        .and_then(|spec| spec.anchor_day(15))
+        .expect("a calendar");
+    let layer = RateLimitLayer::rate("2/month".parse().expect("a quota"))
+        .calendar(monthly)
+        .store(store)
+        .build()
+        .expect("a layer");
+    let base = serve(layer, true).await;
+    assert_eq!(statuses(&base, 2, &[]).await, [200, 200]);
+    let refused = get_with(&base, &[]).await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["retry-after"], "2800");
+    clock.advance(Duration::from_secs(2_800));
+    assert_eq!(statuses(&base, 3, &[]).await, [200, 200, 429]);
+    let burst = RateLimitLayer::per_hour(24)
+        .calendar(tollgate::CalendarSpec::new("UTC").expect("a calendar"))
+        .build()
+        .expect_err("a quota per hour is no calendar period");
+    assert!(burst.to_string().contains("calendar"), "{burst}");
+}
+
 #[test]
 fn settings_out_of_range_are_errors_that_say_which() {
     let error = RateLimitLayer::per_second(0)
