@@ -286,3 +286,43 @@ fn a_global_limit_takes_no_fixed_lease() {
         .unwrap_err();
     assert!(error.to_string().contains("global"), "{error}");
 }
+
+/// A calendar quota shared by every region: never more than the quota in one local day, and
+/// a fresh quota once the day ends in the calendar's time zone, not at a multiple of 24 hours
+/// since the epoch. Units leased in one day are never spent in the next.
+#[tokio::test(start_paused = true)]
+async fn a_global_calendar_quota_renews_at_local_midnight_and_never_runs_over() {
+    // 09:00 in Berlin: local midnight is 15 hours away.
+    let clock = ManualClock::new(START);
+    let (global, regions) = regions(2, &clock);
+    let daily = Limit::builder("daily", Algorithm::FixedWindow, "20/d".parse().unwrap())
+        .scope(Scope::Global)
+        .calendar(Some(tollgate::CalendarSpec::new("Europe/Berlin").unwrap()))
+        .build()
+        .expect("a limit");
+    let check = Check::one("tenant:acme", &daily);
+    let spend = async |steps: usize| {
+        let mut admitted = 0;
+        for step in 0..steps {
+            let region = &regions[step % 2];
+            admitted += u64::from(region.check(&check).await.unwrap().is_admitted());
+            settle(&regions).await;
+        }
+        admitted
+    };
+    let first = spend(60).await;
+    assert!(first <= 20, "{first} admitted in one day");
+    assert!(first >= 18, "{first} admitted: the quota is used");
+    // One second before local midnight: still the same day.
+    clock.advance(Duration::from_secs(15 * 3600 - 1));
+    assert_eq!(spend(10).await, 0, "the same local day");
+    clock.advance(Duration::from_secs(1));
+    let second = spend(60).await;
+    assert!(second <= 20, "{second} admitted in the next day");
+    assert!(second >= 18, "{second} admitted: the new day's quota is used");
+    for region in &regions {
+        region.return_leases().await;
+    }
+    let left = left(&global, "tenant:acme", &daily).await;
+    assert_eq!(left + second, 20, "the global store counted exactly what was spent");
+}
