@@ -42,6 +42,9 @@ pub struct Check<'a> {
     /// What the check is for, as metrics and logs name it (a policy and a limit, or Envoy's
     /// domain and rule); checks of limits given directly have none.
     labels: Option<(&'a str, &'a str)>,
+    /// Decided by the store itself, never from a denial remembered nearby (see
+    /// [`exact`](Check::exact)).
+    exact: bool,
 }
 
 /// Why a check cannot be decided as given.
@@ -145,7 +148,21 @@ impl<'a> Check<'a> {
             cost,
             items: SmallVec::new(),
             labels: None,
+            exact: false,
         }
+    }
+
+    /// Asks the store itself, never an over-limit cache that remembers a recent denial: for a
+    /// caller that reads what is left from a denial (a quota service taking the rest of a
+    /// slot), where a remembered denial would say nothing is.
+    pub fn exact(mut self) -> Self {
+        self.exact = true;
+        self
+    }
+
+    /// Whether the check is [`exact`](Self::exact).
+    pub fn is_exact(&self) -> bool {
+        self.exact
     }
 
     /// Names what the check is for: `policy` and `limit` as metrics and observers report it

@@ -41,9 +41,18 @@ impl Default for OverrideFlags {
     }
 }
 
+/// Where `limiter`'s overrides live, for the start-up lines.
+pub fn describe(limiter: &Limiter<AnyStore>, flags: &OverrideFlags) -> String {
+    match (limiter.overrides().kind(), &flags.overrides_file) {
+        ("redis", _) => "in the Redis store".to_owned(),
+        ("file", Some(path)) => format!("in {}", path.display()),
+        _ => "in memory (give --overrides-file to keep them across restarts)".to_owned(),
+    }
+}
+
 /// Keeps `limiter`'s overrides where the flags and its store say, reads them, and follows
-/// changes from then on; what it says is where they live.
-pub async fn attach(limiter: &Limiter<AnyStore>, flags: &OverrideFlags) -> Result<String, String> {
+/// changes from then on.
+pub async fn attach(limiter: &Limiter<AnyStore>, flags: &OverrideFlags) -> Result<(), String> {
     if !REFRESH_RANGE.contains(&flags.overrides_refresh) {
         return Err(format!(
             "--overrides-refresh must be between {:?} and {:?}",
@@ -51,28 +60,19 @@ pub async fn attach(limiter: &Limiter<AnyStore>, flags: &OverrideFlags) -> Resul
             REFRESH_RANGE.end()
         ));
     }
-    let backend: Option<(Arc<dyn OverrideBackend>, String)> = match (
-        limiter.store(),
-        &flags.overrides_file,
-    ) {
+    let backend: Option<Arc<dyn OverrideBackend>> = match (limiter.store(), &flags.overrides_file) {
         (AnyStore::Redis(_), Some(_)) => {
             return Err(
                 "--overrides-file is for the in-process store: with a Redis store, the overrides live in Redis"
                     .to_owned(),
             );
         }
-        (AnyStore::Redis(redis), None) => Some((
-            Arc::new(redis.override_backend()),
-            "in the Redis store".to_owned(),
-        )),
-        (_, Some(path)) => Some((
-            Arc::new(FileOverrideBackend::open(path)?),
-            format!("in {}", path.display()),
-        )),
+        (AnyStore::Redis(redis), None) => Some(Arc::new(redis.override_backend())),
+        (_, Some(path)) => Some(Arc::new(FileOverrideBackend::open(path)?)),
         (_, None) => None,
     };
-    let Some((backend, shown)) = backend else {
-        return Ok("in memory (give --overrides-file to keep them across restarts)".to_owned());
+    let Some(backend) = backend else {
+        return Ok(());
     };
     limiter.overrides().attach(backend);
     if let Err(error) = limiter.overrides().refresh().await {
@@ -82,5 +82,5 @@ pub async fn attach(limiter: &Limiter<AnyStore>, flags: &OverrideFlags) -> Resul
     let following = limiter.clone();
     let every = flags.overrides_refresh;
     tokio::spawn(async move { following.overrides().follow(every).await });
-    Ok(shown)
+    Ok(())
 }

@@ -78,7 +78,8 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
     );
     reloader.start(!args.no_watch);
     let banner = format!(
-        "tollgate proxying\n  listen: {scheme}://{address}\n  upstream: {upstream}\n  admin: {scheme}://{admin_address} (GET /dashboard, /metrics, /admin/...)\n  store: {store_description}\n  policies: {}",
+        "tollgate proxying\n  listen: {scheme}://{address}\n  upstream: {upstream}\n  admin: {scheme}://{admin_address} (GET /dashboard, /metrics, /admin/...)\n  store: {store_description}\n  overrides: {}\n  policies: {}",
+        crate::overrides::describe(&limiter, &args.store.overrides),
         args.config.display()
     );
     let shutdown = crate::shutdown::Shutdown::after_signal(args.health.shutdown_delay);

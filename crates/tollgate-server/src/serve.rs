@@ -99,7 +99,7 @@ pub struct ServeArgs {
 }
 
 /// The start-up lines: where each listener is, what it serves, the store and the policies.
-fn print_banner(args: &ServeArgs, bound: &Bound, store: &str) {
+fn print_banner(args: &ServeArgs, bound: &Bound, store: &str, overrides: &str) {
     let config = args.config.as_ref().map_or_else(
         || "built-in example (examples/policies.yaml)".to_owned(),
         |p| p.display().to_string(),
@@ -140,6 +140,7 @@ fn print_banner(args: &ServeArgs, bound: &Bound, store: &str) {
         println!("  metrics: http://{metrics}{}", args.side.metrics_path);
     }
     println!("  store: {store}");
+    println!("  overrides: {overrides}");
     println!("  policies: {config}");
     if let Some(directory) = &args.rls_config {
         println!(
@@ -465,7 +466,8 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         .flatten(),
     );
     // Announced once the reload and stop signals have their handlers.
-    print_banner(&args, &listeners.bound, &store_description);
+    let overrides = crate::overrides::describe(&limiter, &args.store.overrides);
+    print_banner(&args, &listeners.bound, &store_description, &overrides);
     let outcome = tokio::select! {
         _ = servers => Ok(()),
         failed = store_deadline(store_health, args.store.redis_startup_timeout) => failed,

@@ -373,17 +373,6 @@ pub async fn connect(
     Ok(AnyStore::Redis(redis))
 }
 
-/// The store's time as this process can tell it: the memory store's own clock, else the
-/// system's (a Redis server keeps its machine's).
-pub(crate) fn store_now(store: &AnyStore) -> tollgate::Micros {
-    use tollgate::Clock as _;
-    match store {
-        AnyStore::Memory(memory) => memory.clock().now(),
-        #[allow(unreachable_patterns)]
-        _ => tollgate::SystemClock::new().now(),
-    }
-}
-
 /// The limit of the probe that `/readyz` and start-up check with, at no cost: it runs what
 /// every check runs (the code, `TIME`, reading the state) without changing any.
 pub(crate) fn probe_limit() -> tollgate::Limit {
@@ -457,8 +446,7 @@ pub async fn open_limiter(
     if let Some(secret) = flags.log_keys_secret()? {
         limiter.set_key_log_secret(secret);
     }
-    let overrides = crate::overrides::attach(&limiter, &flags.overrides).await?;
-    description.push_str(&format!("; overrides {overrides}"));
+    crate::overrides::attach(&limiter, &flags.overrides).await?;
     Ok((limiter, description))
 }
 

@@ -319,10 +319,17 @@ async fn a_global_calendar_quota_renews_at_local_midnight_and_never_runs_over() 
     clock.advance(Duration::from_secs(1));
     let second = spend(60).await;
     assert!(second <= 20, "{second} admitted in the next day");
-    assert!(second >= 18, "{second} admitted: the new day's quota is used");
+    assert!(
+        second >= 18,
+        "{second} admitted: the new day's quota is used"
+    );
     for region in &regions {
         region.return_leases().await;
     }
     let left = left(&global, "tenant:acme", &daily).await;
-    assert_eq!(left + second, 20, "the global store counted exactly what was spent");
+    assert_eq!(
+        left + second,
+        20,
+        "the global store counted exactly what was spent"
+    );
 }

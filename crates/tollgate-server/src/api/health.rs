@@ -5,7 +5,6 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde_json::json;
-use tollgate::Store as _;
 
 use super::AppState;
 use super::problem::ApiError;
@@ -50,7 +49,7 @@ pub(crate) fn ready(
     let policies = limiter.policies().map(|p| p.version());
     Ok(json!({
         "status": "ready",
-        "store": limiter.store().kind(),
+        "store": limiter.store_kind(),
         "store_up": readiness.store.is_up(),
         "config_version": policies.map(|v| format!("{v:016x}")),
         "store_resting": limiter.store_resting(),

@@ -4,10 +4,14 @@
 use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
-use tollgate::{Check, Store, Verdict};
+use tollgate::{Check, Verdict};
 
 use super::bucket::Shared;
 use super::engine::Rlqs;
+
+/// What metrics and observers call the quota service's share counts (by the rule's state name
+/// as the limit).
+const SHARES: &str = "rate_limit_quota_shares";
 
 impl Rlqs {
     /// Counts `units` of shares in the current slot, or what is left of them, with this
@@ -41,11 +45,14 @@ impl Rlqs {
         units: u64,
         demand: u64,
     ) -> Result<(Verdict, Option<Instant>), ()> {
+        // Exact: what is left is read from a denial, which a remembered one would not tell.
         let check = Check::new(0)
             .limit_with_cost(key, &shared.shares, units)
-            .limit_with_cost(key, &shared.demand, demand);
+            .limit_with_cost(key, &shared.demand, demand)
+            .labelled(SHARES, &shared.rule)
+            .exact();
         self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
-        match self.limiter.store().check(&check, None).await {
+        match self.limiter.check(&check).await {
             Ok(verdict) => {
                 let end = verdict
                     .decisions()

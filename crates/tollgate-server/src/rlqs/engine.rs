@@ -67,7 +67,7 @@ impl Rlqs {
         tuning: QuotaTuning,
     ) -> Result<Self, String> {
         tuning.validate()?;
-        let slot_end = next_boundary(crate::store::store_now(limiter.store()), tuning.period);
+        let slot_end = next_boundary(limiter.now(), tuning.period);
         Ok(Self {
             limiter,
             rls,

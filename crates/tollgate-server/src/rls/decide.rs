@@ -6,7 +6,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use futures_util::future::join_all;
 use tollgate::metrics::MetricOutcome;
-use tollgate::{Adjustment, AnyStore, Check, Limiter, MAX_COST, Store, StoreError};
+use tollgate::{AnyStore, Check, Limiter, MAX_COST, StoreError};
 
 use super::config::RlsConfig;
 use super::matching::Pending;
@@ -358,7 +358,7 @@ impl Rls {
             }
             Enforcement::Blocked => {
                 self.count(pending, 0, 0, false);
-                let now = crate::store::store_now(self.limiter.store());
+                let now = self.limiter.now();
                 return Ok(blocked(rule, now));
             }
         };
@@ -370,14 +370,9 @@ impl Rls {
         let allowed = verdict.is_admitted();
         if !allowed && rule.counts_refused && pending.addend > 0 {
             // envoyproxy/ratelimit counts every hit, over the limit too (and a usage report
-            // refused is usage all the same). Straight to the store:
-            // the count changes no answer within the window, so the over-limit cache keeps its
-            // denial, and a failed count is no reason to fail the request.
-            let _ = self
-                .limiter
-                .store()
-                .adjust(&check, &[Adjustment::Charge], Some(verdict.at()))
-                .await;
+            // refused is usage all the same). The count changes no answer within the window,
+            // and a failed count is no reason to fail the request.
+            let _ = self.limiter.charge(&check, verdict.at()).await;
         }
         let decision = verdict.decisions().first();
         let left = decision.map_or(0, |d| d.remaining());

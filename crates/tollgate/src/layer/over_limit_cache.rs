@@ -235,7 +235,9 @@ impl<S: Store> Store for OverLimitCache<S> {
     async fn check(&self, check: &Check<'_>, at: Option<Micros>) -> Result<Verdict, StoreError> {
         // A check at an explicit time is a replay or a test: the cache, on the clock, stays out.
         // The clock is read only when the cache could use the time.
-        if at.is_none()
+        // An exact check is the store's to answer, and its denial is not remembered either.
+        let cached = at.is_none() && !check.is_exact();
+        if cached
             && self.enabled.load(Ordering::Acquire)
             && let Some(verdict) = self.lookup(check, self.clock.now())
         {
@@ -243,7 +245,7 @@ impl<S: Store> Store for OverLimitCache<S> {
             return Ok(verdict);
         }
         let verdict = self.inner.check(check, at).await?;
-        if at.is_none() && verdict.is_denied() {
+        if cached && verdict.is_denied() {
             self.remember(check, &verdict, self.clock.now());
         }
         Ok(verdict)
@@ -270,7 +272,13 @@ impl<S: Store> Store for OverLimitCache<S> {
         adjustments: &[Adjustment],
         at: Option<Micros>,
     ) -> Result<(), StoreError> {
-        self.forget_keys(check);
+        // A refund may make room that a remembered denial would hide; a charge makes none.
+        if adjustments
+            .iter()
+            .any(|adjustment| matches!(adjustment, Adjustment::Refund { .. }))
+        {
+            self.forget_keys(check);
+        }
         self.inner.adjust(check, adjustments, at).await
     }
 

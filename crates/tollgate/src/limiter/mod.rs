@@ -218,7 +218,13 @@ impl<S: Store> Limiter<S> {
         self.inner.policies.load_full()
     }
 
-    /// The store itself, under the guards.
+    /// What kind of store decides (`memory`, `redis`, ...), for health answers and logs.
+    pub fn store_kind(&self) -> &'static str {
+        self.store().kind()
+    }
+
+    /// The store itself, under the guards: for operator tools, never for decisions, which go
+    /// through the guards ([`check`](Self::check), [`charge`](Self::charge), ...).
     pub fn store(&self) -> &S {
         self.breaker().inner()
     }
@@ -408,6 +414,21 @@ impl<S: Store> Limiter<S> {
         }
         self.adjust(&settlement.changes, &settlement.adjustments)
             .await
+    }
+
+    /// Charges `check`'s costs whatever its limits say, at `at` (the time of the refusal it
+    /// follows): a hit counted though it was refused, as envoyproxy/ratelimit counts them, or
+    /// usage reported after the fact. Through the guards like every decision; a charge makes
+    /// no room, so a denial the over-limit cache remembers stays.
+    pub async fn charge(&self, check: &Check<'_>, at: Micros) -> Result<(), Error> {
+        let charge = [Adjustment::Charge];
+        Ok(self.inner.store.adjust(check, &charge, Some(at)).await?)
+    }
+
+    /// The time the guards read: the in-process store's clock, else the system clock (a Redis
+    /// store decides by the Redis server's own).
+    pub fn now(&self) -> Micros {
+        self.inner.clock.now()
     }
 
     async fn adjust(&self, check: &Check<'_>, adjustments: &[Adjustment]) -> Result<(), Error> {
