@@ -51,6 +51,17 @@ pub enum OverrideWritten {
     },
 }
 
+/// One write of many (see [`OverrideBackend::write_all`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverrideWrite<'a> {
+    /// The record's id.
+    pub id: &'a str,
+    /// The version it replaces (0: absent).
+    pub replaces: u64,
+    /// The body to write; `None` removes the record.
+    pub body: Option<&'a str>,
+}
+
 /// A future a backend returns.
 pub type OverrideFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
@@ -68,6 +79,21 @@ pub trait OverrideBackend: Send + Sync + std::fmt::Debug + 'static {
         replaces: u64,
         body: Option<&'a str>,
     ) -> OverrideFuture<'a, OverrideWritten>;
+    /// Each of `writes` as [`write`](Self::write) makes it, in order, each compared on its own
+    /// (a conflict refuses that write alone); a backend that can save them together (a file)
+    /// does.
+    fn write_all<'a>(
+        &'a self,
+        writes: &'a [OverrideWrite<'a>],
+    ) -> OverrideFuture<'a, Vec<OverrideWritten>> {
+        Box::pin(async move {
+            let mut written = Vec::with_capacity(writes.len());
+            for one in writes {
+                written.push(self.write(one.id, one.replaces, one.body).await?);
+            }
+            Ok(written)
+        })
+    }
     /// Where the table lives, for logs and the admin API.
     fn kind(&self) -> &'static str;
 }

@@ -1,6 +1,7 @@
 //! A limiter's overrides as an operator changes them (`limiter.overrides()`): set, read, list,
 //! remove, import and export; every change logged (who, what, before, after) and counted.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use super::Limiter;
 use crate::overrides::table::compile_one;
 use crate::overrides::{
     Change, MAX_ACTOR_BYTES, MAX_OVERRIDES, Override, OverrideBackend, OverrideError,
-    OverrideState, OverrideTarget, OverrideWritten, StoredOverride, lines,
+    OverrideState, OverrideTarget, OverrideWrite, OverrideWritten, StoredOverride, lines,
 };
 use crate::policy::{Plan, Policies, Request, Scope};
 use crate::store::{Store, StoreError};
@@ -234,9 +235,20 @@ impl<S: Store> Overrides<'_, S> {
         }
     }
 
-    /// Logs and counts a change, and reads the table again so that it applies here at once
-    /// (should that read fail, [`follow`](Self::follow) reads it later).
+    /// Logs and counts a change, and reads the table again so that it applies here at once.
     async fn changed(
+        &self,
+        operation: &'static str,
+        actor: &str,
+        before: Option<&StoredOverride>,
+        after: Option<&StoredOverride>,
+    ) {
+        self.log_change(operation, actor, before, after);
+        self.read_back().await;
+    }
+
+    /// Logs a change (who, what, before, after; keys as the logs show keys) and counts it.
+    fn log_change(
         &self,
         operation: &'static str,
         actor: &str,
@@ -260,6 +272,11 @@ impl<S: Store> Overrides<'_, S> {
         );
         #[cfg(feature = "metrics")]
         self.limiter.inner.metrics.record_override_change(operation);
+    }
+
+    /// Reads the table again after a write (should that fail, [`follow`](Self::follow) reads
+    /// it later).
+    async fn read_back(&self) {
         if let Err(error) = self.refresh().await {
             tracing::warn!(%error, "overrides: written, but not read back yet");
         }
@@ -285,10 +302,10 @@ impl<S: Store> Overrides<'_, S> {
     }
 
     /// Sets every override of `text` (JSON lines), each replacing whatever version of it is
-    /// stored when the import starts. The whole text is checked first: the error names the
-    /// first bad line, and then nothing is written. Should another writer change one of the
-    /// same overrides meanwhile, the import stops there (what came before it is written) and
-    /// says which line. Returns how many were written.
+    /// stored when the import starts, in one batch (a file is saved once). The whole text is
+    /// checked first: the error names the first bad line, and then nothing is written. Should
+    /// another writer change one of the same overrides meanwhile, that line alone is not
+    /// written and the error names it. Returns how many were written.
     pub async fn import(&self, text: &str, actor: &str) -> Result<usize, OverrideError> {
         check_actor(actor)?;
         let items = lines::parse(text).map_err(OverrideError::Invalid)?;
@@ -304,31 +321,60 @@ impl<S: Store> Overrides<'_, S> {
                 .map_err(|error| OverrideError::Invalid(format!("line {number}: {error}")))?;
         }
         self.refresh().await?;
-        let current = self.list();
-        let version_of = |target: &OverrideTarget| {
-            current
-                .iter()
-                .find(|one| one.item.target() == *target)
-                .map(|one| one.version)
-        };
-        let new = items
+        let current: HashMap<OverrideTarget, StoredOverride> = self
+            .list()
             .iter()
-            .filter(|item| version_of(&item.target()).is_none())
-            .count();
+            .map(|one| (one.item.target(), one.clone()))
+            .collect();
+        let targets: Vec<OverrideTarget> = items.iter().map(Override::target).collect();
+        let new = targets.iter().filter(|t| !current.contains_key(t)).count();
         if current.len() + new > MAX_OVERRIDES {
             return Err(OverrideError::Full);
         }
-        let written = items.len();
-        for (item, number) in items.into_iter().zip(numbers) {
-            let replaces = version_of(&item.target()).unwrap_or(0);
-            self.put(item, replaces, actor).await.map_err(|error| match error {
-                OverrideError::Conflict { .. } => OverrideError::Invalid(format!(
-                    "line {number}: changed by another writer during the import; lines before it were written"
-                )),
-                other => other,
-            })?;
+        let updated_at = crate::overrides::rfc3339(self.limiter.inner.clock.now());
+        let mut stored: Vec<StoredOverride> = items
+            .into_iter()
+            .map(|item| StoredOverride {
+                item,
+                updated_by: actor.to_owned(),
+                updated_at: updated_at.clone(),
+                version: 0,
+            })
+            .collect();
+        let ids: Vec<String> = targets.iter().map(OverrideTarget::id).collect();
+        let bodies: Vec<String> = stored.iter().map(body_of).collect();
+        let writes: Vec<OverrideWrite<'_>> = ids
+            .iter()
+            .zip(&bodies)
+            .zip(&targets)
+            .map(|((id, body), target)| OverrideWrite {
+                id,
+                replaces: current.get(target).map_or(0, |one| one.version),
+                body: Some(body),
+            })
+            .collect();
+        let outcomes = self.state().backend().write_all(&writes).await?;
+        let mut conflict = None;
+        let mut written = 0;
+        for ((one, outcome), number) in stored.iter_mut().zip(outcomes).zip(&numbers) {
+            match outcome {
+                OverrideWritten::Done { version } => {
+                    one.version = version;
+                    written += 1;
+                    self.log_change("put", actor, current.get(&one.item.target()), Some(one));
+                }
+                OverrideWritten::Conflict { .. } => {
+                    conflict.get_or_insert(*number);
+                }
+            }
         }
-        Ok(written)
+        self.read_back().await;
+        match conflict {
+            Some(number) => Err(OverrideError::Invalid(format!(
+                "line {number}: changed by another writer during the import, so not written; the other lines were"
+            ))),
+            None => Ok(written),
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 use tollgate_core::overrides::{
     MemoryOverrideBackend, OverrideBackend, OverrideFuture, OverrideRecord, OverrideSnapshot,
-    OverrideWritten,
+    OverrideWrite, OverrideWritten,
 };
 
 use crate::store::StoreError;
@@ -54,17 +54,19 @@ impl FileOverrideBackend {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The write, made on a copy that replaces the table once it is in the file.
-    fn write_now(
-        &self,
-        id: &str,
-        replaces: u64,
-        body: Option<&str>,
-    ) -> Result<OverrideWritten, StoreError> {
+    /// The writes, made on a copy that replaces the table once it is in the file (saved once,
+    /// whatever their number).
+    fn write_now(&self, writes: &[OverrideWrite<'_>]) -> Result<Vec<OverrideWritten>, StoreError> {
         let mut table = self.table();
         let next = MemoryOverrideBackend::with(table.snapshot());
-        let written = next.write_now(id, replaces, body);
-        if let OverrideWritten::Done { .. } = written {
+        let written: Vec<OverrideWritten> = writes
+            .iter()
+            .map(|one| next.write_now(one.id, one.replaces, one.body))
+            .collect();
+        if written
+            .iter()
+            .any(|one| matches!(one, OverrideWritten::Done { .. }))
+        {
             save(&self.path, &next.snapshot()).map_err(StoreError::Failed)?;
             *table = next;
         }
@@ -139,7 +141,16 @@ impl OverrideBackend for FileOverrideBackend {
         replaces: u64,
         body: Option<&'a str>,
     ) -> OverrideFuture<'a, OverrideWritten> {
-        let written = self.write_now(id, replaces, body);
+        let one = [OverrideWrite { id, replaces, body }];
+        let written = self.write_now(&one).map(|mut written| written.remove(0));
+        Box::pin(async move { written })
+    }
+
+    fn write_all<'a>(
+        &'a self,
+        writes: &'a [OverrideWrite<'a>],
+    ) -> OverrideFuture<'a, Vec<OverrideWritten>> {
+        let written = self.write_now(writes);
         Box::pin(async move { written })
     }
 
@@ -157,20 +168,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("overrides.json");
         let first = FileOverrideBackend::open(&path).unwrap();
+        let write = |id, replaces, body| OverrideWrite { id, replaces, body };
         assert_eq!(
-            first.write_now("a", 0, Some("{}")).unwrap(),
-            OverrideWritten::Done { version: 1 }
-        );
-        assert_eq!(
-            first.write_now("a", 0, Some("{}")).unwrap(),
-            OverrideWritten::Conflict { current: 1 }
+            first
+                .write_now(&[write("a", 0, Some("{}")), write("a", 0, Some("{}"))])
+                .unwrap(),
+            [
+                OverrideWritten::Done { version: 1 },
+                OverrideWritten::Conflict { current: 1 }
+            ]
         );
         drop(first);
         let again = FileOverrideBackend::open(&path).unwrap();
         assert_eq!(again.table().snapshot().records.len(), 1);
         assert_eq!(
-            again.write_now("a", 1, None).unwrap(),
-            OverrideWritten::Done { version: 2 }
+            again.write_now(&[write("a", 1, None)]).unwrap(),
+            [OverrideWritten::Done { version: 2 }]
         );
         std::fs::write(&path, "not json").unwrap();
         let error = FileOverrideBackend::open(&path).unwrap_err();

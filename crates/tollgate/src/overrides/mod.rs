@@ -28,7 +28,7 @@ pub use model::{
 pub(crate) use state::OverrideState;
 pub use tollgate_core::overrides::{
     MemoryOverrideBackend, OverrideBackend, OverrideFuture, OverrideRecord, OverrideSnapshot,
-    OverrideWritten,
+    OverrideWrite, OverrideWritten,
 };
 
 use crate::store::StoreError;
