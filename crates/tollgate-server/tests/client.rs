@@ -134,6 +134,8 @@ async fn the_clients_wire_types_are_the_servers() {
 }
 
 #[tokio::test]
+// One scenario end to end, its steps in the order they happen.
+#[allow(clippy::too_many_lines)]
 async fn the_check_api_client_checks_refunds_and_reports_errors() {
     let server = Tollgate::serve(&[]);
     let client = TollgateClient::new(&server.http_url(), Duration::from_secs(5)).expect("a client");

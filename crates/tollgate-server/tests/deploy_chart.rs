@@ -454,6 +454,8 @@ fn post(address: std::net::SocketAddr, path: &str, body: &str) -> (u16, String) 
 }
 
 #[test]
+// One scenario end to end, its steps in the order they happen.
+#[allow(clippy::too_many_lines)]
 fn the_charts_deployment_starts_the_binary_and_reloads_a_swapped_configmap() {
     let documents = documents(&render(&[]));
     let named = |kind: &str, name: &str| -> &Value {

@@ -507,6 +507,8 @@ fn the_kubernetes_guides_secret_validates() {
 /// the kubelet mounts it. The test moves only what a test must: the mount under a temporary
 /// root, the listeners to free loopback ports, Redis to the test's own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// One scenario end to end, its steps in the order they happen.
+#[allow(clippy::too_many_lines)]
 async fn the_deployment_written_for_upstreams_image_runs_tollgate_unchanged() {
     let path = "deploy/from-envoy-ratelimit/ratelimit.yaml";
     validate(path);

@@ -95,6 +95,8 @@ impl Drop for Cleanup {
 }
 
 #[test]
+// One scenario end to end, its steps in the order they happen.
+#[allow(clippy::too_many_lines)]
 fn the_image_built_here_serves_healthz_from_its_own_filesystem_as_nonroot() {
     for tool in ["buildah", "podman", "runc"] {
         require(tool);

@@ -83,6 +83,8 @@ async fn metric(server: &Tollgate, name: &str) -> String {
 }
 
 #[tokio::test]
+// One scenario end to end, its steps in the order they happen.
+#[allow(clippy::too_many_lines)]
 async fn an_override_set_on_one_node_applies_on_another() {
     let redis = RedisServer::start();
     let directory = tempfile::tempdir().expect("a directory");

@@ -578,6 +578,8 @@ fn ended(log: &Log, envoy: usize) -> Option<tonic::Status> {
 }
 
 #[tokio::test(start_paused = true)]
+// One scenario end to end, its steps in the order they happen.
+#[allow(clippy::too_many_lines)]
 async fn bad_messages_end_their_own_stream_with_a_clear_status_and_no_other() {
     let tuning = QuotaTuning {
         max_buckets_per_stream: 3,

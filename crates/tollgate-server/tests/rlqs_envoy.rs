@@ -81,6 +81,8 @@ async fn get(client: &reqwest::Client, url: &str) -> Option<u16> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// One scenario end to end, its steps in the order they happen.
+#[allow(clippy::too_many_lines)]
 async fn a_real_envoy_enforces_the_quota_it_is_assigned() {
     let directory = tempfile::tempdir().expect("a temporary directory");
     let rls = directory.path().join("rls");

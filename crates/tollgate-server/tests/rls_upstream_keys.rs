@@ -277,6 +277,8 @@ descriptors:
 "#;
 
 #[tokio::test]
+// One scenario end to end, its steps in the order they happen.
+#[allow(clippy::too_many_lines)]
 async fn keys_are_upstreams_own_as_its_tests_name_them() {
     let redis = RedisServer::start();
     // What an upstream pod counted before: Tollgate's answers come from these counts.

@@ -181,6 +181,8 @@ fn xds_args<'a>(xds: &'a str, node: &'a str, more: &[&'a str]) -> Vec<&'a str> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// One scenario end to end, its steps in the order they happen.
+#[allow(clippy::too_many_lines)]
 async fn domains_are_pushed_replaced_refused_and_withdrawn_while_requests_flow() {
     let xds = ManagementServer::start();
     xds.set(
@@ -614,6 +616,8 @@ async fn mutual_tls_to_the_management_server_as_envoy_gateway_requires_it() {
 /// values; the addresses moved to loopback, Redis to the test's, and the xDS server's name
 /// given with CONFIG_GRPC_XDS_SERVER_TLS_SAN because `envoy-gateway` does not resolve here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// One scenario end to end, its steps in the order they happen.
+#[allow(clippy::too_many_lines)]
 async fn envoy_gateways_own_environment_runs_the_image_as_ratelimit() {
     let xds_certificates = Certificates::for_server_names(&["envoy-gateway"]);
     let own = Certificates::generate();

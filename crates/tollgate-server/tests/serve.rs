@@ -404,6 +404,8 @@ async fn only_an_admitted_charge_is_refunded_and_only_once() {
 }
 
 #[tokio::test]
+// One scenario end to end, its steps in the order they happen.
+#[allow(clippy::too_many_lines)]
 async fn every_error_is_a_problem_detail_with_a_4xx_status() {
     let server = Tollgate::serve(&[]);
     let base = server.http_url();
@@ -776,6 +778,8 @@ async fn envoy_rate_limit_service_over_grpc_and_json_shares_the_counters() {
 }
 
 #[tokio::test]
+// One scenario end to end, its steps in the order they happen.
+#[allow(clippy::too_many_lines)]
 async fn an_oversized_hits_addend_or_request_is_invalid_argument_naming_the_cap() {
     let directory = tempfile::tempdir().expect("a temporary directory");
     write(&directory.path().join("edge.yaml"), RLS_CONFIG);

@@ -316,6 +316,8 @@ async fn everything_shown(server: &Tollgate) -> String {
 }
 
 #[tokio::test]
+// One scenario end to end, its steps in the order they happen.
+#[allow(clippy::too_many_lines)]
 async fn a_redis_password_is_shown_nowhere() {
     let redis = RedisServer::start();
     redis
@@ -417,6 +419,8 @@ async fn a_redis_password_is_shown_nowhere() {
 /// The Envoy rate limit service used to call the store directly: no circuit breaker, no
 /// failure mode, no metrics. It now decides through the limiter like every other frontend.
 #[tokio::test]
+// One scenario end to end, its steps in the order they happen.
+#[allow(clippy::too_many_lines)]
 async fn the_envoy_service_answers_by_its_failure_mode_while_the_breaker_rests_the_store() {
     use tollgate_server::rls::proto::common::RateLimitDescriptor;
     use tollgate_server::rls::proto::common::rate_limit_descriptor::Entry;

@@ -225,6 +225,8 @@ fn keys(redis: &RedisServer, pattern: &str) -> Vec<String> {
 }
 
 /// `testBasicBaseConfig`.
+// One scenario end to end, its steps in the order they happen.
+#[allow(clippy::too_many_lines)]
 async fn run_basic_base_config(settings: Settings) {
     let (redis, per_second) = (RedisServer::start(), RedisServer::start());
     let root = tempfile::tempdir().expect("a directory");

@@ -405,6 +405,8 @@ fn envoy_gateways_environment_subscribes_to_its_xds_server() {
 }
 
 #[test]
+// One scenario end to end, its steps in the order they happen.
+#[allow(clippy::too_many_lines)]
 fn counters_are_kept_under_upstreams_keys_with_its_settings() {
     let root = runtime();
     let root_text = root.path().to_string_lossy().into_owned();
