@@ -149,6 +149,11 @@ impl MemoryOverrideBackend {
         }
     }
 
+    /// The table's version, now.
+    pub fn version_now(&self) -> u64 {
+        self.table.lock().version
+    }
+
     /// [`OverrideBackend::write`], answered at once.
     pub fn write_now(&self, id: &str, replaces: u64, body: Option<&str>) -> OverrideWritten {
         let mut table = self.table.lock();
@@ -174,7 +179,7 @@ impl MemoryOverrideBackend {
 
 impl OverrideBackend for MemoryOverrideBackend {
     fn version(&self) -> OverrideFuture<'_, u64> {
-        let version = self.table.lock().version;
+        let version = self.version_now();
         Box::pin(async move { Ok(version) })
     }
 

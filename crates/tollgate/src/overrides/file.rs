@@ -126,7 +126,7 @@ fn save(path: &Path, snapshot: &OverrideSnapshot) -> Result<(), String> {
 
 impl OverrideBackend for FileOverrideBackend {
     fn version(&self) -> OverrideFuture<'_, u64> {
-        let version = self.table().snapshot().version;
+        let version = self.table().version_now();
         Box::pin(async move { Ok(version) })
     }
 

@@ -82,7 +82,7 @@ impl OverrideState {
     /// Applies the overrides in force to `plan` at `now`, if any are.
     pub(crate) fn apply(&self, policies: &Policies, plan: &mut Plan, now: impl FnOnce() -> Micros) {
         if self.active.load(Ordering::Acquire) {
-            self.table.load().apply(policies, plan, now());
+            self.table.load().apply(policies, plan, now);
         }
     }
 }

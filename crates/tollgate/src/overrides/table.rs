@@ -168,10 +168,21 @@ impl OverrideTable {
         self.by_policy.is_empty()
     }
 
-    /// The override of `item` at `now`: one for its limit by name before one for every limit.
-    fn of(&self, policies: &Policies, item: &Planned, now: Micros) -> Option<&Effect> {
+    /// The override of `item` at `now` (read only for an override that expires): one for its
+    /// limit by name before one for every limit.
+    fn of(
+        &self,
+        policies: &Policies,
+        item: &Planned,
+        now: &mut impl FnMut() -> Micros,
+    ) -> Option<&Effect> {
         let name = &policies.policies.get(item.policy)?.name;
         let found = self.by_policy.get(name)?.get(&item.key)?;
+        let now = found
+            .iter()
+            .any(|one| one.expires_at.is_some())
+            .then(now)
+            .unwrap_or_default();
         let live = |one: &&Compiled| one.expires_at.is_none_or(|at| at > now);
         let named = found
             .iter()
@@ -182,14 +193,18 @@ impl OverrideTable {
             .map(|one| &one.effect)
     }
 
-    /// Applies the overrides to `plan` at `now`: replaces limits, drops every item of a policy
-    /// the identity is let through, refuses a request an enforced policy's override denies.
-    pub(crate) fn apply(&self, policies: &Policies, plan: &mut Plan, now: Micros) {
+    /// Applies the overrides to `plan` at `now` (the clock is read once, and only if an
+    /// override that expires is found): replaces limits, drops every item of a policy the
+    /// identity is let through, refuses a request an enforced policy's override denies.
+    pub(crate) fn apply(&self, policies: &Policies, plan: &mut Plan, now: impl FnOnce() -> Micros) {
+        let mut now = Some(now);
+        let mut read: Option<Micros> = None;
+        let mut now = move || *read.get_or_insert_with(|| now.take().map_or(0, |now| now()));
         let mut allowed: SmallVec<[usize; 2]> = SmallVec::new();
         let mut denied = false;
         for (items, enforced) in [(&mut plan.enforced, true), (&mut plan.shadow, false)] {
             for item in items.iter_mut().filter(|item| item.role == Role::Limit) {
-                match self.of(policies, item, now) {
+                match self.of(policies, item, &mut now) {
                     Some(Effect::Replace(limits)) => {
                         let id = item.limit.state_id();
                         if let Some((_, limit)) = limits.iter().find(|(of, _)| *of == id) {
