@@ -229,7 +229,7 @@ impl Metrics {
         let store_seconds = Histogram::new(latency_buckets());
         registry.register(
             "store_duration_seconds",
-            "Time of each store call",
+            "Time of each call to a store outside the process (decisions in process are timed as checks only)",
             store_seconds.clone(),
         );
         let retry_after_seconds = Histogram::new(exponential_buckets(0.1, 4.0, 10));

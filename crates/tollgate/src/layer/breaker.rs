@@ -214,7 +214,12 @@ impl<S: Store> CircuitBreaker<S> {
 
     /// Records how the store answered `call`, timed by `watch`.
     fn record(&self, call: Call, watch: Stopwatch, error: Option<&StoreError>) {
-        self.observer.store_called(watch.elapsed(), error);
+        self.recorded(call, watch.elapsed(), error);
+    }
+
+    /// Reports a call that took `took` and moves the breaker by its outcome.
+    fn recorded(&self, call: Call, took: Duration, error: Option<&StoreError>) {
+        self.observer.store_called(took, error);
         let healthy = !matches!(error, Some(error) if error.is_store_failure());
         // A healthy answer to a closed breaker that counts no failures changes nothing.
         if healthy && call == Call::Normal && self.state.is_clear() {
@@ -253,15 +258,16 @@ impl<S: Store> Store for CircuitBreaker<S> {
         result
     }
 
-    /// Only while closed: an open breaker's probe and refusals take the `check` way.
+    /// Only while closed: an open breaker's probe and refusals take the `check` way. A
+    /// decision made in process is no call to a store: it is neither timed nor counted as
+    /// one (the check's own time is), and only a failure moves the breaker.
     fn check_now(&self, check: &Check<'_>) -> Option<Result<Verdict, StoreError>> {
         if self.is_open() {
             return None;
         }
-        let watch = Stopwatch::start();
         let decided = self.inner.check_now(check);
-        if let Some(result) = &decided {
-            self.record(Call::Normal, watch, result.as_ref().err());
+        if let Some(Err(error)) = &decided {
+            self.recorded(Call::Normal, Duration::ZERO, Some(error));
         }
         decided
     }
