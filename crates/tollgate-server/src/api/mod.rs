@@ -5,6 +5,7 @@ mod charge;
 pub(crate) mod check;
 mod envoy_json;
 pub(crate) mod health;
+pub(crate) mod inline;
 pub(crate) mod problem;
 mod usage;
 

@@ -9,7 +9,8 @@ use tollgate::policy::{Action, QuotaUnit, Reason};
 use tollgate::{Algorithm, Decision, Limit, Micros};
 
 use super::AppState;
-use super::check::{CheckRequest, build_limits, header_list, inline_check, millis, request_of};
+use super::check::{CheckRequest, header_list, millis, request_of};
+use super::inline::{build_limits, inline_check};
 use super::problem::ApiError;
 
 /// One limit's usage.
