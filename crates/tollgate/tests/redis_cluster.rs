@@ -50,6 +50,13 @@ fn the_cluster_and_memory_decide_alike_on_random_workloads() {
         .expect("memory and the cluster agree");
 }
 
+/// Calendar windows (days, weeks, months from a billing day, across a change of daylight
+/// saving) decide alike on the cluster and in memory.
+#[test]
+fn the_cluster_and_memory_agree_on_calendar_windows() {
+    common::agree_on_calendar_windows("redis_cluster_calendar", cluster_store, agrees);
+}
+
 #[tokio::test]
 async fn every_limit_of_one_identity_lives_in_one_slot() {
     let store = cluster_store().await;

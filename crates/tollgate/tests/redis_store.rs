@@ -39,25 +39,9 @@ fn redis_and_memory_decide_alike_on_random_workloads() {
 
 #[test]
 fn redis_and_memory_agree_on_calendar_windows() {
-    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-    let mut runner = TestRunner::new(common::differential_config("redis_calendar", 100));
-    runner
-        .run(&common::calendar_workload(), |(start, limits, steps)| {
-            runtime
-                .block_on(async {
-                    let redis = single_store().await;
-                    common::replay_both_from(
-                        start,
-                        &redis,
-                        &limits,
-                        &steps,
-                        |_, expected, actual| expected == actual,
-                    )
-                    .await
-                })
-                .map_err(proptest::test_runner::TestCaseError::fail)
-        })
-        .expect("memory and redis agree on calendar windows");
+    common::agree_on_calendar_windows("redis_calendar", single_store, |_, expected, actual| {
+        expected == actual
+    });
 }
 
 /// Alternating algorithms (or quotas) under one limit name used to read and reset the other's

@@ -319,6 +319,27 @@ pub fn calendar_workload() -> impl Strategy<Value = (Micros, Vec<Limit>, Vec<(Mi
     (start, limits, prop::collection::vec((gap, step), 1..60))
 }
 
+/// Replays random calendar workloads (see [`calendar_workload`]) on a fresh store from `store`
+/// and on the memory store, and requires every step to agree by `agrees`.
+pub fn agree_on_calendar_windows<F, Fut>(name: &str, store: F, agrees: Agrees)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = RedisStore>,
+{
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let mut runner = proptest::test_runner::TestRunner::new(differential_config(name, 100));
+    runner
+        .run(&calendar_workload(), |(start, limits, steps)| {
+            runtime
+                .block_on(async {
+                    let redis = store().await;
+                    replay_both_from(start, &redis, &limits, &steps, agrees).await
+                })
+                .map_err(proptest::test_runner::TestCaseError::fail)
+        })
+        .expect("memory and redis agree on calendar windows");
+}
+
 /// Replays a workload through the memory store and a Redis store with the same explicit times;
 /// `agrees(items, memory's verdict, redis's verdict)` says whether each pair of verdicts matches.
 pub async fn replay_both(
