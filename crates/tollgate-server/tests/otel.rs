@@ -25,6 +25,7 @@ use tollgate_server::rls::proto::common::RateLimitDescriptor;
 use tollgate_server::rls::proto::common::rate_limit_descriptor::Entry;
 use tollgate_server::rls::proto::service::RateLimitRequest;
 use tollgate_server::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_testkit::RedisServer;
 
 /// The caller's trace and span, as a `traceparent` carries them.
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -184,8 +185,12 @@ fn attribute<'a>(span: &'a Received, key: &str) -> &'a str {
 async fn a_check_span_is_a_child_of_the_callers_trace_with_its_decision() {
     let collector = Collector::default();
     let endpoint = collector.start().await;
-    let server =
-        Tollgate::start_with_env(&serve_args(&["--otlp-endpoint", &endpoint]), &QUICK_BATCHES);
+    // On a Redis: the store call is timed on the span.
+    let redis = RedisServer::start();
+    let server = Tollgate::start_with_env(
+        &serve_args(&["--otlp-endpoint", &endpoint, "--redis", &redis.url()]),
+        &QUICK_BATCHES,
+    );
     let url = format!("{}/v1/check", server.http_url());
     let client = reqwest::Client::new();
     let check =
@@ -276,8 +281,16 @@ async fn a_rate_limit_service_call_is_a_child_of_the_grpc_callers_trace() {
     )
     .expect("the configuration is written");
     let dir = directory.path().to_str().expect("UTF-8");
+    let redis = RedisServer::start();
     let server = Tollgate::start_with_env(
-        &serve_args(&["--rls-config", dir, "--otlp-endpoint", &endpoint]),
+        &serve_args(&[
+            "--rls-config",
+            dir,
+            "--otlp-endpoint",
+            &endpoint,
+            "--redis",
+            &redis.url(),
+        ]),
         &QUICK_BATCHES,
     );
     let mut client = RateLimitServiceClient::connect(format!("http://{}", server.address("grpc")))
