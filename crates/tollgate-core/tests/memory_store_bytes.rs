@@ -4,7 +4,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
-use tollgate::{Algorithm, Check, Limit, MemoryStore};
+use tollgate_core::{Algorithm, Check, Limit, MemoryStore};
 
 struct Counting;
 

@@ -5,7 +5,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tollgate::{Algorithm, Check, Limit, MemoryStore};
+use tollgate_core::{Algorithm, Check, Limit, MemoryStore};
 
 struct Counting;
 

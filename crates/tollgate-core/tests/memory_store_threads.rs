@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 
-use tollgate::{Algorithm, Check, Clock, Limit, MemoryStore, SystemClock};
+use tollgate_core::{Algorithm, Check, Clock, Limit, MemoryStore, SystemClock};
 
 const THREADS: usize = 8;
 const ATTEMPTS_PER_THREAD: usize = 20_000;

@@ -1,8 +1,8 @@
 //! The memory store decides multi-limit checks all-or-nothing, exactly as the algorithms would.
 
 use proptest::prelude::*;
-use tollgate::algorithm::{self, State};
-use tollgate::{Algorithm, Check, Limit, MemoryStore, Micros};
+use tollgate_core::algorithm::{self, State};
+use tollgate_core::{Algorithm, Check, Limit, MemoryStore, Micros};
 
 fn limits() -> Vec<Limit> {
     let spec = [
@@ -59,7 +59,7 @@ proptest! {
             let merged_cost = |k: usize, l: usize| -> u64 {
                 plan.iter().filter(|&&(k2, l2, _)| (k2, l2) == (k, l)).map(|&(_, _, c)| c).sum()
             };
-            let expected: Vec<(tollgate::Decision, State)> = plan
+            let expected: Vec<(tollgate_core::Decision, State)> = plan
                 .iter()
                 .enumerate()
                 .map(|(i, &(k, l, _))| algorithm::step(before[i].as_ref(), &limits[l], now, merged_cost(k, l)))
