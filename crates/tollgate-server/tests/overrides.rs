@@ -66,6 +66,14 @@ async fn until_admitted(server: &Tollgate, tenant: &str, expected: bool) -> Dura
     started.elapsed()
 }
 
+/// A POST of JSON lines.
+fn lines(client: &reqwest::Client, url: &str, text: impl Into<String>) -> reqwest::RequestBuilder {
+    client
+        .post(url)
+        .header("content-type", "application/jsonl")
+        .body(text.into())
+}
+
 async fn metric(server: &Tollgate, name: &str) -> String {
     let text = reqwest::Client::new()
         .get(format!("http://{}/metrics", server.address("admin")))
@@ -190,28 +198,14 @@ async fn bulk_import_names_the_bad_line_and_export_reads_back() {
     let client = reqwest::Client::new();
     let import = format!("{}/import?actor=migration", admin(&server));
     let bad = "{\"policy\":\"api\",\"key\":\"tenant:a\",\"change\":{\"multiply\":3}}\n{\"policy\":\"api\",\"key\":\"tenant:b\",\"change\":{\"set\":{\"quota\":\"ten per minute\"}}}\n";
-    let (status, refused) = send(
-        client
-            .post(&import)
-            .header("content-type", "application/jsonl")
-            .body(bad),
-        None,
-    )
-    .await;
+    let (status, refused) = send(lines(&client, &import, bad), None).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
     assert!(
         refused["detail"].as_str().unwrap().starts_with("line 2:"),
         "{refused}"
     );
     let good = bad.replace("ten per minute", "10/m");
-    let (status, imported) = send(
-        client
-            .post(&import)
-            .header("content-type", "application/jsonl")
-            .body(good),
-        None,
-    )
-    .await;
+    let (status, imported) = send(lines(&client, &import, good), None).await;
     assert_eq!(status, StatusCode::OK, "{imported}");
     assert_eq!(imported["imported"], 2);
     let mut admitted_b = 0;

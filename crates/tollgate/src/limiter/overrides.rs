@@ -308,14 +308,10 @@ impl<S: Store> Overrides<'_, S> {
     /// written and the error names it. Returns how many were written.
     pub async fn import(&self, text: &str, actor: &str) -> Result<usize, OverrideError> {
         check_actor(actor)?;
-        let items = lines::parse(text).map_err(OverrideError::Invalid)?;
-        // Line numbers of the non-blank lines, for errors found after parsing.
-        let numbers: Vec<usize> = text
-            .lines()
-            .enumerate()
-            .filter(|(_, line)| !line.trim().is_empty())
-            .map(|(index, _)| index + 1)
-            .collect();
+        let (numbers, items): (Vec<usize>, Vec<Override>) = lines::parse(text)
+            .map_err(OverrideError::Invalid)?
+            .into_iter()
+            .unzip();
         for (item, number) in items.iter().zip(&numbers) {
             self.check(item)
                 .map_err(|error| OverrideError::Invalid(format!("line {number}: {error}")))?;

@@ -20,9 +20,10 @@ pub fn export(stored: &[StoredOverride]) -> String {
     text
 }
 
-/// The overrides of an import, each checked (blank lines skipped); the error names the line
-/// (from 1) and what is wrong with it. Nothing is read past the first error.
-pub fn parse(text: &str) -> Result<Vec<Override>, String> {
+/// The overrides of an import, each checked, with its line number (from 1; blank lines are
+/// skipped); the error names the line and what is wrong with it. Nothing is read past the first
+/// error.
+pub fn parse(text: &str) -> Result<Vec<(usize, Override)>, String> {
     let mut read = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
     for (index, line) in text.lines().enumerate() {
@@ -50,7 +51,7 @@ pub fn parse(text: &str) -> Result<Vec<Override>, String> {
                 "line {number}: the same policy, key and limit as line {first}"
             ));
         }
-        read.push(item);
+        read.push((number, item));
     }
     Ok(read)
 }
@@ -63,17 +64,25 @@ mod tests {
     fn an_export_reads_back_and_a_bad_line_is_named() {
         let text = "{\"policy\":\"api\",\"key\":\"tenant:a\",\"change\":\"deny\",\"version\":3,\"updated_by\":\"x\",\"updated_at\":\"2026-01-01T00:00:00Z\"}\n\n{\"policy\":\"api\",\"key\":\"tenant:b\",\"change\":{\"multiply\":2}}\n";
         let read = parse(text).unwrap();
-        assert_eq!(read.len(), 2);
+        assert_eq!(read.iter().map(|(n, _)| *n).collect::<Vec<_>>(), [1, 3]);
         let stored: Vec<StoredOverride> = read
             .iter()
-            .map(|item| StoredOverride {
+            .map(|(_, item)| StoredOverride {
                 item: item.clone(),
                 updated_by: "me".into(),
                 updated_at: "now".into(),
                 version: 1,
             })
             .collect();
-        assert_eq!(parse(&export(&stored)).unwrap(), read);
+        let again: Vec<Override> = parse(&export(&stored))
+            .unwrap()
+            .into_iter()
+            .map(|(_, item)| item)
+            .collect();
+        assert_eq!(
+            again,
+            read.into_iter().map(|(_, item)| item).collect::<Vec<_>>()
+        );
         let cases = [
             ("{\"policy\":\"api\"}", "line 1: missing field"),
             ("\n\nnope", "line 3: not JSON"),

@@ -80,7 +80,7 @@ impl OverrideState {
     }
 
     /// Applies the overrides in force to `plan` at `now`, if any are.
-    pub(crate) fn apply(&self, policies: &Policies, plan: &mut Plan, now: impl FnOnce() -> Micros) {
+    pub(crate) fn apply(&self, policies: &Policies, plan: &mut Plan, now: impl Fn() -> Micros) {
         if self.active.load(Ordering::Acquire) {
             self.table.load().apply(policies, plan, now);
         }

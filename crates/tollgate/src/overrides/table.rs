@@ -174,7 +174,7 @@ impl OverrideTable {
         &self,
         policies: &Policies,
         item: &Planned,
-        now: &mut impl FnMut() -> Micros,
+        now: &impl Fn() -> Micros,
     ) -> Option<&Effect> {
         let name = &policies.policies.get(item.policy)?.name;
         let found = self.by_policy.get(name)?.get(&item.key)?;
@@ -193,18 +193,15 @@ impl OverrideTable {
             .map(|one| &one.effect)
     }
 
-    /// Applies the overrides to `plan` at `now` (the clock is read once, and only if an
-    /// override that expires is found): replaces limits, drops every item of a policy the
+    /// Applies the overrides to `plan` at `now` (the clock is read only where an override
+    /// that expires is found): replaces limits, drops every item of a policy the
     /// identity is let through, refuses a request an enforced policy's override denies.
-    pub(crate) fn apply(&self, policies: &Policies, plan: &mut Plan, now: impl FnOnce() -> Micros) {
-        let mut now = Some(now);
-        let mut read: Option<Micros> = None;
-        let mut now = move || *read.get_or_insert_with(|| now.take().map_or(0, |now| now()));
+    pub(crate) fn apply(&self, policies: &Policies, plan: &mut Plan, now: impl Fn() -> Micros) {
         let mut allowed: SmallVec<[usize; 2]> = SmallVec::new();
         let mut denied = false;
         for (items, enforced) in [(&mut plan.enforced, true), (&mut plan.shadow, false)] {
             for item in items.iter_mut().filter(|item| item.role == Role::Limit) {
-                match self.of(policies, item, &mut now) {
+                match self.of(policies, item, &now) {
                     Some(Effect::Replace(limits)) => {
                         let id = item.limit.state_id();
                         if let Some((_, limit)) = limits.iter().find(|(of, _)| *of == id) {

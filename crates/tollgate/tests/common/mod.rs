@@ -222,20 +222,25 @@ pub enum Step {
     Charge(usize, usize, u64),
 }
 
-pub fn workload() -> impl Strategy<Value = (Vec<Limit>, Vec<(Micros, Step)>)> {
-    let limits =
-        (any_limit("a"), any_limit("b"), any_limit("c")).prop_map(|(a, b, c)| vec![a, b, c]);
+/// Steps over three keys and three limits: checks of 1 to 3 items (mostly cost 1), refunds of
+/// an earlier check, and charges of `charge` units.
+fn steps(charge: impl Strategy<Value = u64>) -> impl Strategy<Value = Step> {
     let item = (
         0usize..3,
         0usize..3,
         prop_oneof![5 => Just(1u64), 1 => 0u64..6],
     );
-    let step = prop_oneof![
+    prop_oneof![
         8 => prop::collection::vec(item, 1..4).prop_map(Step::Check),
         1 => (0usize..4).prop_map(Step::Refund),
-        1 => (0usize..3, 0usize..3, prop_oneof![3 => 1u64..8, 1 => 8u64..120])
-            .prop_map(|(k, l, c)| Step::Charge(k, l, c)),
-    ];
+        1 => (0usize..3, 0usize..3, charge).prop_map(|(k, l, c)| Step::Charge(k, l, c)),
+    ]
+}
+
+pub fn workload() -> impl Strategy<Value = (Vec<Limit>, Vec<(Micros, Step)>)> {
+    let limits =
+        (any_limit("a"), any_limit("b"), any_limit("c")).prop_map(|(a, b, c)| vec![a, b, c]);
+    let step = steps(prop_oneof![3 => 1u64..8, 1 => 8u64..120]);
     let gap = prop_oneof![3 => Just(0u64), 4 => 0u64..300_000, 1 => 0u64..20_000_000];
     (limits, prop::collection::vec((gap, step), 1..60))
 }
@@ -301,16 +306,7 @@ pub fn calendar_workload() -> impl Strategy<Value = (Micros, Vec<Limit>, Vec<(Mi
     )
         .prop_map(|(a, b, c)| vec![a, b, c]);
     let start = prop_oneof![Just(1_792_872_000_000_000u64), Just(1_835_294_400_000_000)];
-    let item = (
-        0usize..3,
-        0usize..3,
-        prop_oneof![5 => Just(1u64), 1 => 0u64..6],
-    );
-    let step = prop_oneof![
-        8 => prop::collection::vec(item, 1..4).prop_map(Step::Check),
-        1 => (0usize..4).prop_map(Step::Refund),
-        1 => (0usize..3, 0usize..3, 1u64..40).prop_map(|(k, l, c)| Step::Charge(k, l, c)),
-    ];
+    let step = steps(1u64..40);
     let gap = prop_oneof![
         3 => Just(0u64),
         3 => 0u64..3_600_000_000,
