@@ -265,11 +265,14 @@ impl<S: Store> Store for CircuitBreaker<S> {
         if self.is_open() {
             return None;
         }
-        let decided = self.inner.check_now(check);
-        if let Some(Err(error)) = &decided {
-            self.recorded(Call::Normal, Duration::ZERO, Some(error));
+        // Matched rather than inspected in place, so that a verdict moves straight through.
+        match self.inner.check_now(check) {
+            Some(Err(error)) => {
+                self.recorded(Call::Normal, Duration::ZERO, Some(&error));
+                Some(Err(error))
+            }
+            decided => decided,
         }
-        decided
     }
 
     async fn counters(&self, ops: &[CounterOp<'_>]) -> Result<Vec<u64>, StoreError> {

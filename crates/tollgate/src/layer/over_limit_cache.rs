@@ -251,19 +251,13 @@ impl<S: Store> Store for OverLimitCache<S> {
         Ok(verdict)
     }
 
-    /// Only while the cache is off (as it is for the memory store), when `check` would pass
-    /// straight through.
+    /// Only while the cache is off (as it is for the memory store), when `check` passes
+    /// straight through: an off cache remembers nothing.
     fn check_now(&self, check: &Check<'_>) -> Option<Result<Verdict, StoreError>> {
         if self.enabled.load(Ordering::Acquire) {
             return None;
         }
-        let decided = self.inner.check_now(check);
-        if let Some(Ok(verdict)) = &decided
-            && verdict.is_denied()
-        {
-            self.remember(check, verdict, self.clock.now());
-        }
-        decided
+        self.inner.check_now(check)
     }
 
     async fn adjust(
