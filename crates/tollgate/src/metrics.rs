@@ -339,18 +339,28 @@ impl Metrics {
 
     /// Counts one outcome of one limit of one policy.
     pub fn record_decision(&self, policy: &str, limit: &str, outcome: MetricOutcome) {
-        let labels = || DecisionLabels {
-            policy: policy.to_owned(),
-            limit: limit.to_owned(),
-            outcome: outcome.as_str(),
-        };
         if policy.is_empty() && limit.is_empty() {
-            self.unlabelled[outcome as usize]
-                .get_or_init(|| self.decisions.get_or_create(&labels()).clone())
-                .inc();
+            self.unlabelled_decisions(outcome).inc();
         } else {
-            self.decisions.get_or_create(&labels()).inc();
+            let labels = DecisionLabels {
+                policy: policy.to_owned(),
+                limit: limit.to_owned(),
+                outcome: outcome.as_str(),
+            };
+            self.decisions.get_or_create(&labels).inc();
         }
+    }
+
+    /// The decisions counter of checks without labels, made once (not looked up per check).
+    fn unlabelled_decisions(&self, outcome: MetricOutcome) -> &Counter {
+        self.unlabelled[outcome as usize].get_or_init(|| {
+            let labels = DecisionLabels {
+                policy: String::new(),
+                limit: String::new(),
+                outcome: outcome.as_str(),
+            };
+            self.decisions.get_or_create(&labels).clone()
+        })
     }
 
     /// Counts one request's outcome under one policy, for the summary (once per request, where
@@ -562,9 +572,17 @@ impl Observer for Metrics {
                 MetricOutcome::Denied
             }
         };
-        let (policy, limit) = check.labels().unwrap_or(("", ""));
-        self.record_decision(policy, limit, outcome);
-        self.record_policy(policy, outcome);
+        match check.labels() {
+            Some((policy, limit)) => {
+                self.record_decision(policy, limit, outcome);
+                self.record_policy(policy, outcome);
+            }
+            // Limits given directly, the embedded door: both counts without a label to look at.
+            None => {
+                self.unlabelled_decisions(outcome).inc();
+                self.unlabelled_requests[outcome as usize].fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// For an admitted request every limit that applied, for a refused one the limits (or
