@@ -11,8 +11,8 @@ use axum::http::Request;
 use libfuzzer_sys::fuzz_target;
 use tollgate::secret::Secret;
 use tollgate::{AnyStore, Limiter, MemoryStore};
+use tollgate_envoy::rls::{Rls, RlsConfig};
 use tollgate_server::api::{AppState, Charges, router};
-use tollgate_server::rls::{Rls, RlsConfig};
 use tower::ServiceExt;
 
 fn runtime() -> &'static tokio::runtime::Runtime {

@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use tollgate::Policies;
-use tollgate_server::rls::RlsConfig;
+use tollgate_envoy::rls::RlsConfig;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -8,8 +8,8 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use tollgate::{AnyStore, Limiter, MemoryStore};
-use tollgate_server::rls::proto::service::RateLimitRequest;
-use tollgate_server::rls::{Rls, RlsConfig, RlsError};
+use tollgate_envoy::rls::proto::service::RateLimitRequest;
+use tollgate_envoy::rls::{Rls, RlsConfig, RlsError};
 
 const CONFIG: &str = "
 domain: edge
@@ -55,7 +55,7 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(request) = RateLimitRequest::decode(data) {
         decide(&request);
     }
-    if let Ok(request) = tollgate_server::rls::json::parse_request(data) {
+    if let Ok(request) = tollgate_envoy::rls::json::parse_request(data) {
         decide(&request);
     }
 });

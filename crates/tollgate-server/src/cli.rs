@@ -104,7 +104,7 @@ fn config_check(files: &[PathBuf], rls: Option<&PathBuf>) -> ExitCode {
         }
     }
     if let Some(directory) = rls {
-        match crate::rls::RlsConfig::load_dir(directory) {
+        match tollgate_envoy::rls::RlsConfig::load_dir(directory) {
             Ok(config) => println!(
                 "{}: ok ({} domains)",
                 directory.display(),

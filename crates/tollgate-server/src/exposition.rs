@@ -4,8 +4,8 @@
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use tollgate::{AnyStore, Limiter};
 
-use crate::rlqs::Rlqs;
-use crate::rls::Rls;
+use tollgate_envoy::rlqs::Rlqs;
+use tollgate_envoy::rls::Rls;
 
 /// The content type of [`metrics_text`].
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

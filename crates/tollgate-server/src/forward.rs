@@ -187,7 +187,7 @@ fn upstream_tls(
     ca: Option<&std::path::Path>,
 ) -> Result<rustls::ClientConfig, String> {
     let roots = match ca {
-        Some(path) => crate::tls::root_store(path, "--upstream-ca")?,
+        Some(path) => tollgate::pem::root_store(path, "--upstream-ca")?,
         None if upstream.scheme == Scheme::HTTPS => {
             let mut roots = rustls::RootCertStore::empty();
             let (added, _) =

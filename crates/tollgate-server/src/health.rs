@@ -38,10 +38,10 @@ pub struct HealthArgs {
     /// After SIGTERM, how long to keep serving while answering not ready, before closing the
     /// listeners (set it to what your load balancer takes to notice; within the pod's grace
     /// period together with --shutdown-timeout).
-    #[arg(long, env = "TOLLGATE_SHUTDOWN_DELAY", default_value = "0s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    #[arg(long, env = "TOLLGATE_SHUTDOWN_DELAY", default_value = "0s", value_parser = tollgate::parse_duration, value_name = "DURATION")]
     pub shutdown_delay: std::time::Duration,
     /// How often the store is probed for `tollgate_store_up`, `/readyz` and the store's logs.
-    #[arg(long, env = "TOLLGATE_STORE_PROBE_INTERVAL", default_value = "1s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    #[arg(long, env = "TOLLGATE_STORE_PROBE_INTERVAL", default_value = "1s", value_parser = tollgate::parse_duration, value_name = "DURATION")]
     pub store_probe_interval: std::time::Duration,
     /// Not ready until the rate limit service has at least one domain, as
     /// envoyproxy/ratelimit's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED.
@@ -59,7 +59,7 @@ pub struct Readiness {
     /// What readiness asks for.
     pub mode: ReadinessMode,
     /// The rate limit service, when readiness waits for it to have a domain.
-    pub rls_domains: Option<std::sync::Arc<crate::rls::Rls>>,
+    pub rls_domains: Option<std::sync::Arc<tollgate_envoy::rls::Rls>>,
 }
 
 impl Readiness {

@@ -1,11 +1,11 @@
-//! The `tollgate` server: an HTTP check API, Envoy's rate limit service, and a rate-limiting
-//! reverse proxy, on the Tollgate library. The binary (`main.rs`) only calls [`cli::main`].
+//! The `tollgate` server: an HTTP check API, Envoy's rate limit services (from
+//! `tollgate-envoy`, served and traced here), and a rate-limiting reverse proxy, on the
+//! Tollgate library. The binary (`main.rs`) only calls [`cli::main`].
 
 pub mod admin;
 pub mod api;
 pub mod cli;
 pub mod exposition;
-pub mod flags;
 pub mod forward;
 pub mod health;
 pub mod http_server;
@@ -17,8 +17,6 @@ pub mod process_metrics;
 pub mod proxy;
 pub mod proxy_metrics;
 pub mod reload;
-pub mod rlqs;
-pub mod rls;
 pub mod serve;
 pub mod shutdown;
 pub mod side_listeners;

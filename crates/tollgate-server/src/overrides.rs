@@ -26,7 +26,7 @@ pub struct OverrideFlags {
         long,
         env = "TOLLGATE_OVERRIDES_REFRESH",
         default_value = "250ms",
-        value_parser = crate::flags::duration_arg,
+        value_parser = tollgate::parse_duration,
         value_name = "DURATION"
     )]
     pub overrides_refresh: Duration,

@@ -35,7 +35,7 @@ pub struct ProxyArgs {
     )]
     pub listen: SocketAddr,
     /// How long the upstream has to connect and send its response head.
-    #[arg(long, env = "TOLLGATE_UPSTREAM_TIMEOUT", default_value = "60s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    #[arg(long, env = "TOLLGATE_UPSTREAM_TIMEOUT", default_value = "60s", value_parser = tollgate::parse_duration, value_name = "DURATION")]
     pub upstream_timeout: Duration,
     /// Speak HTTP/2 to the upstream without upgrade (gRPC upstreams).
     #[arg(long, env = "TOLLGATE_UPSTREAM_HTTP2")]

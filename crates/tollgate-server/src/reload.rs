@@ -11,8 +11,8 @@ use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tollgate::{AnyStore, Limiter};
 
-use crate::rls::{Rls, RlsConfig};
 use crate::tls::Tls;
+use tollgate_envoy::rls::{Rls, RlsConfig};
 
 /// What is reloaded, and the counts of reloads (for metrics and logs).
 #[derive(Debug)]
@@ -177,7 +177,7 @@ impl Reloader {
             });
         match loaded {
             Ok(config) => {
-                let what = domains_changed(&rls.config(), &config);
+                let what = rls.config().domains_changed(&config);
                 tracing::info!(directory = %directory.display(), domains = config.domains().count(), "rate limit service configuration reloaded: {what}");
                 rls.set_config(config);
                 self.succeeded.fetch_add(1, Ordering::Relaxed);
@@ -368,22 +368,6 @@ fn what_changed(old: &tollgate::Config, new: &tollgate::Config) -> String {
     }
     if parts.is_empty() {
         return "the policies' order or wording changed, not what they do".to_owned();
-    }
-    parts.join("; ")
-}
-
-/// What a reload changed in the rate limit service's domains.
-pub(crate) fn domains_changed(old: &RlsConfig, new: &RlsConfig) -> String {
-    let before: std::collections::BTreeSet<&str> = old.domains().collect();
-    let after: std::collections::BTreeSet<&str> = new.domains().collect();
-    let added: Vec<&str> = after.difference(&before).copied().collect();
-    let removed: Vec<&str> = before.difference(&after).copied().collect();
-    let mut parts = vec![format!("{} domains", after.len())];
-    if !added.is_empty() {
-        parts.push(format!("added {}", added.join(", ")));
-    }
-    if !removed.is_empty() {
-        parts.push(format!("removed {}", removed.join(", ")));
     }
     parts.join("; ")
 }

@@ -9,10 +9,10 @@ use crate::admin::{AdminArgs, AdminState};
 use crate::api::{AppState, router};
 use crate::http_server::{ConnectionLimits, listen, serve};
 use crate::reload::Reloader;
-use crate::rlqs::{Rlqs, RlqsGrpc};
-use crate::rls::{Rls, RlsConfig, RlsGrpc};
 use crate::store::{self, StoreFlags};
 use tollgate::{AnyStore, Limiter};
+use tollgate_envoy::rlqs::{Rlqs, RlqsGrpc};
+use tollgate_envoy::rls::{Rls, RlsConfig, RlsFailureMode};
 
 /// `tollgate serve` flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -53,21 +53,21 @@ pub struct ServeArgs {
         value_enum,
         default_value = "error"
     )]
-    pub rls_on_store_error: crate::rls::RlsFailureMode,
+    pub rls_on_store_error: RlsFailureMode,
     #[command(flatten)]
-    pub(crate) rls_limits: crate::rls::RlsLimits,
+    pub(crate) rls_limits: tollgate_envoy::rls::RlsLimits,
     #[command(flatten)]
-    pub(crate) rls_upstream_keys: crate::rls::UpstreamKeys,
+    pub(crate) rls_upstream_keys: tollgate_envoy::rls::UpstreamKeys,
     #[command(flatten)]
-    pub(crate) rls_modes: crate::rls::RlsModes,
+    pub(crate) rls_modes: tollgate_envoy::rls::RlsModes,
     #[command(flatten)]
-    pub(crate) rls_header_names: crate::rls::RlsHeaderNames,
+    pub(crate) rls_header_names: tollgate_envoy::rls::RlsHeaderNames,
     #[command(flatten)]
-    pub(crate) rls_stats: crate::rls::RlsStatsFlags,
+    pub(crate) rls_stats: tollgate_envoy::rls::RlsStatsFlags,
     #[command(flatten)]
-    pub(crate) rls_xds: crate::rls::xds::XdsFlags,
+    pub(crate) rls_xds: tollgate_envoy::rls::xds::XdsFlags,
     #[command(flatten)]
-    pub(crate) quotas: crate::rlqs::QuotaFlags,
+    pub(crate) quotas: tollgate_envoy::rlqs::QuotaFlags,
     #[command(flatten)]
     pub(crate) connections: ConnectionLimits,
     #[command(flatten)]
@@ -260,11 +260,11 @@ fn reloader(
 }
 
 /// What the rate limit service answers while the store cannot decide, for the store's logs.
-fn rls_failure_meaning(mode: crate::rls::RlsFailureMode) -> &'static str {
+fn rls_failure_meaning(mode: RlsFailureMode) -> &'static str {
     match mode {
-        crate::rls::RlsFailureMode::Error => "UNAVAILABLE (Envoy's failure_mode_deny decides)",
-        crate::rls::RlsFailureMode::Allow => "OK to every descriptor",
-        crate::rls::RlsFailureMode::Deny => "OVER_LIMIT to every descriptor",
+        RlsFailureMode::Error => "UNAVAILABLE (Envoy's failure_mode_deny decides)",
+        RlsFailureMode::Allow => "OK to every descriptor",
+        RlsFailureMode::Deny => "OVER_LIMIT to every descriptor",
     }
 }
 
@@ -317,9 +317,7 @@ async fn open_services(
         store::open_limiter(args.config.as_deref(), &args.store).await?;
     store::sweep_expired(&limiter, std::time::Duration::from_secs(10));
     let rls = rate_limit_service(args, &limiter)?;
-    args.rls_upstream_keys
-        .connect_per_second(&limiter, &args.store)
-        .await?;
+    store::connect_per_second(&limiter, &args.store, &args.rls_upstream_keys).await?;
     let quotas = Arc::new(Rlqs::new(
         limiter.clone(),
         Arc::clone(&rls),
@@ -394,6 +392,15 @@ fn http_apps(
     Ok((app, Some(admin_app)))
 }
 
+/// Envoy's rate limit service over gRPC, each call traced when OpenTelemetry is built in.
+fn rls_routes(rls: Arc<Rls>) -> tonic::service::Routes {
+    #[cfg(feature = "otel")]
+    let service = crate::otel::TracedRlsGrpc::server(rls);
+    #[cfg(not(feature = "otel"))]
+    let service = tollgate_envoy::rls::RlsGrpc::server(rls);
+    tonic::service::Routes::new(service)
+}
+
 /// Runs the server until SIGTERM or SIGINT.
 pub async fn run(args: ServeArgs) -> Result<(), String> {
     let (limiter, store_description, rls, quotas) = open_services(&args).await?;
@@ -402,7 +409,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     let charges = Arc::new(args.refunds.charges()?);
     let tls = crate::tls::Tls::from_flags(&args.tls)?;
     // Limits pushed over xDS: by default the listeners open once the first is in force.
-    if crate::rls::xds::subscribe(&args.rls_xds, &rls, &limiter)
+    if tollgate_envoy::rls::xds::subscribe(&args.rls_xds, &rls, &limiter, crate::shutdown::signal)
         .await?
         .is_break()
     {
@@ -438,7 +445,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     });
     // The gRPC services go through the same accept loop as HTTP, with the same bounds: a
     // connection cap, and a client that never sends its preface (or goes idle) is closed.
-    let grpc_app = tonic::service::Routes::new(RlsGrpc::server(rls))
+    let grpc_app = rls_routes(rls)
         .add_service(RlqsGrpc::server(Arc::clone(&quotas)))
         .add_service(health)
         .into_axum_router();

@@ -12,7 +12,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tollgate::{AnyStore, Limiter};
 
-use crate::rls::Rls;
+use tollgate_envoy::rls::Rls;
 
 /// `--debug-listen`, `--metrics-listen`, `--metrics-path` and `--no-admin`.
 #[derive(Debug, Clone, clap::Args)]
@@ -42,7 +42,7 @@ pub struct SideListeners {
 pub(crate) struct Shown {
     pub(crate) limiter: Limiter<AnyStore>,
     pub(crate) rls: Arc<Rls>,
-    pub(crate) quotas: Option<Arc<crate::rlqs::Rlqs>>,
+    pub(crate) quotas: Option<Arc<tollgate_envoy::rlqs::Rlqs>>,
 }
 
 impl Shown {

@@ -126,12 +126,12 @@ pub struct StoreFlags {
     pub global_redis_password_file: Option<std::path::PathBuf>,
     /// How long connecting to a Redis node may take (overrides the configuration's
     /// `redis.connect_timeout`).
-    #[arg(long, env = "TOLLGATE_REDIS_CONNECT_TIMEOUT", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    #[arg(long, env = "TOLLGATE_REDIS_CONNECT_TIMEOUT", value_parser = tollgate::parse_duration, value_name = "DURATION")]
     pub redis_connect_timeout: Option<std::time::Duration>,
     /// Exit with an error if the store has not answered this long after start-up, as
     /// envoyproxy/ratelimit's REDIS_STARTUP_MAX_ELAPSED_TIME (by default the server keeps
     /// trying, answering by the failure modes meanwhile).
-    #[arg(long, env = "TOLLGATE_REDIS_STARTUP_TIMEOUT", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    #[arg(long, env = "TOLLGATE_REDIS_STARTUP_TIMEOUT", value_parser = tollgate::parse_duration, value_name = "DURATION")]
     pub redis_startup_timeout: Option<std::time::Duration>,
     /// The Redis password given by a deployment's environment (envoyproxy/ratelimit's
     /// REDIS_AUTH), not a flag: passwords stay out of process listings.
@@ -371,6 +371,33 @@ pub async fn connect(
         );
     }
     Ok(AnyStore::Redis(redis))
+}
+
+/// Connects the per-second store the rate limit service's flags name, if any, and gives
+/// `limiter` it for the counters of one-second windows; says which, for the start-up log. Its
+/// timeouts and TLS are the main store's (upstream shares REDIS_TLS_* too), its credentials
+/// its own.
+pub async fn connect_per_second(
+    limiter: &Limiter<AnyStore>,
+    flags: &StoreFlags,
+    keys: &tollgate_envoy::rls::UpstreamKeys,
+) -> Result<(), String> {
+    let Some(per_second) = keys.per_second()? else {
+        return Ok(());
+    };
+    let configured = limiter
+        .policies()
+        .map(|policies| policies.config().redis.clone())
+        .unwrap_or_default();
+    let mut options = flags.redis_options(&configured)?;
+    options.config.auth = per_second.auth;
+    let connected = connect(&per_second.store, &options, 1_000).await?;
+    tracing::info!(
+        "the counters of one-second limits go to {}",
+        describe(&per_second.store)
+    );
+    limiter.set_per_second_store(Some(connected));
+    Ok(())
 }
 
 /// The limit of the probe that `/readyz` and start-up check with, at no cost: it runs what

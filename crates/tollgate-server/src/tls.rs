@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use rustls::ServerConfig;
+use rustls::pki_types::PrivateKeyDer;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use tokio_rustls::TlsAcceptor;
 
@@ -143,14 +143,14 @@ impl Tls {
 
 impl TlsFiles {
     fn load(&self) -> Result<ServerConfig, String> {
-        let chain = certificates(&self.cert, "--tls-cert")?;
+        let chain = tollgate::pem::certificates(&self.cert, "--tls-cert")?;
         let key = PrivateKeyDer::from_pem_file(&self.key)
             .map_err(|error| format!("--tls-key {}: {error}", self.key.display()))?;
         let builder = ServerConfig::builder();
         let builder = match &self.client_ca {
             None => builder.with_no_client_auth(),
             Some(path) => {
-                let roots = root_store(path, "--tls-client-ca")?;
+                let roots = tollgate::pem::root_store(path, "--tls-client-ca")?;
                 let verifier = WebPkiClientVerifier::builder(Arc::new(roots))
                     .build()
                     .map_err(|error| format!("--tls-client-ca {}: {error}", path.display()))?;
@@ -173,33 +173,4 @@ impl TlsFiles {
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(config)
     }
-}
-
-/// The certificate authorities in a PEM file, for verifying peers; `flag` names the file in
-/// errors.
-pub(crate) fn root_store(path: &Path, flag: &str) -> Result<rustls::RootCertStore, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    for certificate in certificates(path, flag)? {
-        roots
-            .add(certificate)
-            .map_err(|error| format!("{flag} {}: {error}", path.display()))?;
-    }
-    Ok(roots)
-}
-
-/// Every certificate in a PEM file, at least one.
-pub(crate) fn certificates(
-    path: &Path,
-    flag: &str,
-) -> Result<Vec<CertificateDer<'static>>, String> {
-    let found = CertificateDer::pem_file_iter(path)
-        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-        .map_err(|error| format!("{flag} {}: {error}", path.display()))?;
-    if found.is_empty() {
-        return Err(format!(
-            "{flag} {}: no certificate in the file",
-            path.display()
-        ));
-    }
-    Ok(found)
 }

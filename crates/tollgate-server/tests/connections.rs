@@ -280,8 +280,8 @@ fn a_cap_of_zero_connections_is_refused() {
 /// for good. It now goes through the same accept loop as HTTP.
 #[tokio::test]
 async fn silent_connections_to_the_grpc_listener_are_closed_too() {
-    use tollgate_server::rls::proto::service::RateLimitRequest;
-    use tollgate_server::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
+    use tollgate_envoy::rls::proto::service::RateLimitRequest;
+    use tollgate_envoy::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
 
     let server = Tollgate::serve(&["--header-timeout", "2s"]);
     let address = server.address("grpc");

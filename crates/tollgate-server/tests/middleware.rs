@@ -6,9 +6,9 @@ use std::sync::Arc;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tollgate::{AnyStore, Limiter, MemoryStore, Policies};
-use tollgate_server::rls::proto::service::RateLimitRequest;
-use tollgate_server::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
-use tollgate_server::rls::{Rls, RlsConfig, RlsGrpc};
+use tollgate_envoy::rls::proto::service::RateLimitRequest;
+use tollgate_envoy::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_envoy::rls::{Rls, RlsConfig, RlsGrpc};
 use tollgate_tower::{PeerAddr, RateLimitLayer};
 
 fn limiter(yaml: &str) -> Limiter<AnyStore> {

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 /// The frontends' sources, from this crate's directory.
 const FRONTENDS: &[&str] = &[
     "src/api",
-    "src/rls",
-    "src/rlqs",
+    "../tollgate-envoy/src/rls",
+    "../tollgate-envoy/src/rlqs",
     "src/proxy.rs",
     "src/forward.rs",
     "../tollgate-tower/src",

@@ -21,10 +21,10 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use serde_json::json;
 use support::{Tollgate, proxy_args, serve_args};
-use tollgate_server::rls::proto::common::RateLimitDescriptor;
-use tollgate_server::rls::proto::common::rate_limit_descriptor::Entry;
-use tollgate_server::rls::proto::service::RateLimitRequest;
-use tollgate_server::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_envoy::rls::proto::common::RateLimitDescriptor;
+use tollgate_envoy::rls::proto::common::rate_limit_descriptor::Entry;
+use tollgate_envoy::rls::proto::service::RateLimitRequest;
+use tollgate_envoy::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
 use tollgate_testkit::RedisServer;
 
 /// The caller's trace and span, as a `traceparent` carries them.

@@ -11,14 +11,14 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tollgate::{AnyStore, Clock, Limiter, MemoryStore, Micros};
-use tollgate_server::rlqs::{QuotaTuning, Rlqs, RlqsGrpc};
-use tollgate_server::rls::proto::quota::rate_limit_quota_response::BucketAction;
-use tollgate_server::rls::proto::quota::rate_limit_quota_response::bucket_action::BucketAction as Action;
-use tollgate_server::rls::proto::quota::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
-use tollgate_server::rls::proto::quota::rate_limit_quota_usage_reports::BucketQuotaUsage;
-use tollgate_server::rls::proto::quota::{BucketId, RateLimitQuotaUsageReports};
-use tollgate_server::rls::proto::types::rate_limit_strategy::{BlanketRule, Strategy};
-use tollgate_server::rls::{Rls, RlsConfig};
+use tollgate_envoy::rlqs::{QuotaTuning, Rlqs, RlqsGrpc};
+use tollgate_envoy::rls::proto::quota::rate_limit_quota_response::BucketAction;
+use tollgate_envoy::rls::proto::quota::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use tollgate_envoy::rls::proto::quota::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+use tollgate_envoy::rls::proto::quota::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use tollgate_envoy::rls::proto::quota::{BucketId, RateLimitQuotaUsageReports};
+use tollgate_envoy::rls::proto::types::rate_limit_strategy::{BlanketRule, Strategy};
+use tollgate_envoy::rls::{Rls, RlsConfig};
 use tonic::transport::{Channel, Endpoint, Server};
 
 mod support;
@@ -249,7 +249,7 @@ impl Envoy {
 }
 
 fn bucket(pairs: &[(&str, &str)]) -> BucketId {
-    tollgate_server::rlqs::bucket_id(pairs)
+    tollgate_envoy::rlqs::bucket_id(pairs)
 }
 
 /// What an assignment lets through, in requests a second (a blanket denial none, an allowance

@@ -17,14 +17,14 @@ use std::time::{Duration, Instant};
 
 use support::Tollgate;
 use support::envoy::Envoy;
-use tollgate_server::rls::proto::common::RateLimitDescriptor;
-use tollgate_server::rls::proto::common::rate_limit_descriptor::Entry;
-use tollgate_server::rls::proto::service::rate_limit_response::Code;
-use tollgate_server::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
-use tollgate_server::rls::proto::service::rate_limit_service_server::{
+use tollgate_envoy::rls::proto::common::RateLimitDescriptor;
+use tollgate_envoy::rls::proto::common::rate_limit_descriptor::Entry;
+use tollgate_envoy::rls::proto::service::rate_limit_response::Code;
+use tollgate_envoy::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_envoy::rls::proto::service::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
-use tollgate_server::rls::proto::service::{RateLimitRequest, RateLimitResponse};
+use tollgate_envoy::rls::proto::service::{RateLimitRequest, RateLimitResponse};
 use tollgate_testkit::llm::LlmStub;
 use tonic::transport::Channel;
 

@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use serde_json::json;
 use tollgate::{AnyStore, Limiter, ManualClock, MemoryStore, RedisConfig, RedisStore};
-use tollgate_server::rls::proto::common::RateLimitDescriptor;
-use tollgate_server::rls::proto::common::rate_limit_descriptor::{Entry, RateLimitOverride};
-use tollgate_server::rls::proto::service::rate_limit_response::Code;
-use tollgate_server::rls::proto::service::{RateLimitRequest, RateLimitResponse};
-use tollgate_server::rls::proto::types::RateLimitUnit;
-use tollgate_server::rls::{Rls, RlsConfig, RlsError, RlsFailureMode, UpstreamCounting};
+use tollgate_envoy::rls::proto::common::RateLimitDescriptor;
+use tollgate_envoy::rls::proto::common::rate_limit_descriptor::{Entry, RateLimitOverride};
+use tollgate_envoy::rls::proto::service::rate_limit_response::Code;
+use tollgate_envoy::rls::proto::service::{RateLimitRequest, RateLimitResponse};
+use tollgate_envoy::rls::proto::types::RateLimitUnit;
+use tollgate_envoy::rls::{Rls, RlsConfig, RlsError, RlsFailureMode, UpstreamCounting};
 use tollgate_testkit::{RedisCluster, RedisServer};
 
 /// 2023-11-14 22:15:23 UTC: 23 s into a minute.

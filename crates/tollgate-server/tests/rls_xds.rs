@@ -15,14 +15,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use support::{Tollgate, eventually};
-use tollgate_server::rls::proto::common::RateLimitDescriptor as Descriptor;
-use tollgate_server::rls::proto::common::rate_limit_descriptor::Entry;
-use tollgate_server::rls::proto::rls_conf::{
+use tollgate_envoy::rls::proto::common::RateLimitDescriptor as Descriptor;
+use tollgate_envoy::rls::proto::common::rate_limit_descriptor::Entry;
+use tollgate_envoy::rls::proto::rls_conf::{
     RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
 };
-use tollgate_server::rls::proto::service::RateLimitRequest;
-use tollgate_server::rls::proto::service::rate_limit_response::Code;
-use tollgate_server::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_envoy::rls::proto::service::RateLimitRequest;
+use tollgate_envoy::rls::proto::service::rate_limit_response::Code;
+use tollgate_envoy::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
 use tollgate_testkit::Certificates;
 use xds_server::{ManagementServer, TYPE_URL};
 

@@ -6,11 +6,11 @@ mod support;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use support::{Tollgate, eventually, run};
-use tollgate_server::rls::proto::common::RateLimitDescriptor;
-use tollgate_server::rls::proto::common::rate_limit_descriptor::Entry;
-use tollgate_server::rls::proto::service::rate_limit_response::Code;
-use tollgate_server::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
-use tollgate_server::rls::proto::service::{RateLimitRequest, RateLimitResponse};
+use tollgate_envoy::rls::proto::common::RateLimitDescriptor;
+use tollgate_envoy::rls::proto::common::rate_limit_descriptor::Entry;
+use tollgate_envoy::rls::proto::service::rate_limit_response::Code;
+use tollgate_envoy::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_envoy::rls::proto::service::{RateLimitRequest, RateLimitResponse};
 
 /// Posts `body` and returns the status, the headers and the JSON answer.
 async fn post(url: &str, body: &Value) -> (StatusCode, reqwest::header::HeaderMap, Value) {

@@ -422,11 +422,11 @@ async fn a_redis_password_is_shown_nowhere() {
 // One scenario end to end, its steps in the order they happen.
 #[allow(clippy::too_many_lines)]
 async fn the_envoy_service_answers_by_its_failure_mode_while_the_breaker_rests_the_store() {
-    use tollgate_server::rls::proto::common::RateLimitDescriptor;
-    use tollgate_server::rls::proto::common::rate_limit_descriptor::Entry;
-    use tollgate_server::rls::proto::service::RateLimitRequest;
-    use tollgate_server::rls::proto::service::rate_limit_response::Code;
-    use tollgate_server::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
+    use tollgate_envoy::rls::proto::common::RateLimitDescriptor;
+    use tollgate_envoy::rls::proto::common::rate_limit_descriptor::Entry;
+    use tollgate_envoy::rls::proto::service::RateLimitRequest;
+    use tollgate_envoy::rls::proto::service::rate_limit_response::Code;
+    use tollgate_envoy::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
 
     let mut redis = RedisServer::start();
     let directory = tempfile::tempdir().expect("a temporary directory");

@@ -18,8 +18,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::{Value, json};
 use support::{Tollgate, eventually};
-use tollgate_server::rls::proto::service::RateLimitRequest;
-use tollgate_server::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_envoy::rls::proto::service::RateLimitRequest;
+use tollgate_envoy::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
 use tollgate_testkit::Certificates;
 
 /// An HTTPS client (hyper over rustls, each request on a new connection).

@@ -11,12 +11,12 @@ mod support;
 use std::time::Duration;
 
 use support::Tollgate;
-use tollgate_server::rls::proto::common::RateLimitDescriptor;
-use tollgate_server::rls::proto::common::rate_limit_descriptor::Entry;
-use tollgate_server::rls::proto::service::rate_limit_response::{Code, DescriptorStatus};
-use tollgate_server::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
-use tollgate_server::rls::proto::service::{RateLimitRequest, RateLimitResponse};
-use tollgate_server::rls::proto::types::RateLimitUnit;
+use tollgate_envoy::rls::proto::common::RateLimitDescriptor;
+use tollgate_envoy::rls::proto::common::rate_limit_descriptor::Entry;
+use tollgate_envoy::rls::proto::service::rate_limit_response::{Code, DescriptorStatus};
+use tollgate_envoy::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_envoy::rls::proto::service::{RateLimitRequest, RateLimitResponse};
+use tollgate_envoy::rls::proto::types::RateLimitUnit;
 use tollgate_testkit::RedisServer;
 use tonic::transport::Channel;
 

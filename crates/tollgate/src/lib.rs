@@ -47,7 +47,8 @@
 //! The optional parts are features, all on by default, so that an embedded user builds only
 //! what it uses: `redis` (the Redis, Redis Cluster and Sentinel stores), `yaml` (policies read
 //! from YAML; without it, policies are built in code: [`Config`], [`Policies::compile`]) and
-//! `metrics` (Prometheus metrics of the limiter).
+//! `metrics` (Prometheus metrics of the limiter). `pem`, off by default, reads certificates
+//! from PEM files for the servers built on the library.
 
 pub use tollgate_core::algorithm;
 pub use tollgate_core::counter;
@@ -60,6 +61,8 @@ mod limiter;
 pub mod metrics;
 pub mod observer;
 pub mod overrides;
+#[cfg(feature = "pem")]
+pub mod pem;
 pub mod policy;
 pub mod problem;
 mod refusal;

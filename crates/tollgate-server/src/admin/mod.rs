@@ -26,8 +26,8 @@ use tollgate::{AnyStore, Limiter, Store};
 use crate::api::ApiError;
 use crate::api::check::{Attributes, evaluation_answer, header_list, request_of};
 use crate::api::problem::{parse_json, read_body};
-use crate::rls::Rls;
 pub use origin::AllowedHosts;
+use tollgate_envoy::rls::Rls;
 
 /// The dashboard: one page, its script and styles inline, nothing fetched from elsewhere.
 const DASHBOARD: &str = include_str!("dashboard.html");
@@ -126,7 +126,7 @@ pub struct AdminState {
     /// The rate limit service, when this process serves one.
     pub rls: Option<Arc<Rls>>,
     /// The rate limit quota service, when this process serves one.
-    pub quotas: Option<Arc<crate::rlqs::Rlqs>>,
+    pub quotas: Option<Arc<tollgate_envoy::rlqs::Rlqs>>,
     /// The policy file, if not the built-in example.
     pub config: Option<PathBuf>,
     /// Whether the process is ready (`/readyz` on the admin listener).

@@ -52,7 +52,7 @@ impl Claim {
 #[derive(Debug, Clone, clap::Args)]
 pub struct RefundArgs {
     /// How long after its check a charge can be refunded.
-    #[arg(long, env = "TOLLGATE_REFUND_WINDOW", default_value = "1h", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    #[arg(long, env = "TOLLGATE_REFUND_WINDOW", default_value = "1h", value_parser = tollgate::parse_duration, value_name = "DURATION")]
     pub refund_window: Duration,
     /// A file holding the secret charge tokens are signed with (at least 16 bytes), for servers
     /// that share a store and must accept each other's charges; `TOLLGATE_REFUND_SECRET` gives

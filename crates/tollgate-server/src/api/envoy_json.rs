@@ -7,9 +7,9 @@ use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 use super::problem::{ApiError, read_body};
-use crate::rls::RlsError;
-use crate::rls::json::{MAX_BODY_BYTES, parse_request, render_response};
-use crate::rls::proto::service::rate_limit_response::Code;
+use tollgate_envoy::rls::RlsError;
+use tollgate_envoy::rls::json::{MAX_BODY_BYTES, parse_request, render_response};
+use tollgate_envoy::rls::proto::service::rate_limit_response::Code;
 
 /// `POST /json`: 200 when under the limits, 429 when over, 400 for a bad request.
 pub(crate) async fn should_rate_limit(

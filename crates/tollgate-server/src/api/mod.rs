@@ -21,7 +21,7 @@ pub use charge::RefundArgs;
 pub use check::{CheckRequest, MAX_BODY_BYTES, MAX_HEADERS};
 pub use problem::ApiError;
 
-use crate::rls::Rls;
+use tollgate_envoy::rls::Rls;
 
 /// What the handlers share, behind one reference: axum clones the state for every request,
 /// so one reference count is touched per request however many parts there are.
@@ -51,7 +51,7 @@ pub struct Shared {
     /// Envoy's rate limit service, on the same store.
     pub rls: Arc<Rls>,
     /// Envoy's rate limit quota service, on the same store.
-    pub quotas: Option<Arc<crate::rlqs::Rlqs>>,
+    pub quotas: Option<Arc<tollgate_envoy::rlqs::Rlqs>>,
     /// Issues and redeems the charge tokens refunds name.
     pub charges: Arc<Charges>,
     /// Whether the process is ready: `/readyz`; `/healthcheck` fails once it is stopping.

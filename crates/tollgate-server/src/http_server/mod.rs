@@ -66,7 +66,7 @@ pub struct ConnectionLimits {
     pub max_connections: usize,
     /// How long a connection may go without sending a complete request head: from its accept,
     /// and on a keep-alive connection from its last answer. Then it is closed.
-    #[arg(long, env = "TOLLGATE_HEADER_TIMEOUT", default_value = "10s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    #[arg(long, env = "TOLLGATE_HEADER_TIMEOUT", default_value = "10s", value_parser = tollgate::parse_duration, value_name = "DURATION")]
     pub header_timeout: Duration,
     /// The most bytes of header fields (names and values) a request may carry; more is 431.
     #[arg(
@@ -87,16 +87,16 @@ pub struct ConnectionLimits {
     )]
     pub max_header_fields: usize,
     /// How long shutdown waits for requests under way before closing their connections.
-    #[arg(long, env = "TOLLGATE_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    #[arg(long, env = "TOLLGATE_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = tollgate::parse_duration, value_name = "DURATION")]
     pub shutdown_timeout: Duration,
     /// How long a connection lives (give or take 10%, so that connections made together do
     /// not all end together) before it is asked to close: an HTTP/2 client such as Envoy then
     /// opens a new one, which may reach a pod added since. `0s` keeps connections for good.
-    #[arg(long, env = "TOLLGATE_MAX_CONNECTION_AGE", default_value = "10m", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    #[arg(long, env = "TOLLGATE_MAX_CONNECTION_AGE", default_value = "10m", value_parser = tollgate::parse_duration, value_name = "DURATION")]
     pub max_connection_age: Duration,
     /// How long requests under way on a connection past its age may take (long-lived gRPC
     /// streams included) before the connection is closed under them.
-    #[arg(long, env = "TOLLGATE_MAX_CONNECTION_AGE_GRACE", default_value = "30s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    #[arg(long, env = "TOLLGATE_MAX_CONNECTION_AGE_GRACE", default_value = "30s", value_parser = tollgate::parse_duration, value_name = "DURATION")]
     pub max_connection_age_grace: Duration,
 }
 

@@ -15,7 +15,7 @@ pub use export::{OtelFlags, OtlpProtocol, Tracing};
 pub use layer::{TraceLayer, TraceService};
 pub use observer::SpanObserver;
 pub use propagation::parent_of;
-pub use rls::{record_grpc_status, record_rls};
+pub use rls::{TracedRlsGrpc, record_rls};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -1,8 +1,64 @@
 //! The rate limit service's attributes (over gRPC and `/json`): its domain, its overall code,
-//! which stands for every descriptor's decision, and over gRPC the call's status.
+//! which stands for every descriptor's decision, and over gRPC the call's status. The gRPC
+//! service is wrapped here, so that the Envoy crate knows nothing of OpenTelemetry.
 
-use crate::rls::proto::service::RateLimitResponse;
-use crate::rls::proto::service::rate_limit_response::Code;
+use std::sync::Arc;
+
+use tollgate_envoy::rls::proto::service::RateLimitRequest;
+use tollgate_envoy::rls::proto::service::RateLimitResponse;
+use tollgate_envoy::rls::proto::service::rate_limit_response::Code;
+use tollgate_envoy::rls::proto::service::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use tollgate_envoy::rls::{Rls, RlsGrpc};
+use tonic::{Request, Response, Status};
+use tracing::Instrument as _;
+
+/// Envoy's rate limit service over gRPC, each call in a check span once the exporter is
+/// installed.
+#[derive(Debug)]
+pub struct TracedRlsGrpc(RlsGrpc);
+
+impl TracedRlsGrpc {
+    /// The gRPC server for `rls`.
+    pub fn server(rls: Arc<Rls>) -> RateLimitServiceServer<TracedRlsGrpc> {
+        RateLimitServiceServer::new(Self(RlsGrpc::new(rls)))
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for TracedRlsGrpc {
+    /// `ShouldRateLimit` in a check span, a child of the caller's trace context (gRPC
+    /// metadata).
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        if !super::enabled() {
+            return self.0.should_rate_limit(request).await;
+        }
+        let parent = super::parent_of(request.metadata().as_ref());
+        let entry = super::Entry::Grpc {
+            service: "envoy.service.ratelimit.v3.RateLimitService",
+            method: "ShouldRateLimit",
+        };
+        let span = super::check_span(entry, parent);
+        let domain = request.get_ref().domain.clone();
+        let answer = self
+            .0
+            .should_rate_limit(request)
+            .instrument(span.clone())
+            .await;
+        if let Ok(answer) = &answer {
+            record_rls(&span, &domain, answer.get_ref());
+        }
+        let code = answer
+            .as_ref()
+            .map_or_else(Status::code, |_| tonic::Code::Ok);
+        record_grpc_status(&span, code);
+        answer
+    }
+}
 
 /// Records `domain` and the decision of `answer` on `span`.
 pub fn record_rls(span: &tracing::Span, domain: &str, answer: &RateLimitResponse) {
@@ -17,7 +73,7 @@ pub fn record_rls(span: &tracing::Span, domain: &str, answer: &RateLimitResponse
 
 /// Records a gRPC call's status on `span`; a server-side failure marks it as an error, named by
 /// its code, as the semantic conventions for gRPC servers have it.
-pub fn record_grpc_status(span: &tracing::Span, code: tonic::Code) {
+fn record_grpc_status(span: &tracing::Span, code: tonic::Code) {
     span.record("rpc.grpc.status_code", code as i64);
     let server_failure = matches!(
         code,

@@ -422,7 +422,7 @@ fn counters_are_kept_under_upstreams_keys_with_its_settings() {
     );
     assert_eq!(
         keys.counting(),
-        Some(crate::rls::UpstreamCounting::default()),
+        Some(tollgate_envoy::rls::UpstreamCounting::default()),
         "with upstream's defaults"
     );
     assert!(keys.per_second_redis.is_none());

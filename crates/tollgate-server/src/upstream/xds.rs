@@ -3,8 +3,8 @@
 
 use super::apply::{Applied, Given};
 use super::env::Env;
-use crate::rls::xds::{XdsFlags, XdsHeader, XdsServer};
 use crate::serve::ServeArgs;
+use tollgate_envoy::rls::xds::{XdsFlags, XdsHeader, XdsServer};
 
 /// Whether upstream reads `name` for its xDS client.
 fn is_xds_setting(name: &str) -> bool {
@@ -138,14 +138,16 @@ fn client(flags: &mut XdsFlags, given: Given<'_>, env: &mut Env<'_>) {
     let size = env.integer("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", 0);
     match usize::try_from(size) {
         Ok(0) => {}
-        Ok(bytes) if (1024..=crate::rls::xds::MAX_MESSAGE_BYTES as usize).contains(&bytes) => {
+        Ok(bytes)
+            if (1024..=tollgate_envoy::rls::xds::MAX_MESSAGE_BYTES as usize).contains(&bytes) =>
+        {
             if !given("rls_xds_max_message_bytes") {
                 flags.rls_xds_max_message_bytes = bytes;
             }
         }
         _ => env.errors.push(format!(
             "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES: {size} is not from 1024 to {}",
-            crate::rls::xds::MAX_MESSAGE_BYTES
+            tollgate_envoy::rls::xds::MAX_MESSAGE_BYTES
         )),
     }
 }

@@ -33,11 +33,11 @@ use std::time::Duration;
 use futures_util::Stream;
 use prost::Message as _;
 use tokio::sync::watch;
-use tollgate_server::rls::proto::discovery::aggregated_discovery_service_server::{
+use tollgate_envoy::rls::proto::discovery::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
 };
-use tollgate_server::rls::proto::discovery::{DiscoveryRequest, DiscoveryResponse};
-use tollgate_server::rls::proto::rls_conf::RateLimitConfig;
+use tollgate_envoy::rls::proto::discovery::{DiscoveryRequest, DiscoveryResponse};
+use tollgate_envoy::rls::proto::rls_conf::RateLimitConfig;
 use tonic::{Request, Response, Status, Streaming};
 
 /// The type of the resources served.

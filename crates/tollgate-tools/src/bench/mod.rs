@@ -56,7 +56,7 @@ pub struct BenchArgs {
     #[arg(long, short = 'c', default_value_t = 64)]
     pub concurrency: usize,
     /// How long to run.
-    #[arg(long, short = 'd', default_value = "10s", value_parser = tollgate_server::flags::duration_arg)]
+    #[arg(long, short = 'd', default_value = "10s", value_parser = tollgate::parse_duration)]
     pub duration: Duration,
     /// Send this many requests a second on a fixed schedule instead of as fast as possible.
     #[arg(long, value_name = "PER_SECOND")]

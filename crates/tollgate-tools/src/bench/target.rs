@@ -10,11 +10,11 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tonic::transport::{Channel, Endpoint};
 
-use tollgate_server::rls::proto::common::RateLimitDescriptor;
-use tollgate_server::rls::proto::common::rate_limit_descriptor::Entry;
-use tollgate_server::rls::proto::service::rate_limit_response::Code;
-use tollgate_server::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
-use tollgate_server::rls::proto::service::{RateLimitRequest, RateLimitResponse};
+use tollgate_envoy::rls::proto::common::RateLimitDescriptor;
+use tollgate_envoy::rls::proto::common::rate_limit_descriptor::Entry;
+use tollgate_envoy::rls::proto::service::rate_limit_response::Code;
+use tollgate_envoy::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_envoy::rls::proto::service::{RateLimitRequest, RateLimitResponse};
 
 /// Where `{key}` in a body or descriptor becomes a key number.
 pub const KEY_PLACEHOLDER: &str = "{key}";

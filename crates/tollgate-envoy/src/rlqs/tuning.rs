@@ -70,16 +70,16 @@ impl QuotaTuning {
 pub struct QuotaFlags {
     /// How often the rate limit quota service renews every assignment (its slot; also the
     /// window of the share counters in the store, so every server on one store must agree).
-    #[arg(long = "rlqs-slot", env = "TOLLGATE_RLQS_SLOT", default_value = "6s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    #[arg(long = "rlqs-slot", env = "TOLLGATE_RLQS_SLOT", default_value = "6s", value_parser = tollgate::parse_duration, value_name = "DURATION")]
     pub slot: Duration,
     /// How long a quota assignment outlives its slot, so that Envoy holds one while the next
     /// is on its way: at least a second, since Envoy reads TTLs in whole seconds (it drops the
     /// fraction), and more than an assignment takes to reach Envoy; at most a quarter of the
     /// slot.
-    #[arg(long = "rlqs-overlap", env = "TOLLGATE_RLQS_OVERLAP", default_value = "1500ms", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    #[arg(long = "rlqs-overlap", env = "TOLLGATE_RLQS_OVERLAP", default_value = "1500ms", value_parser = tollgate::parse_duration, value_name = "DURATION")]
     pub overlap: Duration,
     /// A bucket an Envoy reports no requests for this long is abandoned.
-    #[arg(long = "rlqs-idle", env = "TOLLGATE_RLQS_IDLE", default_value = "60s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    #[arg(long = "rlqs-idle", env = "TOLLGATE_RLQS_IDLE", default_value = "60s", value_parser = tollgate::parse_duration, value_name = "DURATION")]
     pub idle: Duration,
 }
 

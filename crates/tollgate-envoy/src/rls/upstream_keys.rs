@@ -9,10 +9,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tollgate::policy::StoreConfig;
-use tollgate::{AnyStore, Limiter, RedisAuth, RedisUrl};
+use tollgate::{RedisAuth, RedisUrl};
 
 use super::proto::common::rate_limit_descriptor::Entry;
-use crate::store::StoreFlags;
 
 /// `--rls-upstream-keys` and what goes with it.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -36,7 +35,7 @@ pub struct UpstreamKeys {
         long = "rls-expiration-jitter",
         env = "TOLLGATE_RLS_EXPIRATION_JITTER",
         default_value = "300s",
-        value_parser = crate::flags::duration_arg,
+        value_parser = tollgate::parse_duration,
         value_name = "DURATION"
     )]
     pub expiration_jitter: Duration,
@@ -205,16 +204,12 @@ impl UpstreamKeys {
         }
     }
 
-    /// Connects the per-second store the flags name, if any, and gives `limiter` it for the
-    /// counters of one-second windows; says which, for the start-up log. Its timeouts and TLS
-    /// are the main store's (upstream shares REDIS_TLS_* too), its credentials its own.
-    pub(crate) async fn connect_per_second(
-        &self,
-        limiter: &Limiter<AnyStore>,
-        store: &StoreFlags,
-    ) -> Result<(), String> {
-        let Some(chosen) = self.per_second_store() else {
-            return Ok(());
+    /// The per-second store the flags name, if any, with its credentials. The binary
+    /// connects it, as it connects every store: its timeouts and TLS are the main store's
+    /// (upstream shares REDIS_TLS_* too), which only the binary's flags know.
+    pub fn per_second(&self) -> Result<Option<PerSecondStore>, String> {
+        let Some(store) = self.per_second_store() else {
+            return Ok(None);
         };
         if !self.enabled {
             return Err(
@@ -223,20 +218,18 @@ impl UpstreamKeys {
                     .to_owned(),
             );
         }
-        let configured = limiter
-            .policies()
-            .map(|policies| policies.config().redis.clone())
-            .unwrap_or_default();
-        let mut options = store.redis_options(&configured)?;
-        options.config.auth = self.per_second_auth()?;
-        let connected = crate::store::connect(&chosen, &options, 1_000).await?;
-        tracing::info!(
-            "the counters of one-second limits go to {}",
-            crate::store::describe(&chosen)
-        );
-        limiter.set_per_second_store(Some(connected));
-        Ok(())
+        let auth = self.per_second_auth()?;
+        Ok(Some(PerSecondStore { store, auth }))
     }
+}
+
+/// Where the counters of one-second limits go (envoyproxy/ratelimit's REDIS_PERSECOND).
+#[derive(Debug, Clone)]
+pub struct PerSecondStore {
+    /// The store.
+    pub store: StoreConfig,
+    /// Its own credentials, if any.
+    pub auth: Option<RedisAuth>,
 }
 
 /// A descriptor's counter key before its window's start, as envoyproxy/ratelimit writes it:

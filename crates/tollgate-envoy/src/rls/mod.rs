@@ -27,4 +27,4 @@ pub(crate) use keys::escape;
 pub use settings::{RlsFailureMode, RlsHeaderNames, RlsLimits, RlsModes};
 pub use stats::{RlsStats, RlsStatsFlags};
 pub(crate) use tree::{Enforcement, Rule, find};
-pub use upstream_keys::{UpstreamCounting, UpstreamKeys};
+pub use upstream_keys::{PerSecondStore, UpstreamCounting, UpstreamKeys};

@@ -20,8 +20,7 @@ use std::sync::Arc;
 
 use tollgate::{AnyStore, Limiter};
 
-pub(crate) use flags::MAX_MESSAGE_BYTES;
-pub use flags::{XdsFlags, XdsHeader, XdsServer};
+pub use flags::{MAX_MESSAGE_BYTES, XdsFlags, XdsHeader, XdsServer};
 
 use super::Rls;
 
@@ -29,10 +28,13 @@ use super::Rls;
 /// --rls-xds-start-without-config, waits until the first configuration is in force, as
 /// envoyproxy/ratelimit holds its listeners back, and breaks if the process is asked to stop
 /// meanwhile. A problem with the flags or their files is an error now, not at a reconnection.
-pub async fn subscribe(
+/// `stop` starts listening for the process's stop signals, which are the binary's to catch; it
+/// is called only when there is a first configuration to wait for.
+pub async fn subscribe<Stop: Future<Output = ()>>(
     flags: &XdsFlags,
     rls: &Arc<Rls>,
     limiter: &Limiter<AnyStore>,
+    stop: impl FnOnce() -> Stop,
 ) -> Result<ControlFlow<()>, String> {
     let Some(server) = &flags.rls_xds_server else {
         return Ok(ControlFlow::Continue(()));
@@ -41,7 +43,7 @@ pub async fn subscribe(
     let (subscription, mut configured) =
         subscription::Subscription::new(flags, server, rls, limiter)?;
     // The stop signals are caught before the subscription starts, so none is missed.
-    let stop = (!flags.rls_xds_start_without_config).then(crate::shutdown::signal);
+    let stop = (!flags.rls_xds_start_without_config).then(stop);
     if stop.is_some() {
         tracing::info!(
             server = %server,

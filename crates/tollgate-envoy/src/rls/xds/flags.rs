@@ -10,7 +10,7 @@ use clap::builder::TypedValueParser as _;
 use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue};
 
 /// The largest `--rls-xds-max-message-bytes` accepted.
-pub(crate) const MAX_MESSAGE_BYTES: u32 = 256 << 20;
+pub const MAX_MESSAGE_BYTES: u32 = 256 << 20;
 
 /// Where the rate limit service's configuration comes from when it is pushed over xDS.
 #[derive(Debug, Clone, clap::Args)]
@@ -85,10 +85,10 @@ pub struct XdsFlags {
     pub rls_xds_server_name: Option<String>,
     /// The first wait before reconnecting to a management server that went away or could not
     /// be reached; each further attempt waits up to twice as long.
-    #[arg(long, env = "TOLLGATE_RLS_XDS_BACKOFF_INITIAL", default_value = "10s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    #[arg(long, env = "TOLLGATE_RLS_XDS_BACKOFF_INITIAL", default_value = "10s", value_parser = tollgate::parse_duration, value_name = "DURATION")]
     pub rls_xds_backoff_initial: Duration,
     /// The longest wait between reconnection attempts.
-    #[arg(long, env = "TOLLGATE_RLS_XDS_BACKOFF_MAX", default_value = "60s", value_parser = crate::flags::duration_arg, value_name = "DURATION")]
+    #[arg(long, env = "TOLLGATE_RLS_XDS_BACKOFF_MAX", default_value = "60s", value_parser = tollgate::parse_duration, value_name = "DURATION")]
     pub rls_xds_backoff_max: Duration,
     /// Spread the waits at random between the first wait and the doubled one, so that many
     /// instances do not reconnect at once.
@@ -155,7 +155,7 @@ pub struct XdsServer {
 
 impl XdsServer {
     /// Parses an address as --rls-xds-server takes it (also for CONFIG_GRPC_XDS_SERVER_URL).
-    pub(crate) fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, String> {
         let (rest, https) = match text.split_once("://") {
             Some(("https", rest)) => (rest, true),
             Some(("http", rest)) => (rest, false),
@@ -205,19 +205,19 @@ fn node_metadata(text: &str) -> Result<(String, String), String> {
 
 /// One gRPC metadata entry for the xDS stream; its value is marked sensitive, so that it is
 /// neither printed nor kept in HTTP/2's header tables. A malformed one is kept with why, and
-/// refused by [`XdsFlags::check`]: clap's own error would quote the value, which may be a
-/// credential.
+/// refused by [`subscribe`](super::subscribe): clap's own error would quote the value, which
+/// may be a credential.
 #[derive(Clone)]
 pub struct XdsHeader(Result<(AsciiMetadataKey, AsciiMetadataValue), String>);
 
 impl XdsHeader {
     /// A `name:value` as --rls-xds-header takes it; a malformed one is kept with why.
-    pub(crate) fn parse(text: &str) -> Self {
+    pub fn parse(text: &str) -> Self {
         Self(parse_header(text))
     }
 
     /// The name and value, or why the flag is malformed.
-    pub(crate) fn entry(&self) -> Result<(&AsciiMetadataKey, &AsciiMetadataValue), &str> {
+    pub fn entry(&self) -> Result<(&AsciiMetadataKey, &AsciiMetadataValue), &str> {
         match &self.0 {
             Ok((name, value)) => Ok((name, value)),
             Err(why) => Err(why),

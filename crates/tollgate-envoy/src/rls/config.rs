@@ -50,6 +50,23 @@ impl RlsConfig {
         self.domains.keys().map(String::as_str)
     }
 
+    /// What replacing this configuration with `new` changes in the domains, for the log line
+    /// of a reload: `3 domains; added a; removed b`.
+    pub fn domains_changed(&self, new: &RlsConfig) -> String {
+        let before: std::collections::BTreeSet<&str> = self.domains().collect();
+        let after: std::collections::BTreeSet<&str> = new.domains().collect();
+        let added: Vec<&str> = after.difference(&before).copied().collect();
+        let removed: Vec<&str> = before.difference(&after).copied().collect();
+        let mut parts = vec![format!("{} domains", after.len())];
+        if !added.is_empty() {
+            parts.push(format!("added {}", added.join(", ")));
+        }
+        if !removed.is_empty() {
+            parts.push(format!("removed {}", removed.join(", ")));
+        }
+        parts.join("; ")
+    }
+
     /// One line per limit, sorted, as envoyproxy/ratelimit's debug endpoint `/rlconfig` lists
     /// them: `domain.key_value.key: unit=MINUTE requests_per_unit=10, shadow_mode: false,
     /// quota_mode: false`.

@@ -15,9 +15,14 @@ pub struct RlsGrpc {
 }
 
 impl RlsGrpc {
+    /// The service for `rls`, for a server that wraps it (the binary traces each call).
+    pub fn new(rls: Arc<Rls>) -> Self {
+        Self { rls }
+    }
+
     /// The gRPC server for `rls`.
     pub fn server(rls: Arc<Rls>) -> RateLimitServiceServer<RlsGrpc> {
-        RateLimitServiceServer::new(RlsGrpc { rls })
+        RateLimitServiceServer::new(Self::new(rls))
     }
 }
 
@@ -36,44 +41,10 @@ impl RateLimitService for RlsGrpc {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        #[cfg(feature = "otel")]
-        if crate::otel::enabled() {
-            return traced(&self.rls, request).await;
-        }
         self.rls
             .should_rate_limit(request.get_ref())
             .await
             .map(Response::new)
             .map_err(status)
     }
-}
-
-/// `ShouldRateLimit` in a check span, a child of the caller's trace context (gRPC metadata).
-#[cfg(feature = "otel")]
-async fn traced(
-    rls: &Rls,
-    request: Request<RateLimitRequest>,
-) -> Result<Response<RateLimitResponse>, Status> {
-    use tracing::Instrument;
-
-    let parent = crate::otel::parent_of(request.metadata().as_ref());
-    let entry = crate::otel::Entry::Grpc {
-        service: "envoy.service.ratelimit.v3.RateLimitService",
-        method: "ShouldRateLimit",
-    };
-    let span = crate::otel::check_span(entry, parent);
-    let request = request.get_ref();
-    let answer = rls
-        .should_rate_limit(request)
-        .instrument(span.clone())
-        .await;
-    if let Ok(answer) = &answer {
-        crate::otel::record_rls(&span, &request.domain, answer);
-    }
-    let answer = answer.map(Response::new).map_err(status);
-    let code = answer
-        .as_ref()
-        .map_or_else(Status::code, |_| tonic::Code::Ok);
-    crate::otel::record_grpc_status(&span, code);
-    answer
 }

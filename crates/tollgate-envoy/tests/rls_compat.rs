@@ -4,12 +4,12 @@
 use std::sync::Arc;
 
 use tollgate::{AnyStore, Limiter, ManualClock, MemoryStore};
-use tollgate_server::rls::proto::common::RateLimitDescriptor;
-use tollgate_server::rls::proto::common::rate_limit_descriptor::{Entry, RateLimitOverride};
-use tollgate_server::rls::proto::service::RateLimitRequest;
-use tollgate_server::rls::proto::service::rate_limit_response::Code;
-use tollgate_server::rls::proto::types::RateLimitUnit;
-use tollgate_server::rls::{Rls, RlsConfig, RlsError, RlsHeaderNames, RlsModes, RlsStatsFlags};
+use tollgate_envoy::rls::proto::common::RateLimitDescriptor;
+use tollgate_envoy::rls::proto::common::rate_limit_descriptor::{Entry, RateLimitOverride};
+use tollgate_envoy::rls::proto::service::RateLimitRequest;
+use tollgate_envoy::rls::proto::service::rate_limit_response::Code;
+use tollgate_envoy::rls::proto::types::RateLimitUnit;
+use tollgate_envoy::rls::{Rls, RlsConfig, RlsError, RlsHeaderNames, RlsModes, RlsStatsFlags};
 
 /// 2023-11-14 22:13:20 UTC: 20 s into a minute, 800 s into an hour, 20 s into a 30 s window.
 const NOW_SECONDS: u64 = 1_700_000_000;
@@ -65,7 +65,7 @@ async fn statuses(rls: &Rls, request: &RateLimitRequest) -> (Code, Vec<Expected>
                 Code::try_from(status.code).expect("a known status code"),
                 status.limit_remaining,
                 status.current_limit.as_ref().map(|limit| {
-                    let unit = tollgate_server::rls::proto::service::rate_limit_response::rate_limit::Unit::try_from(limit.unit)
+                    let unit = tollgate_envoy::rls::proto::service::rate_limit_response::rate_limit::Unit::try_from(limit.unit)
                         .expect("a known unit")
                         .as_str_name();
                     (limit.requests_per_unit, unit, &*limit.name.clone().leak())
@@ -798,7 +798,7 @@ descriptors:
     let user = descriptor(&[("user", "u1")]);
     let both = request("d", vec![tier.clone(), user.clone()]);
     let first = service.should_rate_limit(&both).await.expect("an answer");
-    let metadata = tollgate_server::rls::json::render_response(&first)["dynamicMetadata"].clone();
+    let metadata = tollgate_envoy::rls::json::render_response(&first)["dynamicMetadata"].clone();
     assert_eq!(
         metadata,
         serde_json::json!({
@@ -810,7 +810,7 @@ descriptors:
     );
     // The user's limit is now spent: only the tier's metadata comes back.
     let second = service.should_rate_limit(&both).await.expect("an answer");
-    let metadata = tollgate_server::rls::json::render_response(&second)["dynamicMetadata"].clone();
+    let metadata = tollgate_envoy::rls::json::render_response(&second)["dynamicMetadata"].clone();
     assert_eq!(
         metadata["metadata"],
         serde_json::json!({"plan": "gold", "weight": 3.0, "flags": ["a", "b"], "nested": {"x": 1.0}})

@@ -111,7 +111,7 @@ impl Connector {
 impl TlsFiles {
     fn client_config(&self) -> Result<rustls::ClientConfig, String> {
         let mut roots = match &self.ca {
-            Some(path) => crate::tls::root_store(path, "--rls-xds-ca")?,
+            Some(path) => tollgate::pem::root_store(path, "--rls-xds-ca")?,
             None => rustls::RootCertStore::empty(),
         };
         roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
@@ -129,7 +129,7 @@ impl TlsFiles {
             .with_root_certificates(roots);
         let mut config = match &self.client {
             Some((cert, key)) => {
-                let chain = crate::tls::certificates(cert, "--rls-xds-client-cert")?;
+                let chain = tollgate::pem::certificates(cert, "--rls-xds-client-cert")?;
                 let key = PrivateKeyDer::from_pem_file(key)
                     .map_err(|error| format!("--rls-xds-client-key {}: {error}", key.display()))?;
                 builder.with_client_auth_cert(chain, key).map_err(|error| {

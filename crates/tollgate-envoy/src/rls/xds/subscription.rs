@@ -195,7 +195,7 @@ impl Subscription {
         let metrics = self.limiter.metrics();
         match loaded {
             Ok(config) => {
-                let what = crate::reload::domains_changed(&self.rls.config(), &config);
+                let what = self.rls.config().domains_changed(&config);
                 tracing::info!(
                     server = %self.server,
                     version = %response.version_info,

@@ -81,7 +81,7 @@ impl Default for RlsHeaderNames {
 
 /// A header field name flag: a valid HTTP field name.
 fn header_name(text: &str) -> Result<String, String> {
-    axum::http::HeaderName::from_bytes(text.as_bytes())
+    http::HeaderName::from_bytes(text.as_bytes())
         .map(|_| text.to_owned())
         .map_err(|_| format!("{text:?} is not an HTTP header field name"))
 }
