@@ -19,7 +19,7 @@ pub fn metrics_text(
     proxy: Option<&prometheus_client::registry::Registry>,
 ) -> String {
     const EOF: &str = "# EOF\n";
-    let mut text = limiter.metrics_text();
+    let mut text = limiter.telemetry().metrics_text();
     if text.ends_with(EOF) {
         text.truncate(text.len() - EOF.len());
     }

@@ -89,7 +89,10 @@ impl Reloader {
         let failed_before = self.failed.load(Ordering::Relaxed);
         self.reload_each();
         let all_taken = self.failed.load(Ordering::Relaxed) == failed_before;
-        self.limiter.metrics().set_last_reload_successful(all_taken);
+        self.limiter
+            .telemetry()
+            .metrics()
+            .set_last_reload_successful(all_taken);
     }
 
     fn reload_each(&self) {
@@ -133,11 +136,11 @@ impl Reloader {
                     self.limiter.set_policies(policies);
                 }
                 self.succeeded.fetch_add(1, Ordering::Relaxed);
-                self.limiter.metrics().record_reload(true);
+                self.limiter.telemetry().metrics().record_reload(true);
             }
             Err(errors) => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
-                self.limiter.metrics().record_reload(false);
+                self.limiter.telemetry().metrics().record_reload(false);
                 tracing::error!(file = %path.display(), "policies refused, the previous ones stay in force:\n{errors}");
             }
         }
@@ -181,11 +184,11 @@ impl Reloader {
                 tracing::info!(directory = %directory.display(), domains = config.domains().count(), "rate limit service configuration reloaded: {what}");
                 rls.set_config(config);
                 self.succeeded.fetch_add(1, Ordering::Relaxed);
-                self.limiter.metrics().record_reload(true);
+                self.limiter.telemetry().metrics().record_reload(true);
             }
             Err(errors) => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
-                self.limiter.metrics().record_reload(false);
+                self.limiter.telemetry().metrics().record_reload(false);
                 tracing::error!(directory = %directory.display(), "rate limit service configuration refused, the previous one stays in force:\n{errors}");
             }
         }
@@ -198,7 +201,7 @@ impl Reloader {
             &self.failed
         };
         count.fetch_add(1, Ordering::Relaxed);
-        self.limiter.metrics().record_reload(succeeded);
+        self.limiter.telemetry().metrics().record_reload(succeeded);
     }
 
     /// Reloads on SIGHUP and, when `watch`, on changes to the files, until the process ends;

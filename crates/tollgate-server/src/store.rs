@@ -469,9 +469,9 @@ pub async fn open_limiter(
     }
     let limiter = builder.build();
     limiter.set_policies(policies);
-    limiter.set_key_logging(flags.log_keys);
+    limiter.telemetry().set_key_logging(flags.log_keys);
     if let Some(secret) = flags.log_keys_secret()? {
-        limiter.set_key_log_secret(secret);
+        limiter.telemetry().set_key_log_secret(secret);
     }
     crate::overrides::attach(&limiter, &flags.overrides).await?;
     Ok((limiter, description))

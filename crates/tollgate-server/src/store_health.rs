@@ -65,7 +65,7 @@ pub fn watch(limiter: &Limiter<AnyStore>, every: Duration, rls_mode: Option<&str
                 Ok(Err(error)) => Some(error.to_string()),
                 Err(_) => Some("the probe timed out".to_owned()),
             };
-            limiter.metrics().set_store_up(error.is_none());
+            limiter.telemetry().metrics().set_store_up(error.is_none());
             watched.set(error.clone());
             match (error, lost) {
                 (Some(error), None) => {

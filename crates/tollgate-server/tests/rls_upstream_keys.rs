@@ -425,7 +425,7 @@ descriptors:
     // (without the cache key5 would read 15, pass, and be raised to 17).
     assert_eq!(answer(&rls, &both(2)).await, [(OK, 2, 800), (OVER, 0, 800)]);
     assert_eq!(counts(), (Some(13), Some(15)));
-    assert_eq!(limiter.deny_cache_hits(), 1);
+    assert_eq!(limiter.telemetry().deny_cache_hits(), 1);
 }
 
 #[tokio::test]
@@ -453,7 +453,7 @@ async fn the_local_cache_answers_a_counter_over_its_limit_until_its_window_ends(
         Some(3),
         "counted until found over, then answered in process"
     );
-    assert_eq!(limiter.deny_cache_hits(), 2);
+    assert_eq!(limiter.telemetry().deny_cache_hits(), 2);
     clock.advance(Duration::from_secs(800));
     assert_eq!(answer(&rls, &hit).await, [(OK, 1, 3_600)]);
     assert_eq!(get(&redis, "d_k_v_1000800"), Some(1));

@@ -83,7 +83,7 @@ pub use decision::Decision;
 pub use error::Error;
 pub use layer::BreakerConfig;
 pub use limit::{Limit, LimitBuilder, LimitError, MAX_SLIDING_LOG_COUNT};
-pub use limiter::{KeyLogging, Limiter, LimiterBuilder, Overrides};
+pub use limiter::{Admin, KeyLogging, Limiter, LimiterBuilder, Overrides, Telemetry};
 pub use policy::{Config, Evaluation, Identity, Policies, Request};
 pub use quota::{MAX_COUNT, MAX_PERIOD_MICROS, Quota, QuotaError, parse_duration};
 pub use scope::{Scope, ScopeError};

@@ -45,11 +45,13 @@ async fn inspect_counts_nothing_and_reset_and_lift_give_a_fresh_start() {
     let ip = "203.0.113.7";
     assert!(admitted(&limiter, ip).await);
     let seen = limiter
+        .admin()
         .inspect("login", &login(ip))
         .await
         .expect("an answer");
     assert_eq!(seen.applied[0].decision.remaining(), 1);
     let again = limiter
+        .admin()
         .inspect("login", &login(ip))
         .await
         .expect("an answer");
@@ -75,7 +77,11 @@ async fn inspect_counts_nothing_and_reset_and_lift_give_a_fresh_start() {
     );
 
     assert_eq!(
-        limiter.reset_key("login", &login(ip)).await.expect("reset"),
+        limiter
+            .admin()
+            .reset_key("login", &login(ip))
+            .await
+            .expect("reset"),
         1
     );
     assert!(
@@ -84,6 +90,7 @@ async fn inspect_counts_nothing_and_reset_and_lift_give_a_fresh_start() {
     );
     assert!(
         limiter
+            .admin()
             .lift_penalty("login", &login(ip))
             .await
             .expect("lifted")
@@ -93,12 +100,14 @@ async fn inspect_counts_nothing_and_reset_and_lift_give_a_fresh_start() {
         "reset and lifted: a fresh start"
     );
 
-    let top = limiter.top_denied_keys(5);
+    let top = limiter.telemetry().top_denied_keys(5);
     assert_eq!(top[0].key.len(), 16, "hashed, as the logs show keys");
-    limiter.set_key_logging(tollgate::KeyLogging::Plain);
-    let top = limiter.top_denied_keys(5);
+    limiter
+        .telemetry()
+        .set_key_logging(tollgate::KeyLogging::Plain);
+    let top = limiter.telemetry().top_denied_keys(5);
     assert_eq!(top[0].key, format!("ip:{ip}"));
     assert!(top[0].count >= 2);
-    assert_eq!(limiter.top_routes(1)[0].key, "/login");
-    assert!(limiter.inspect("nope", &login(ip)).await.is_err());
+    assert_eq!(limiter.telemetry().top_routes(1)[0].key, "/login");
+    assert!(limiter.admin().inspect("nope", &login(ip)).await.is_err());
 }

@@ -75,7 +75,7 @@ async fn a_denied_check_is_denied_locally_until_it_could_pass_and_not_after() {
         before,
         "a flood past the limit makes no store calls"
     );
-    assert_eq!(limiter.deny_cache_hits(), 1_000);
+    assert_eq!(limiter.telemetry().deny_cache_hits(), 1_000);
 
     // Another key, or the same key at another cost, is not the same check.
     limiter
@@ -101,12 +101,12 @@ async fn a_denied_check_is_denied_locally_until_it_could_pass_and_not_after() {
         .expect("an answer")
         .is_admitted()
     {}
-    let hits = limiter.deny_cache_hits();
+    let hits = limiter.telemetry().deny_cache_hits();
     for _ in 0..3 {
         let verdict = limiter.check(&check).await.expect("an answer");
         assert!(verdict.is_denied() && !verdict.is_replayed(), "{verdict:?}");
     }
-    assert_eq!(limiter.deny_cache_hits(), hits);
+    assert_eq!(limiter.telemetry().deny_cache_hits(), hits);
 }
 
 #[tokio::test]
@@ -124,7 +124,7 @@ async fn a_refund_clears_the_cached_denial_of_its_key() {
     assert!(first.is_admitted());
     assert!(limiter.check(&check).await.expect("an answer").is_denied());
     assert!(limiter.check(&check).await.expect("an answer").is_denied());
-    assert_eq!(limiter.deny_cache_hits(), 1);
+    assert_eq!(limiter.telemetry().deny_cache_hits(), 1);
     limiter.refund(&check, &first).await.expect("refunded");
     assert!(
         limiter

@@ -403,7 +403,7 @@ async fn with_50ms_each_way_within_the_timeout_the_store_decides_every_check() {
         assert_eq!(decided_by, DecidedBy::Store);
         assert!(took >= Duration::from_millis(100), "{took:?}");
     }
-    assert_eq!(limiter.breaker_openings(), 0);
+    assert_eq!(limiter.telemetry().breaker_openings(), 0);
 }
 
 /// Evaluates a request, within the timeout and the margin: what decided it and how long it took.
@@ -445,8 +445,8 @@ async fn breaker_through(
         assert_eq!(decided_by, DecidedBy::FailOpen);
         assert!(took >= TIMEOUT, "failed in {took:?}, before the timeout");
     }
-    assert!(limiter.store_resting(), "the breaker opened");
-    assert_eq!(limiter.breaker_openings(), 1);
+    assert!(limiter.telemetry().store_resting(), "the breaker opened");
+    assert_eq!(limiter.telemetry().breaker_openings(), 1);
     let calls_failing = limiter.store().stats().calls;
     assert!(
         (1..=u64::from(BREAKER.failures)).contains(&(calls_failing - calls_before)),
@@ -477,7 +477,7 @@ async fn breaker_through(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let recovered = cleared.elapsed();
-    assert!(!limiter.store_resting(), "the breaker closed");
+    assert!(!limiter.telemetry().store_resting(), "the breaker closed");
     assert_eq!(
         decide(&limiter, "/closed", TIMEOUT).await.0,
         DecidedBy::Store
@@ -550,7 +550,7 @@ async fn isolated_resets_never_open_the_breaker() {
         failed.push(failures);
     }
     println!("failed requests after each reset: {failed:?}");
-    assert_eq!(limiter.breaker_openings(), 0);
+    assert_eq!(limiter.telemetry().breaker_openings(), 0);
     assert!(rig.link.accepted() > accepted, "the store reconnected");
 }
 
@@ -590,7 +590,7 @@ async fn a_connection_reset_while_idle_costs_no_request() {
         }
         assert_eq!(decide(&limiter, "/closed", ROOMY).await.0, DecidedBy::Store);
     }
-    assert_eq!(limiter.breaker_openings(), 0);
+    assert_eq!(limiter.telemetry().breaker_openings(), 0);
 }
 
 /// Over RESP2 the breaker's first probe after the heal usually meets the reset connection and

@@ -128,7 +128,7 @@ async fn the_breaker_rests_a_stalled_store_then_probes_and_returns_to_it() {
     for _ in 0..3 {
         assert_eq!(decide(&limiter, "/open").await.1, DecidedBy::FailOpen);
     }
-    assert!(limiter.store_resting());
+    assert!(limiter.telemetry().store_resting());
     let calls_while_failing = limiter.store().stats().calls;
     assert_eq!(
         calls_while_failing - calls_before,
@@ -143,7 +143,7 @@ async fn the_breaker_rests_a_stalled_store_then_probes_and_returns_to_it() {
         calls_while_failing,
         "a resting store is not called"
     );
-    assert_eq!(limiter.breaker_openings(), 1);
+    assert_eq!(limiter.telemetry().breaker_openings(), 1);
 
     redis.signal("CONT");
     // After the cool-down a probe goes through, succeeds, and the store decides again.
@@ -158,7 +158,7 @@ async fn the_breaker_rests_a_stalled_store_then_probes_and_returns_to_it() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(!limiter.store_resting());
+    assert!(!limiter.telemetry().store_resting());
     assert_eq!(decide(&limiter, "/closed").await.1, DecidedBy::Store);
 }
 

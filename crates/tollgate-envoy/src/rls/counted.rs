@@ -87,7 +87,7 @@ impl Rls {
         } else {
             MetricOutcome::Allowed
         };
-        let metrics = self.limiter.metrics();
+        let metrics = self.limiter.telemetry().metrics();
         metrics.record_decision(domain, &rule.metric_label(), outcome);
         metrics.record_policy(domain, outcome);
         let code = if over && !rule.shadow {

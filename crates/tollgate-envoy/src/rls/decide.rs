@@ -303,7 +303,7 @@ impl Rls {
         pending: &[Option<Pending>],
         error: StoreError,
     ) -> Result<RateLimitResponse, RlsError> {
-        let metrics = self.limiter.metrics();
+        let metrics = self.limiter.telemetry().metrics();
         let count = request.descriptors.len();
         let (outcome, code) = match self.failure_mode {
             RlsFailureMode::Error => return Err(RlsError::Unavailable(error)),
@@ -446,6 +446,7 @@ fn declare(limiter: &Limiter<AnyStore>, config: &RlsConfig) {
         tree::visit_rules(root, &mut |rule| {
             if let Enforcement::Limit(_) = rule.enforcement {
                 limiter
+                    .telemetry()
                     .metrics()
                     .declare_limit(domain, &rule.metric_label());
             }

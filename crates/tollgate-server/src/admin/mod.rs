@@ -171,16 +171,16 @@ async fn operate(
     let policy = request.policy.as_str();
     Ok(match operation {
         Operation::Inspect => {
-            let evaluation = limiter.inspect(policy, &attributes).await?;
+            let evaluation = limiter.admin().inspect(policy, &attributes).await?;
             Json(evaluation_answer(&evaluation)).into_response()
         }
         Operation::Reset => {
-            let forgotten = limiter.reset_key(policy, &attributes).await?;
+            let forgotten = limiter.admin().reset_key(policy, &attributes).await?;
             tracing::info!(policy, forgotten, "admin: key reset");
             Json(json!({"reset": forgotten})).into_response()
         }
         Operation::Lift => {
-            let lifted = limiter.lift_penalty(policy, &attributes).await?;
+            let lifted = limiter.admin().lift_penalty(policy, &attributes).await?;
             tracing::info!(policy, lifted, "admin: penalty lifted");
             Json(json!({"lifted": lifted})).into_response()
         }
@@ -196,8 +196,8 @@ struct TopQuery {
 async fn top(State(state): State<AdminState>, Query(query): Query<TopQuery>) -> Response {
     let n = query.n.unwrap_or(20).min(MAX_TOP);
     Json(json!({
-        "denied_keys": state.limiter.top_denied_keys(n),
-        "routes": state.limiter.top_routes(n),
+        "denied_keys": state.limiter.telemetry().top_denied_keys(n),
+        "routes": state.limiter.telemetry().top_routes(n),
     }))
     .into_response()
 }
@@ -245,17 +245,17 @@ async fn stats(State(state): State<AdminState>) -> Response {
             .map_or(0, |d| d.as_millis()),
         "store": {
             "kind": store.kind(),
-            "resting": limiter.store_resting(),
-            "breaker_openings": limiter.breaker_openings(),
-            "deny_cache_hits": limiter.deny_cache_hits(),
+            "resting": limiter.telemetry().store_resting(),
+            "breaker_openings": limiter.telemetry().breaker_openings(),
+            "deny_cache_hits": limiter.telemetry().deny_cache_hits(),
             "memory_keys": store.held_keys().map(|keys| keys.held),
             "memory_max_keys": store.held_keys().map(|keys| keys.max),
         },
         "global": limiter.global().map(|global| global.stats()),
         "quota_service": state.quotas.as_ref().map(|quotas| quotas.stats()),
-        "summary": limiter.metrics().summary(),
-        "denied_keys": limiter.top_denied_keys(10),
-        "routes": limiter.top_routes(10),
+        "summary": limiter.telemetry().metrics().summary(),
+        "denied_keys": limiter.telemetry().top_denied_keys(10),
+        "routes": limiter.telemetry().top_routes(10),
         "config_version": limiter.policies().map(|p| format!("{:016x}", p.version())),
     }))
     .into_response()

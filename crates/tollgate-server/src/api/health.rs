@@ -52,8 +52,8 @@ pub(crate) fn ready(
         "store": limiter.store_kind(),
         "store_up": readiness.store.is_up(),
         "config_version": policies.map(|v| format!("{v:016x}")),
-        "store_resting": limiter.store_resting(),
-        "breaker_openings": limiter.breaker_openings(),
-        "deny_cache_hits": limiter.deny_cache_hits(),
+        "store_resting": limiter.telemetry().store_resting(),
+        "breaker_openings": limiter.telemetry().breaker_openings(),
+        "deny_cache_hits": limiter.telemetry().deny_cache_hits(),
     }))
 }

@@ -1,5 +1,5 @@
-//! What an operator does by hand: look at a key's state under a policy without counting,
-//! reset it, lift its penalty.
+//! What an operator does by hand (`limiter.admin()`): look at a key's state under a policy
+//! without counting, reset it, lift its penalty.
 
 use super::Limiter;
 use crate::check::Check;
@@ -7,10 +7,23 @@ use crate::error::Error;
 use crate::policy::{Evaluation, Planned, Policies, Request, Role, Scope};
 use crate::store::Store;
 
+/// A limiter's operator tools: see [`Limiter::admin`].
+#[derive(Debug)]
+pub struct Admin<'l, S> {
+    limiter: &'l Limiter<S>,
+}
+
 impl<S: Store> Limiter<S> {
-    /// The state of the request's key under `policy`, as [`look_in`](Self::look_in) reads it.
+    /// What an operator does by hand to one key: inspect, reset, lift a penalty.
+    pub fn admin(&self) -> Admin<'_, S> {
+        Admin { limiter: self }
+    }
+}
+
+impl<S: Store> Admin<'_, S> {
+    /// The state of the request's key under `policy`, as [`Limiter::look_in`] reads it.
     pub async fn inspect(&self, policy: &str, request: &Request<'_>) -> Result<Evaluation, Error> {
-        self.look_in(Scope::Policy(policy), request).await
+        self.limiter.look_in(Scope::Policy(policy), request).await
     }
 
     /// The policies and the items `policy` plans for `request`.
@@ -20,9 +33,11 @@ impl<S: Store> Limiter<S> {
         request: &Request<'_>,
     ) -> Result<(std::sync::Arc<Policies>, Vec<Planned>), Error> {
         let policies = self
+            .limiter
             .policies()
             .ok_or_else(|| Error::UnknownPolicy(policy.to_owned()))?;
         let plan = self
+            .limiter
             .plan(&policies, Scope::Policy(policy), request)
             .ok_or_else(|| Error::UnknownPolicy(policy.to_owned()))?;
         let items = plan.enforced.into_iter().chain(plan.shadow).collect();
@@ -73,6 +88,6 @@ impl<S: Store> Limiter<S> {
         if check.is_empty() {
             return Ok(());
         }
-        Ok(self.inner.store.forget(check).await?)
+        Ok(self.limiter.inner.store.forget(check).await?)
     }
 }

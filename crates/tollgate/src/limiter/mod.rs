@@ -9,6 +9,7 @@ mod look;
 mod overrides;
 mod penalty;
 mod requests;
+mod telemetry;
 mod usage;
 
 use std::sync::Arc;
@@ -27,13 +28,13 @@ use crate::limit::Limit;
 use crate::metrics::Metrics;
 use crate::observer::{Observer, Observers};
 use crate::policy::Policies;
-use crate::secret::Secret;
 use crate::store::{AnyStore, MemoryStore, Store, StoreError};
-use crate::top_keys::TopKey;
 
+pub use admin::Admin;
 use denials::Denials;
 pub use denials::KeyLogging;
 pub use overrides::Overrides;
+pub use telemetry::Telemetry;
 
 /// Decides checks against a store, and requests against policies. Cheap to clone: every clone
 /// shares the same store and policies, so one limiter per process enforces one set of limits
@@ -181,14 +182,6 @@ impl<S: Store> Limiter<S> {
         }
     }
 
-    /// A limiter on `store` for regional limits, leasing global limits from `global` with
-    /// the default tuning.
-    pub fn with_global(store: S, global: impl Into<Arc<AnyStore>>) -> Self {
-        Self::builder(store)
-            .global(global, LeaseTuning::default())
-            .build()
-    }
-
     /// The leases on the global store, when the limiter has one.
     pub fn global(&self) -> Option<&Arc<GlobalLeases>> {
         self.inner.store.inner().leases()
@@ -248,66 +241,11 @@ impl<S: Store> Limiter<S> {
         self.breaker().configure(config);
     }
 
-    /// Whether the circuit breaker is open: the store failed repeatedly and is not being called.
-    pub fn store_resting(&self) -> bool {
-        self.breaker().is_open()
-    }
-
-    /// How many times the circuit breaker has opened.
-    pub fn breaker_openings(&self) -> u64 {
-        self.breaker().times_opened()
-    }
-
     /// Turns the local over-limit cache on or off (on by default for stores outside the
     /// process): while a check is denied until T, the same check is denied until T without
     /// asking the store.
     pub fn set_deny_cache(&self, enabled: bool) {
         self.cache().set_enabled(enabled);
-    }
-
-    /// Checks denied by the over-limit cache without asking the store.
-    pub fn deny_cache_hits(&self) -> u64 {
-        self.cache().hits()
-    }
-
-    /// The `n` keys most often refused (policy keys such as `ip:203.0.113.7`), from a bounded
-    /// summary.
-    pub fn top_denied_keys(&self, n: usize) -> Vec<TopKey> {
-        self.inner.denials.top_denied_keys(n)
-    }
-
-    /// The `n` routes (or paths) most often asked for.
-    pub fn top_routes(&self, n: usize) -> Vec<TopKey> {
-        self.inner.denials.top_routes(n)
-    }
-
-    /// Sets how refused keys appear in logs (hashed by default).
-    pub fn set_key_logging(&self, logging: KeyLogging) {
-        self.inner.denials.set_key_logging(logging);
-    }
-
-    /// Sets the secret hashed key logging uses, so that several processes given the same secret
-    /// show a key under the same pseudonym (by default each process has a random one).
-    pub fn set_key_log_secret(&self, secret: Secret) {
-        self.inner.denials.set_key_log_secret(secret);
-    }
-
-    /// The limiter's metrics.
-    #[cfg(feature = "metrics")]
-    pub fn metrics(&self) -> &Metrics {
-        &self.inner.metrics
-    }
-
-    /// The metrics in Prometheus' text format, with the gauges read now.
-    #[cfg(feature = "metrics")]
-    pub fn metrics_text(&self) -> String {
-        self.inner
-            .metrics
-            .set_gauges(self.store_resting(), self.store().held_keys());
-        if let Some(global) = self.global() {
-            self.inner.metrics.set_global(&global.stats());
-        }
-        self.inner.metrics.encode()
     }
 
     /// Gives every lease this node holds back to the store (at shutdown, say), so that no

@@ -96,7 +96,7 @@ impl<S: Store> Limiter<S> {
         let enforced_check = check_of(&plan.enforced);
         let shadow_check = check_of(&plan.shadow);
         // Shadow checks only report, so they skip a store that is resting, and its guards.
-        let shadow_future: OptionFuture<_> = (!plan.shadow.is_empty() && !self.store_resting())
+        let shadow_future: OptionFuture<_> = (!plan.shadow.is_empty() && !self.breaker().is_open())
             .then(|| self.store().check(&shadow_check, None))
             .into();
         let (enforced, shadow) =

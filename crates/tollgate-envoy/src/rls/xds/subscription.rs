@@ -192,7 +192,7 @@ impl Subscription {
             return self.request(TYPE_URL, &response.nonce, Some(why));
         }
         let loaded = configuration(&response.resources, self.rls.merges_domains());
-        let metrics = self.limiter.metrics();
+        let metrics = self.limiter.telemetry().metrics();
         match loaded {
             Ok(config) => {
                 let what = self.rls.config().domains_changed(&config);
