@@ -1,9 +1,9 @@
 //! The library's error type.
 
-use crate::check::CheckError;
-use crate::limit::LimitError;
-use crate::quota::QuotaError;
 use crate::store::StoreError;
+use tollgate_core::check::CheckError;
+use tollgate_core::limit::LimitError;
+use tollgate_core::quota::QuotaError;
 
 /// Anything that can keep the library from answering.
 ///

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use sfv::{Integer, KeyRef, ListSerializer, StringRef};
 
-use crate::clock::{MICROS_PER_SECOND, Micros};
-use crate::decision::Decision;
-use crate::limit::Limit;
+use tollgate_core::clock::{MICROS_PER_SECOND, Micros};
+use tollgate_core::decision::Decision;
+use tollgate_core::limit::Limit;
 
 /// A family of rate-limit response header fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

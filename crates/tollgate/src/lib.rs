@@ -52,7 +52,6 @@
 
 pub use tollgate_core::algorithm;
 pub use tollgate_core::counter;
-use tollgate_core::{calendar, check, clock, decision, limit, quota, scope, spec};
 mod error;
 pub mod headers;
 pub mod layer;
@@ -73,25 +72,27 @@ pub mod usage;
 pub mod yaml;
 
 pub use algorithm::{Adjustment, Algorithm, LeakyMode, State};
-pub use calendar::{Calendar, CalendarError, CalendarSpec};
-pub use check::{Check, CheckError, Item, MAX_COST, MAX_ITEMS, MAX_KEY_BYTES, Outcome, Verdict};
-pub use clock::{
-    Clock, MICROS_PER_SECOND, ManualClock, Micros, SystemClock, duration_to_micros,
-    micros_to_duration,
-};
-pub use decision::Decision;
 pub use error::Error;
 pub use layer::BreakerConfig;
-pub use limit::{Limit, LimitBuilder, LimitError, MAX_SLIDING_LOG_COUNT};
 pub use limiter::{Admin, KeyLogging, Limiter, LimiterBuilder, Overrides, Telemetry};
 pub use policy::{Config, Evaluation, Identity, Policies, Request};
-pub use quota::{MAX_COUNT, MAX_PERIOD_MICROS, Quota, QuotaError, parse_duration};
-pub use scope::{Scope, ScopeError};
-pub use spec::{LimitSpec, leaky_mode};
 pub use store::{
     AnyStore, MemoryStore, RedisAuth, RedisConfig, RedisTls, RedisUrl, Store, StoreError,
     redact_credentials,
 };
 #[cfg(feature = "redis")]
 pub use store::{RedisStats, RedisStore};
+pub use tollgate_core::calendar::{Calendar, CalendarError, CalendarSpec};
+pub use tollgate_core::check::{
+    Check, CheckError, Item, MAX_COST, MAX_ITEMS, MAX_KEY_BYTES, Outcome, Verdict,
+};
+pub use tollgate_core::clock::{
+    Clock, MICROS_PER_SECOND, ManualClock, Micros, SystemClock, duration_to_micros,
+    micros_to_duration,
+};
+pub use tollgate_core::decision::Decision;
+pub use tollgate_core::limit::{Limit, LimitBuilder, LimitError, MAX_SLIDING_LOG_COUNT};
+pub use tollgate_core::quota::{MAX_COUNT, MAX_PERIOD_MICROS, Quota, QuotaError, parse_duration};
+pub use tollgate_core::scope::{Scope, ScopeError};
+pub use tollgate_core::spec::{LimitSpec, leaky_mode};
 pub use yaml::{ConfigError, ConfigErrors};

@@ -6,12 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::check::{Check, Verdict};
-use crate::decision::Decision;
 use crate::layer::StoreObserver;
-use crate::limit::Limit;
 use crate::policy::{Evaluation, Request};
 use crate::store::StoreError;
+use tollgate_core::check::{Check, Verdict};
+use tollgate_core::decision::Decision;
+use tollgate_core::limit::Limit;
 
 /// One limit that refused a request decided by policies.
 #[derive(Debug, Clone, Copy)]
@@ -27,7 +27,7 @@ pub struct Refused<'a> {
     /// Its decision.
     pub decision: &'a Decision,
     /// When the store decided, in its own time.
-    pub at: crate::clock::Micros,
+    pub at: tollgate_core::clock::Micros,
 }
 
 /// Receives what happens on the decision path: what the store layers see (a

@@ -64,5 +64,7 @@ pub struct Refusal {
 /// admitted: `Retry-After`, and the "retry in N s" of a refusal's detail.
 pub(crate) fn seconds_to_wait(wait: Duration) -> u64 {
     let micros = u64::try_from(wait.as_micros()).unwrap_or(u64::MAX);
-    micros.div_ceil(crate::clock::MICROS_PER_SECOND).max(1)
+    micros
+        .div_ceil(tollgate_core::clock::MICROS_PER_SECOND)
+        .max(1)
 }

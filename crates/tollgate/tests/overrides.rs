@@ -250,7 +250,7 @@ async fn refunds_give_back_what_the_override_took() {
         let evaluation = limiter.evaluate(&request).await.expect("an answer");
         assert!(evaluation.is_admitted());
         let set = limiter
-            .charges_for(tollgate::policy::Scope::Matching, &request, None)
+            .charges_for(tollgate::policy::Selection::Matching, &request, None)
             .expect("planned");
         limiter
             .refund_charges(&set, &evaluation.receipt())

@@ -10,7 +10,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use tollgate::headers::{Answer, LimitView, decision_fields};
-use tollgate::policy::{Action, ChargeSet, DecidedBy, HeaderFamily, QuotaUnit, Receipt, Scope};
+use tollgate::policy::{Action, ChargeSet, DecidedBy, HeaderFamily, QuotaUnit, Receipt, Selection};
 use tollgate::{Decision, Evaluation, Limit, MAX_COST, Micros, Quota, Request, Verdict};
 
 use super::AppState;
@@ -137,10 +137,10 @@ impl CheckRequest {
     }
 
     /// The named policy, else every policy the attributes match.
-    pub(super) fn scope(&self) -> Scope<'_> {
+    pub(super) fn scope(&self) -> Selection<'_> {
         self.policy
             .as_deref()
-            .map_or(Scope::Matching, Scope::Policy)
+            .map_or(Selection::Matching, Selection::Policy)
     }
 }
 

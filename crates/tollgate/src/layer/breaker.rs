@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::check::{Check, Verdict};
-use crate::clock::{Clock, Micros, Stopwatch, duration_to_micros};
 use crate::counter::CounterOp;
 use crate::store::{Store, StoreError};
+use tollgate_core::check::{Check, Verdict};
+use tollgate_core::clock::{Clock, Micros, Stopwatch, duration_to_micros};
 
 /// When the breaker opens and for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,7 +238,7 @@ impl<S: Store> CircuitBreaker<S> {
                 );
             }
             Some(Transition::Closed(open)) => {
-                let open = crate::clock::micros_to_duration(open);
+                let open = tollgate_core::clock::micros_to_duration(open);
                 tracing::info!(
                     open_ms = open.as_millis() as u64,
                     "the circuit breaker closes: the store answers again after {open:?}"

@@ -16,11 +16,11 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use crate::algorithm::Adjustment;
-use crate::check::{Check, Item, Verdict};
-use crate::clock::{Clock, Micros, duration_to_micros};
-use crate::decision::Decision;
-use crate::limit::Limit;
 use crate::store::{Store, StoreError};
+use tollgate_core::check::{Check, Item, Verdict};
+use tollgate_core::clock::{Clock, Micros, duration_to_micros};
+use tollgate_core::decision::Decision;
+use tollgate_core::limit::Limit;
 
 /// How long a lease is spent from before its rest goes back to the store.
 pub const HOLD: Duration = Duration::from_secs(1);

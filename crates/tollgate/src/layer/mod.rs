@@ -23,7 +23,7 @@ macro_rules! pass_to_inner {
             self.inner.held_keys()
         }
 
-        fn own_clock(&self) -> Option<&std::sync::Arc<dyn crate::clock::Clock>> {
+        fn own_clock(&self) -> Option<&std::sync::Arc<dyn tollgate_core::clock::Clock>> {
             self.inner.own_clock()
         }
     };
@@ -38,16 +38,16 @@ macro_rules! pass_to_inner {
     (writes) => {
         async fn adjust(
             &self,
-            check: &crate::check::Check<'_>,
+            check: &tollgate_core::check::Check<'_>,
             adjustments: &[crate::algorithm::Adjustment],
-            at: Option<crate::clock::Micros>,
+            at: Option<tollgate_core::clock::Micros>,
         ) -> Result<(), crate::store::StoreError> {
             self.inner.adjust(check, adjustments, at).await
         }
 
         async fn forget(
             &self,
-            check: &crate::check::Check<'_>,
+            check: &tollgate_core::check::Check<'_>,
         ) -> Result<(), crate::store::StoreError> {
             self.inner.forget(check).await
         }
@@ -67,8 +67,8 @@ pub use global::{GlobalLeases, GlobalStats, GlobalTier, LeaseTuning, MAX_GLOBAL_
 pub use leasing::{HOLD as LEASE_HOLD, Leasing};
 pub use over_limit_cache::{MAX_HOLD as CACHE_MAX_HOLD, OverLimitCache};
 
-use crate::clock::Clock;
 use crate::store::{Store, StoreError};
+use tollgate_core::clock::Clock;
 
 /// What the layers see on the way to the store, for metrics to count. Every method has a
 /// default that does nothing. Calls are made inline: keep them cheap and never block.

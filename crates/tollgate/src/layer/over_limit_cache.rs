@@ -22,10 +22,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::algorithm::Adjustment;
-use crate::check::{Check, Verdict};
-use crate::clock::{Clock, Micros, duration_to_micros};
-use crate::limit::Limit;
 use crate::store::{Store, StoreError};
+use tollgate_core::check::{Check, Verdict};
+use tollgate_core::clock::{Clock, Micros, duration_to_micros};
+use tollgate_core::limit::Limit;
 
 /// Shards of the entry map, so that threads rarely meet.
 const SHARDS: usize = 16;

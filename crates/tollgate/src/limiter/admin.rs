@@ -2,10 +2,10 @@
 //! without counting, reset it, lift its penalty.
 
 use super::Limiter;
-use crate::check::Check;
 use crate::error::Error;
-use crate::policy::{Evaluation, Planned, Policies, Request, Role, Scope};
+use crate::policy::{Evaluation, Planned, Policies, Request, Role, Selection};
 use crate::store::Store;
+use tollgate_core::check::Check;
 
 /// A limiter's operator tools: see [`Limiter::admin`].
 #[derive(Debug)]
@@ -23,7 +23,9 @@ impl<S: Store> Limiter<S> {
 impl<S: Store> Admin<'_, S> {
     /// The state of the request's key under `policy`, as [`Limiter::look_in`] reads it.
     pub async fn inspect(&self, policy: &str, request: &Request<'_>) -> Result<Evaluation, Error> {
-        self.limiter.look_in(Scope::Policy(policy), request).await
+        self.limiter
+            .look_in(Selection::Policy(policy), request)
+            .await
     }
 
     /// The policies and the items `policy` plans for `request`.
@@ -38,7 +40,7 @@ impl<S: Store> Admin<'_, S> {
             .ok_or_else(|| Error::UnknownPolicy(policy.to_owned()))?;
         let plan = self
             .limiter
-            .plan(&policies, Scope::Policy(policy), request)
+            .plan(&policies, Selection::Policy(policy), request)
             .ok_or_else(|| Error::UnknownPolicy(policy.to_owned()))?;
         let items = plan.enforced.into_iter().chain(plan.shadow).collect();
         Ok((policies, items))

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::Limiter;
-use crate::clock::MICROS_PER_SECOND;
 use crate::counter::{Count, CounterAdd, CounterOp, Tally, window_key};
 use crate::error::Error;
 use crate::store::{AnyStore, Store, StoreError};
+use tollgate_core::clock::MICROS_PER_SECOND;
 
 impl<S: Store> Limiter<S> {
     /// Counts a request's hits in plain fixed-window counters under keys that name their

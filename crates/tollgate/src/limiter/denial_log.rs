@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Mutex;
 
-use crate::clock::Micros;
+use tollgate_core::clock::Micros;
 
 /// How long after a logged refusal the same (key, limit) is counted instead of logged.
 pub(crate) const PERIOD: Micros = 10_000_000;

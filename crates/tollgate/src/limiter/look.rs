@@ -5,17 +5,17 @@
 
 use super::Limiter;
 use super::requests::{Planning, check_of};
-use crate::check::{Check, Verdict};
 use crate::error::Error;
-use crate::policy::{Evaluation, Request, Role, Scope};
+use crate::policy::{Evaluation, Request, Role, Selection};
 use crate::store::Store;
+use tollgate_core::check::{Check, Verdict};
 
 impl<S: Store> Limiter<S> {
     /// The state of the request's keys under the policies `scope` names: each limit's
     /// decision for a request of cost 0, and a refusal if a penalty box holds the client.
     pub async fn look_in(
         &self,
-        scope: Scope<'_>,
+        scope: Selection<'_>,
         request: &Request<'_>,
     ) -> Result<Evaluation, Error> {
         let (policies, mut plan) = match self.planned_in(scope, request, Some(0))? {

@@ -19,16 +19,16 @@ use arc_swap::ArcSwapOption;
 use smallvec::SmallVec;
 
 use crate::algorithm::Adjustment;
-use crate::check::{Check, Verdict};
-use crate::clock::{Clock, Micros, Stopwatch, SystemClock};
 use crate::error::Error;
 use crate::layer::{BreakerConfig, GlobalLeases, Guards, LeaseTuning, StoreObserver, guard};
-use crate::limit::Limit;
 #[cfg(feature = "metrics")]
 use crate::metrics::Metrics;
 use crate::observer::{Observer, Observers};
 use crate::policy::Policies;
 use crate::store::{AnyStore, MemoryStore, Store, StoreError};
+use tollgate_core::check::{Check, Verdict};
+use tollgate_core::clock::{Clock, Micros, Stopwatch, SystemClock};
+use tollgate_core::limit::Limit;
 
 pub use admin::Admin;
 use denials::Denials;
@@ -380,7 +380,7 @@ fn one_time_or_each(check: &Check<'_>, times: &[Micros]) -> Result<(), Error> {
     if times.len() == 1 || times.len() == items {
         return Ok(());
     }
-    Err(crate::check::CheckError::AdjustmentCount {
+    Err(tollgate_core::check::CheckError::AdjustmentCount {
         items,
         adjustments: times.len(),
     }
@@ -419,7 +419,7 @@ impl<'c> Settlement<'c> {
         limit: &'c Limit,
         cost: u64,
         actual: u64,
-        charged_at: crate::clock::Micros,
+        charged_at: tollgate_core::clock::Micros,
     ) {
         if actual > cost {
             self.changes.push(key, limit, actual - cost);

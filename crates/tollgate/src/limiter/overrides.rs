@@ -11,7 +11,7 @@ use crate::overrides::{
     Change, MAX_ACTOR_BYTES, MAX_OVERRIDES, Override, OverrideBackend, OverrideError,
     OverrideState, OverrideTarget, OverrideWrite, OverrideWritten, StoredOverride, lines,
 };
-use crate::policy::{Plan, Policies, Request, Scope};
+use crate::policy::{Plan, Policies, Request, Selection};
 use crate::store::{Store, StoreError};
 
 /// The overrides of a limiter: see [`crate::overrides`].
@@ -31,7 +31,7 @@ impl<S: Store> Limiter<S> {
     pub(super) fn plan(
         &self,
         policies: &Policies,
-        scope: Scope<'_>,
+        scope: Selection<'_>,
         request: &Request<'_>,
     ) -> Option<Plan> {
         let mut plan = policies.plan_in(scope, request)?;

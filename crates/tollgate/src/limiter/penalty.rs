@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use super::Limiter;
 use crate::algorithm::Adjustment;
-use crate::check::{Check, Verdict};
 use crate::error::Error;
 use crate::policy::{Penalty, Planned, Policies, Role};
 use crate::store::Store;
+use tollgate_core::check::{Check, Verdict};
 
 /// The key a key's violations are counted under at one strike level.
 pub(super) fn strike_key(key: &str, level: u64) -> String {

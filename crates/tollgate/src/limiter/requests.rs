@@ -10,18 +10,18 @@ use super::Limiter;
 use smallvec::SmallVec;
 
 use crate::algorithm::Adjustment;
-use crate::check::{Check, Verdict};
-use crate::clock::Micros;
-use crate::clock::Stopwatch;
 use crate::error::Error;
 use crate::observer::{Observer, Refused};
 use crate::policy::partition_of;
 use crate::policy::{
     Action, Applied, Charge, ChargeSet, DecidedBy, Evaluation, FailureMode, Gate, Plan, Planned,
-    Policies, Reason, Receipt, Refusal, Request, Role, Scope,
+    Policies, Reason, Receipt, Refusal, Request, Role, Selection,
 };
 use crate::refusal::seconds_to_wait;
 use crate::store::{Store, StoreError};
+use tollgate_core::check::{Check, Verdict};
+use tollgate_core::clock::Micros;
+use tollgate_core::clock::Stopwatch;
 
 /// A request planned under the policies, or already decided by its gate.
 pub(super) enum Planning {
@@ -59,14 +59,14 @@ impl<S: Store> Limiter<S> {
     /// An error means the store could not decide; what then happens is the caller's failure
     /// policy.
     pub async fn evaluate(&self, request: &Request<'_>) -> Result<Evaluation, Error> {
-        self.evaluate_in(Scope::Matching, request, None).await
+        self.evaluate_in(Selection::Matching, request, None).await
     }
 
     /// Like [`evaluate`](Self::evaluate), within `scope` (every matching policy, or one named
     /// policy), with `cost` replacing the policies' costs when given.
     pub async fn evaluate_in(
         &self,
-        scope: Scope<'_>,
+        scope: Selection<'_>,
         request: &Request<'_>,
         cost: Option<u64>,
     ) -> Result<Evaluation, Error> {
@@ -82,7 +82,7 @@ impl<S: Store> Limiter<S> {
 
     pub(super) async fn decide_request(
         &self,
-        scope: Scope<'_>,
+        scope: Selection<'_>,
         request: &Request<'_>,
         cost: Option<u64>,
     ) -> Result<Evaluation, Error> {
@@ -144,7 +144,7 @@ impl<S: Store> Limiter<S> {
     /// lists, malformed paths, a body without a length).
     pub(super) fn planned_in(
         &self,
-        scope: Scope<'_>,
+        scope: Selection<'_>,
         request: &Request<'_>,
         cost: Option<u64>,
     ) -> Result<Planning, Error> {
@@ -384,7 +384,7 @@ impl<S: Store> Limiter<S> {
     /// only: nothing is asked of the store.
     pub fn charges_for(
         &self,
-        scope: Scope<'_>,
+        scope: Selection<'_>,
         request: &Request<'_>,
         cost: Option<u64>,
     ) -> Result<ChargeSet, Error> {
@@ -547,10 +547,10 @@ fn charges(policies: &Policies, items: &[Planned], at: impl Fn(usize) -> Micros)
         .collect()
 }
 
-fn scope_name(scope: Scope<'_>) -> String {
+fn scope_name(scope: Selection<'_>) -> String {
     match scope {
-        Scope::Matching => String::new(),
-        Scope::Policy(name) => name.to_owned(),
+        Selection::Matching => String::new(),
+        Selection::Policy(name) => name.to_owned(),
     }
 }
 

@@ -4,8 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::algorithm::Algorithm;
-use crate::check::MAX_KEY_BYTES;
-use crate::quota::Quota;
+use tollgate_core::check::MAX_KEY_BYTES;
+use tollgate_core::quota::Quota;
 
 /// The longest `reason` an override keeps.
 pub const MAX_REASON_BYTES: usize = 1024;

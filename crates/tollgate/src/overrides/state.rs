@@ -9,8 +9,8 @@ use arc_swap::ArcSwap;
 use super::model::{StoredOverride, stored_of};
 use super::table::OverrideTable;
 use super::{MemoryOverrideBackend, OverrideBackend, OverrideSnapshot};
-use crate::clock::Micros;
 use crate::policy::{Plan, Policies};
+use tollgate_core::clock::Micros;
 
 /// A limiter's overrides.
 #[derive(Debug)]

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::model::{Change, Override, SetLimit, StoredOverride};
-use crate::clock::Micros;
-use crate::limit::Limit;
 use crate::policy::{Gate, Plan, Planned, Policies, PolicyLimit, Role};
+use tollgate_core::clock::Micros;
+use tollgate_core::limit::Limit;
 
 /// What a compiled override does.
 #[derive(Debug, Clone)]

@@ -12,12 +12,12 @@ use super::model::{
     LimitConfig, PenaltyConfig, PolicyConfig, SoftLimit, StatusRange, TierSource, UsageConfig,
 };
 use crate::algorithm::Algorithm;
-use crate::clock::duration_to_micros;
 use crate::headers::QuotaUnit;
-use crate::limit::Limit;
-use crate::quota::Quota;
-use crate::spec::LimitSpec;
 use crate::yaml::{ConfigErrors, Origin, Reader};
+use tollgate_core::clock::duration_to_micros;
+use tollgate_core::limit::Limit;
+use tollgate_core::quota::Quota;
+use tollgate_core::spec::LimitSpec;
 
 /// A limit as a policy applies it.
 #[derive(Debug, Clone)]

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use super::model::{StatusRange, UsageConfig};
 use super::plan::Role;
-use crate::check::{Check, Verdict};
-use crate::clock::Micros;
-use crate::decision::Decision;
 use crate::headers::{Answer, HeaderFamily, LimitView, QuotaUnit, decision_fields};
-use crate::limit::Limit;
 use crate::problem::problem_json;
 pub use crate::refusal::{Reason, Refusal};
+use tollgate_core::check::{Check, Verdict};
+use tollgate_core::clock::Micros;
+use tollgate_core::decision::Decision;
+use tollgate_core::limit::Limit;
 
 /// What to do with a request.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -34,7 +34,7 @@ pub use model::{
 #[cfg(feature = "yaml")]
 pub use parse::{MAX_LIMITS_PER_POLICY, MAX_LIST_ENTRIES, MAX_POLICIES};
 pub use path::{AmbiguousPath, normalize as normalize_path};
-pub use plan::{Gate, Plan, Planned, Role, Scope};
+pub use plan::{Gate, Plan, Planned, Role, Selection};
 pub use request::{HeaderSource, Identity, NoHeaders, Request};
 
 pub(crate) use compile::Penalty;

@@ -8,8 +8,8 @@ use ipnet::IpNet;
 
 use super::client_ip::ForwardedHeader;
 pub use crate::headers::HeaderFamily;
-use crate::spec::LimitSpec;
 use crate::yaml::Origin;
+use tollgate_core::spec::LimitSpec;
 
 /// Where state lives.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -11,9 +11,9 @@ use super::key;
 use super::matcher::Params;
 use super::model::{CostConfig, KeyPart, TierSource};
 use super::request::Request;
-use crate::check::MAX_COST;
 use crate::headers::QuotaUnit;
-use crate::limit::Limit;
+use tollgate_core::check::MAX_COST;
+use tollgate_core::limit::Limit;
 
 /// What an item of a planned check is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,9 +49,10 @@ pub struct Planned {
     pub unit: QuotaUnit,
 }
 
-/// Which policies a request is decided by.
+/// Which policies a request is decided by (a limit's [`Scope`](crate::Scope) says where its
+/// count lives).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope<'n> {
+pub enum Selection<'n> {
     /// Every policy whose match fits the request.
     Matching,
     /// Only the named policy, whatever its match says.
@@ -153,16 +154,16 @@ impl Policies {
 
     /// Turns a request into the items of its checks, by every policy it matches.
     pub fn plan(&self, request: &Request<'_>) -> Plan {
-        self.plan_in(Scope::Matching, request)
+        self.plan_in(Selection::Matching, request)
             .unwrap_or_else(|| unreachable!("every request has a matching-policies plan"))
     }
 
     /// Turns a request into the items of its checks within `scope`; `None` when the scope names
     /// a policy that does not exist.
-    pub fn plan_in(&self, scope: Scope<'_>, request: &Request<'_>) -> Option<Plan> {
+    pub fn plan_in(&self, scope: Selection<'_>, request: &Request<'_>) -> Option<Plan> {
         let named = match scope {
-            Scope::Matching => None,
-            Scope::Policy(name) => Some(self.policies.iter().position(|p| &*p.name == name)?),
+            Selection::Matching => None,
+            Selection::Policy(name) => Some(self.policies.iter().position(|p| &*p.name == name)?),
         };
         Some(self.plan_selected(named, request))
     }

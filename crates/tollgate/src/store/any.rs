@@ -2,8 +2,8 @@
 
 use super::{MemoryStore, Store, StoreError};
 use crate::algorithm::Adjustment;
-use crate::check::{Check, Verdict};
-use crate::clock::Micros;
+use tollgate_core::check::{Check, Verdict};
+use tollgate_core::clock::Micros;
 
 /// Any of the stores, for programs that pick one from configuration.
 #[derive(Debug)]
@@ -72,7 +72,7 @@ impl Store for AnyStore {
         }
     }
 
-    fn own_clock(&self) -> Option<&std::sync::Arc<dyn crate::clock::Clock>> {
+    fn own_clock(&self) -> Option<&std::sync::Arc<dyn tollgate_core::clock::Clock>> {
         match self {
             AnyStore::Memory(store) => store.own_clock(),
             #[cfg(feature = "redis")]

@@ -2,7 +2,7 @@
 //! as the policy file and the rate limit service's rules write it.
 
 use super::Node;
-use crate::calendar::{CalendarError, CalendarSpec};
+use tollgate_core::calendar::{CalendarError, CalendarSpec};
 
 /// The fields a `calendar` may have.
 const CALENDAR_FIELDS: &[&str] = &["tz", "anchor_day", "first_day", "anchor_date"];

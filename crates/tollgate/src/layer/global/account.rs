@@ -3,8 +3,8 @@
 
 use smallvec::SmallVec;
 
-use crate::clock::Micros;
-use crate::decision::Decision;
+use tollgate_core::clock::Micros;
+use tollgate_core::decision::Decision;
 
 /// How fast demand estimates forget, in seconds: a node's rate is an exponentially decaying
 /// average over about this long.

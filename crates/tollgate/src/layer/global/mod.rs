@@ -28,12 +28,12 @@ pub use leases::{GlobalLeases, LeaseTuning, MAX_ACCOUNTS as MAX_GLOBAL_ACCOUNTS}
 pub use stats::GlobalStats;
 
 use crate::algorithm::Adjustment;
-use crate::check::{Check, Verdict};
-use crate::clock::Micros;
-use crate::decision::Decision;
-use crate::scope::Scope;
 use crate::store::{Store, StoreError};
 use leases::Local;
+use tollgate_core::check::{Check, Verdict};
+use tollgate_core::clock::Micros;
+use tollgate_core::decision::Decision;
+use tollgate_core::scope::Scope;
 
 /// A store whose global limits are spent from leases on a global store.
 pub struct GlobalTier<S> {

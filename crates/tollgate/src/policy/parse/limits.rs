@@ -6,10 +6,10 @@ use super::values::read_duration;
 use super::{LIMIT_FIELDS, MAX_LIMITS_PER_POLICY};
 use crate::algorithm::Algorithm;
 use crate::policy::model::{ConcurrencyConfig, CostConfig, LimitConfig, PenaltyConfig, SoftLimit};
-use crate::quota::Quota;
-use crate::spec::{LimitSpec, leaky_mode};
 use crate::yaml::Node;
 use crate::yaml::read_calendar;
+use tollgate_core::quota::Quota;
+use tollgate_core::spec::{LimitSpec, leaky_mode};
 
 pub(super) fn read_limits(node: Node<'_, '_>, what: &str, default_name: &str) -> Vec<LimitConfig> {
     let Some(items) = node.strict_list(&format!("{what}: limits")) else {
@@ -49,12 +49,18 @@ pub(super) fn read_limit(node: Node<'_, '_>, what: &str, fallback: String) -> Op
     let quota = map
         .required("quota", &what)
         .and_then(|n| n.parse::<Quota>(&format!("{what}: quota")));
-    let burst = map
-        .get("burst")
-        .and_then(|n| n.number(&format!("{what}: burst"), 1..=crate::quota::MAX_COUNT));
-    let delay_after = map
-        .get("delay_after")
-        .and_then(|n| n.number(&format!("{what}: delay_after"), 1..=crate::quota::MAX_COUNT));
+    let burst = map.get("burst").and_then(|n| {
+        n.number(
+            &format!("{what}: burst"),
+            1..=tollgate_core::quota::MAX_COUNT,
+        )
+    });
+    let delay_after = map.get("delay_after").and_then(|n| {
+        n.number(
+            &format!("{what}: delay_after"),
+            1..=tollgate_core::quota::MAX_COUNT,
+        )
+    });
     let mode_node = map.get("mode");
     let mode_text = mode_node.and_then(|n| n.text("mode"));
     let mode = leaky_mode(mode_text.as_deref(), delay_after).unwrap_or_else(|error| {
@@ -65,15 +71,23 @@ pub(super) fn read_limit(node: Node<'_, '_>, what: &str, fallback: String) -> Op
     });
     let lease = map
         .get("lease")
-        .and_then(|n| n.number(&format!("{what}: lease"), 1..=crate::quota::MAX_COUNT))
+        .and_then(|n| {
+            n.number(
+                &format!("{what}: lease"),
+                1..=tollgate_core::quota::MAX_COUNT,
+            )
+        })
         .unwrap_or(0);
     let scope = map
         .get("scope")
         .and_then(|n| n.parse::<crate::Scope>(&format!("{what}: scope")))
         .unwrap_or_default();
-    let max_debt = map
-        .get("max_debt")
-        .and_then(|n| n.number(&format!("{what}: max_debt"), 0..=crate::check::MAX_COST));
+    let max_debt = map.get("max_debt").and_then(|n| {
+        n.number(
+            &format!("{what}: max_debt"),
+            0..=tollgate_core::check::MAX_COST,
+        )
+    });
     let calendar = map.get("calendar").map(|n| read_calendar(n, &what));
     map.deny_unknown(&what, LIMIT_FIELDS);
     let calendar = match calendar {
@@ -106,15 +120,15 @@ pub(super) fn read_cost(node: Node<'_, '_>, what: &str) -> Option<CostConfig> {
             .map(|t| t.to_ascii_lowercase());
         let default = map
             .get("default")
-            .and_then(|n| n.number("cost.default", 0..=crate::check::MAX_COST));
+            .and_then(|n| n.number("cost.default", 0..=tollgate_core::check::MAX_COST));
         let max = map
             .get("max")
-            .and_then(|n| n.number("cost.max", 1..=crate::check::MAX_COST));
+            .and_then(|n| n.number("cost.max", 1..=tollgate_core::check::MAX_COST));
         map.deny_unknown(&format!("{what}: cost"), &["header", "default", "max"]);
         return Some(CostConfig::Header {
             name: header?,
             default: default.unwrap_or(1),
-            max: max.unwrap_or(crate::check::MAX_COST),
+            max: max.unwrap_or(tollgate_core::check::MAX_COST),
         });
     }
     let text = node.text(&format!("{what}: cost"))?;
@@ -127,11 +141,11 @@ pub(super) fn read_cost(node: Node<'_, '_>, what: &str) -> Option<CostConfig> {
         return Some(CostConfig::Header {
             name: name.to_ascii_lowercase(),
             default: 1,
-            max: crate::check::MAX_COST,
+            max: tollgate_core::check::MAX_COST,
         });
     }
     match text.parse::<u64>() {
-        Ok(cost) if cost <= crate::check::MAX_COST => Some(CostConfig::Fixed(cost)),
+        Ok(cost) if cost <= tollgate_core::check::MAX_COST => Some(CostConfig::Fixed(cost)),
         _ => {
             node.error(format!(
                 "{what}: cost: expected a whole number, \"header:<name>\", \"body\" or {{header, default, max}}, found {text:?}"

@@ -28,7 +28,7 @@ pub(super) fn read_usage(node: Node<'_, '_>, what: &str) -> Option<UsageConfig> 
     }
     let max = map
         .get("max")
-        .and_then(|n| n.number(&format!("{what}.max"), 1..=crate::check::MAX_COST));
+        .and_then(|n| n.number(&format!("{what}.max"), 1..=tollgate_core::check::MAX_COST));
     map.deny_unknown(&what, &["header", "trailer", "body", "max"]);
     if sources.len() != 1 {
         map.error(format!(
@@ -39,7 +39,7 @@ pub(super) fn read_usage(node: Node<'_, '_>, what: &str) -> Option<UsageConfig> 
     }
     Some(UsageConfig {
         source: sources.pop().flatten()?,
-        max: max.unwrap_or(crate::check::MAX_COST),
+        max: max.unwrap_or(tollgate_core::check::MAX_COST),
     })
 }
 

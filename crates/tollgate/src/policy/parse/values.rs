@@ -11,8 +11,8 @@ use crate::policy::client_ip::ForwardedHeader;
 use crate::policy::model::{
     HeaderFamily, IdempotencyConfig, IdentityHeaders, ListEntry, StatusRange,
 };
-use crate::quota::parse_duration;
 use crate::yaml::Node;
+use tollgate_core::quota::parse_duration;
 
 pub(super) fn read_duration(node: Node<'_, '_>, what: &str) -> Option<Duration> {
     let text = node.text(what)?;
@@ -171,7 +171,7 @@ pub(super) fn read_idempotency(node: Node<'_, '_>) -> Option<IdempotencyConfig> 
         config.max_keys = n
             .number(
                 "idempotency.max_keys",
-                1..=crate::limit::MAX_SLIDING_LOG_COUNT,
+                1..=tollgate_core::limit::MAX_SLIDING_LOG_COUNT,
             )
             .unwrap_or(config.max_keys);
     }

@@ -8,11 +8,11 @@ use smallvec::SmallVec;
 
 use super::super::account::Seen;
 use super::{AccountKey, GlobalLeases};
-use crate::check::Check;
-use crate::clock::Micros;
-use crate::decision::Decision;
-use crate::limit::Limit;
 use crate::store::{Store, StoreError};
+use tollgate_core::check::Check;
+use tollgate_core::clock::Micros;
+use tollgate_core::decision::Decision;
+use tollgate_core::limit::Limit;
 
 impl GlobalLeases {
     /// Fetches the leases `fetch` lists in the background (not at all when there is no tokio

@@ -23,12 +23,12 @@ use tokio::sync::Notify;
 use super::account::{Account, Spent};
 use super::stats::{Counters, GlobalStats};
 use crate::algorithm::Adjustment;
-use crate::check::{Check, Item};
-use crate::clock::{Clock, Micros};
-use crate::decision::Decision;
 use crate::layer::{BreakerConfig, CircuitBreaker, StoreObserver};
-use crate::limit::Limit;
 use crate::store::{AnyStore, Store, StoreError};
+use tollgate_core::check::{Check, Item};
+use tollgate_core::clock::{Clock, Micros};
+use tollgate_core::decision::Decision;
+use tollgate_core::limit::Limit;
 
 /// The most (key, limit) accounts a node keeps; idle ones make room for new ones.
 pub const MAX_ACCOUNTS: usize = 100_000;
@@ -309,7 +309,7 @@ impl GlobalLeases {
         &self,
         check: &Check<'_>,
         at: Option<Micros>,
-    ) -> Result<crate::check::Verdict, StoreError> {
+    ) -> Result<tollgate_core::check::Verdict, StoreError> {
         self.counters.called();
         self.global.check(check, at).await
     }

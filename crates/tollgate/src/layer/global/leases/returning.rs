@@ -10,9 +10,9 @@ use smallvec::SmallVec;
 use super::super::account::Chunk;
 use super::{AccountKey, GlobalLeases};
 use crate::algorithm::Adjustment;
-use crate::check::Check;
-use crate::clock::{Micros, duration_to_micros};
 use crate::store::Store;
+use tollgate_core::check::Check;
+use tollgate_core::clock::{Micros, duration_to_micros};
 
 impl GlobalLeases {
     /// Drops expired units (stranded) and gives back the units of accounts not used for
@@ -64,7 +64,7 @@ impl GlobalLeases {
                     .map(move |chunk| (key, chunk.units, chunk.taken_at))
             })
             .collect();
-        for batch in parts.chunks(crate::check::MAX_ITEMS) {
+        for batch in parts.chunks(tollgate_core::check::MAX_ITEMS) {
             let mut check = Check::new(0);
             let mut refunds: SmallVec<[Adjustment; 4]> = SmallVec::new();
             let mut units = 0;

@@ -6,9 +6,9 @@ use std::sync::atomic::Ordering;
 use super::super::account::{Account, Sizing};
 use super::GlobalLeases;
 use crate::algorithm::Algorithm;
-use crate::clock::{Micros, duration_to_micros};
-use crate::decision::Decision;
-use crate::limit::Limit;
+use tollgate_core::clock::{Micros, duration_to_micros};
+use tollgate_core::decision::Decision;
+use tollgate_core::limit::Limit;
 
 impl GlobalLeases {
     /// How long a lease should last: the horizon, and at least four round trips (round trips
