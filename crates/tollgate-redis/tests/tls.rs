@@ -4,7 +4,11 @@
 
 use std::time::Duration;
 
-use tollgate::{Algorithm, Check, Limit, RedisAuth, RedisConfig, RedisStore, RedisTls, Store};
+use tollgate_core::algorithm::Algorithm;
+use tollgate_core::check::Check;
+use tollgate_core::limit::Limit;
+use tollgate_core::store::Store;
+use tollgate_redis::{RedisAuth, RedisConfig, RedisStore, RedisTls};
 use tollgate_testkit::{Certificates, RedisServer};
 
 /// The ACL rules the README gives Tollgate's user.
@@ -78,7 +82,7 @@ async fn each_wrong_connection_says_what_is_wrong() {
     let certificates = Certificates::generate();
     let server = locked_down_server(&certificates);
     let url = tls_url(&server);
-    let error = |result: Result<RedisStore, tollgate::StoreError>| {
+    let error = |result: Result<RedisStore, tollgate_core::store::StoreError>| {
         result.expect_err("the connection must fail").to_string()
     };
     let wrong_password = error(RedisStore::connect(&url, config(&certificates, "guess")).await);

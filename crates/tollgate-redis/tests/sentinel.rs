@@ -5,7 +5,11 @@
 
 use std::time::{Duration, Instant};
 
-use tollgate::{Algorithm, Check, Limit, RedisConfig, RedisStore, Store, StoreError};
+use tollgate_core::algorithm::Algorithm;
+use tollgate_core::check::Check;
+use tollgate_core::limit::Limit;
+use tollgate_core::store::{Store, StoreError};
+use tollgate_redis::{RedisConfig, RedisStore};
 use tollgate_testkit::{MASTER_NAME, RedisSentinels};
 
 /// The longest a failover may take here: one second to call the master down, then the
@@ -105,12 +109,12 @@ async fn sentinels_and_their_master_over_tls_with_passwords() {
     let certificates = tollgate_testkit::Certificates::generate();
     let group = RedisSentinels::start_tls(&certificates);
     let config = RedisConfig {
-        tls: tollgate::RedisTls {
+        tls: tollgate_redis::RedisTls {
             ca_file: Some(certificates.ca.clone()),
-            ..tollgate::RedisTls::default()
+            ..tollgate_redis::RedisTls::default()
         },
         timeout: Duration::from_secs(2),
-        auth: Some(tollgate::RedisAuth {
+        auth: Some(tollgate_redis::RedisAuth {
             username: None,
             password: tollgate_testkit::DATA_PASSWORD.to_owned(),
         }),
