@@ -25,15 +25,9 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::check::{CheckError, MAX_COST};
-
-/// The most counters one count may hold (envoyproxy/ratelimit has no cap; Tollgate's rate
-/// limit service takes at most this many descriptors a request).
-pub const MAX_COUNTERS: usize = 4_096;
-
-/// The longest counter key, in bytes. Upstream keys are the descriptor's entries verbatim, so
-/// they are not shortened: a longer key is refused.
-pub const MAX_COUNTER_KEY_BYTES: usize = 1 << 20;
+use crate::bounds::MAX_COST;
+pub use crate::bounds::{MAX_COUNTER_KEY_BYTES, MAX_COUNTERS};
+use crate::check::CheckError;
 
 /// One counter of a [`Count`].
 #[derive(Debug, Clone, PartialEq, Eq)]

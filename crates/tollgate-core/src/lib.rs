@@ -21,11 +21,13 @@
 //! - [`overrides`]: where run-time overrides are kept, versioned.
 
 pub mod algorithm;
+mod bounds;
 pub mod calendar;
 pub mod check;
 pub mod clock;
 pub mod counter;
 pub mod decision;
+mod kind;
 pub mod limit;
 pub mod overrides;
 pub mod quota;

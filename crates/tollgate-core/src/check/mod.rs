@@ -13,17 +13,8 @@ use crate::limit::Limit;
 
 mod verdict;
 
+pub use crate::bounds::{MAX_COST, MAX_ITEMS, MAX_KEY_BYTES};
 pub use verdict::{Outcome, Verdict};
-
-/// The largest cost a single item may carry (2^40); larger costs are refused by
-/// [`Check::validate`] rather than wrapped or saturated.
-pub const MAX_COST: u64 = 1 << 40;
-
-/// The most items one check may hold.
-pub const MAX_ITEMS: usize = 64;
-
-/// The longest key, in bytes.
-pub const MAX_KEY_BYTES: usize = 1024;
 
 /// One (key, limit, cost) triple of a check.
 #[derive(Debug, Clone)]
@@ -117,17 +108,17 @@ pub enum CheckError {
         /// The key's length.
         len: usize,
     },
-    /// A count of more counters than [`MAX_COUNTERS`](crate::counter::MAX_COUNTERS).
+    /// A count of more counters than [`MAX_COUNTERS`](crate::bounds::MAX_COUNTERS).
     #[error(
         "a count may hold at most {max} counters, this one holds {0}",
-        max = crate::counter::MAX_COUNTERS
+        max = crate::bounds::MAX_COUNTERS
     )]
     TooManyCounters(usize),
     /// A counter key that is empty or above
-    /// [`MAX_COUNTER_KEY_BYTES`](crate::counter::MAX_COUNTER_KEY_BYTES).
+    /// [`MAX_COUNTER_KEY_BYTES`](crate::bounds::MAX_COUNTER_KEY_BYTES).
     #[error(
         "counter {index}: the key is {len} bytes long, it must be 1 to {max} bytes",
-        max = crate::counter::MAX_COUNTER_KEY_BYTES
+        max = crate::bounds::MAX_COUNTER_KEY_BYTES
     )]
     CounterKeyLength {
         /// Position of the counter in the count.

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use super::{Limit, LimitError, MAX_SLIDING_LOG_COUNT, MAX_TOLERANCE_MICROS, Shape};
-use crate::algorithm::{Algorithm, Kind, LeakyMode};
 use crate::calendar::{Calendar, CalendarSpec};
+use crate::kind::{Algorithm, Kind, LeakyMode};
 use crate::quota::Quota;
 use crate::scope::Scope;
 

@@ -1,9 +1,9 @@
 //! Why a limit was refused: each error names the limit and what to do instead.
 
 use super::MAX_SLIDING_LOG_COUNT;
-use crate::algorithm::Algorithm;
 use crate::calendar::CalendarError;
 use crate::clock::Micros;
+use crate::kind::Algorithm;
 
 /// Why a limit was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

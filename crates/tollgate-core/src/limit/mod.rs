@@ -3,9 +3,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::algorithm::{Algorithm, Kind, LeakyMode};
 use crate::calendar::Calendar;
 use crate::clock::Micros;
+use crate::kind::{Algorithm, Kind, LeakyMode};
 use crate::quota::Quota;
 use crate::scope::Scope;
 
@@ -292,7 +292,7 @@ impl Shape {
     /// usage a policy can report is charged in full), within what keeps the state's span below
     /// [`MAX_DEBT_SPAN_MICROS`].
     fn with_debt(mut self, asked: Option<u64>) -> Self {
-        let asked = asked.unwrap_or(crate::check::MAX_COST);
+        let asked = asked.unwrap_or(crate::bounds::MAX_COST);
         let fits = if self.algorithm.is_rate() {
             (MAX_DEBT_SPAN_MICROS / self.interval.max(1)).saturating_sub(self.burst)
         } else if self.calendar.is_some() {
