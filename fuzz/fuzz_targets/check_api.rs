@@ -12,7 +12,7 @@ use libfuzzer_sys::fuzz_target;
 use tollgate::secret::Secret;
 use tollgate::{AnyStore, Limiter, MemoryStore};
 use tollgate_envoy::rls::{Rls, RlsConfig};
-use tollgate_server::api::{AppState, Charges, router};
+use tollgate_http::api::{AppState, Charges, router};
 use tower::ServiceExt;
 
 fn runtime() -> &'static tokio::runtime::Runtime {

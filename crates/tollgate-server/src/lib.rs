@@ -1,27 +1,22 @@
-//! The `tollgate` server: an HTTP check API, Envoy's rate limit services (from
-//! `tollgate-envoy`, served and traced here), and a rate-limiting reverse proxy, on the
-//! Tollgate library. The binary (`main.rs`) only calls [`cli::main`].
+//! The `tollgate` server: composes the check API, the proxy, the admin API and the listeners
+//! (`tollgate-http`) and Envoy's rate limit services (`tollgate-envoy`, served and traced
+//! here) on the Tollgate library, from flags, environment and files. The binary (`main.rs`)
+//! only calls [`cli::main`].
 
-pub mod admin;
-pub mod api;
+pub mod admin_flags;
 pub mod cli;
-pub mod exposition;
-pub mod forward;
-pub mod health;
-pub mod http_server;
+pub mod connection_flags;
+pub mod health_flags;
 #[cfg(feature = "otel")]
 pub mod otel;
 pub mod overrides;
 pub mod policies;
-pub mod process_metrics;
 pub mod proxy;
-pub mod proxy_metrics;
+pub mod refund_flags;
 pub mod reload;
 pub mod serve;
 pub mod shutdown;
-pub mod side_listeners;
+pub mod side_listener_flags;
 pub mod store;
-pub mod store_health;
-pub mod tls;
-mod tls_client_name;
+pub mod tls_flags;
 pub mod upstream;

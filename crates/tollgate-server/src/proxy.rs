@@ -1,19 +1,18 @@
 //! `tollgate proxy`: a reverse proxy that applies the policies to every request and forwards
-//! what they admit, so an upstream is protected without a change to its code.
+//! what they admit, so an upstream is protected without a change to its code. Its flags, and
+//! its listeners wired up; the routes are `tollgate_http::proxy`'s.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use tollgate::{AnyStore, Limiter};
-use tollgate_tower::RateLimitLayer;
+use tollgate_http::admin::AdminState;
+use tollgate_http::forward::{ForwardSettings, Upstream};
+use tollgate_http::http_server::{listen, serve};
 
-use crate::admin::{AdminArgs, AdminState};
-use crate::forward::{ForwardSettings, Forwarder, Upstream};
-use crate::http_server::listen;
-use crate::http_server::{ConnectionLimits, serve};
+use crate::admin_flags::AdminArgs;
+use crate::connection_flags::ConnectionFlags;
 use crate::reload::Reloader;
 use crate::store::{self, StoreFlags};
 
@@ -50,13 +49,13 @@ pub struct ProxyArgs {
     #[command(flatten)]
     pub(crate) store: StoreFlags,
     #[command(flatten)]
-    pub(crate) connections: ConnectionLimits,
+    pub(crate) connections: ConnectionFlags,
     #[command(flatten)]
-    pub(crate) tls: crate::tls::TlsFlags,
+    pub(crate) tls: crate::tls_flags::TlsFlags,
     #[command(flatten)]
     pub(crate) admin: AdminArgs,
     #[command(flatten)]
-    pub(crate) health: crate::health::HealthArgs,
+    pub(crate) health: crate::health_flags::HealthArgs,
     #[cfg(feature = "otel")]
     #[command(flatten)]
     pub(crate) otel: crate::otel::OtelFlags,
@@ -68,7 +67,7 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
     let (limiter, store_description) = store::open_limiter(Some(&args.config), &args.store).await?;
     store::sweep_expired(&limiter, std::time::Duration::from_secs(10));
     args.admin.validate()?;
-    let tls = crate::tls::Tls::from_flags(&args.tls)?;
+    let tls = args.tls.load()?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     let (listener, address) = listen(args.listen, "the proxy").await?;
     let (admin, admin_address) = listen(args.admin.admin, "the admin API").await?;
@@ -83,19 +82,34 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
         args.config.display()
     );
     let shutdown = crate::shutdown::Shutdown::after_signal(args.health.shutdown_delay);
-    let proxy_metrics = Arc::new(crate::proxy_metrics::ProxyMetrics::new());
-    let app = proxy_app(&args, upstream, &limiter, tls.is_some(), &proxy_metrics)?;
-    let admin_app = crate::admin::router(
+    let proxy_metrics = Arc::new(tollgate_http::proxy_metrics::ProxyMetrics::new());
+    let app = tollgate_http::proxy::router(
+        &limiter,
+        upstream,
+        ForwardSettings {
+            timeout: args.upstream_timeout,
+            http2: args.upstream_http2,
+            upstream_ca: args.upstream_ca.clone(),
+            listener_tls: tls.is_some() && args.tls.covers(crate::tls_flags::Listener::Http),
+        },
+        &proxy_metrics,
+    )?;
+    let admin_app = tollgate_http::admin::router(
         AdminState {
             limiter: limiter.clone(),
             rls: None,
             quotas: None,
             config: Some(args.config.clone()),
+            built_in_policies: crate::policies::BUILT_IN,
             proxy_metrics: Some(proxy_metrics),
-            readiness: crate::health::Readiness {
-                stopping: crate::health::Stopping::on(crate::shutdown::signal()),
-                store: crate::store_health::watch(&limiter, args.health.store_probe_interval, None),
-                mode: args.health.readiness,
+            readiness: tollgate_http::health::Readiness {
+                stopping: tollgate_http::health::Stopping::on(crate::shutdown::signal()),
+                store: tollgate_http::store_health::watch(
+                    &limiter,
+                    args.health.store_probe_interval,
+                    None,
+                ),
+                needs_store: args.health.readiness == crate::health_flags::ReadinessMode::Store,
                 rls_domains: None,
             },
         },
@@ -103,18 +117,19 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
         admin_hosts,
     );
     let tls_for = |listener| tls.as_ref().filter(|_| args.tls.covers(listener));
+    let connections = args.connections.limits();
     let proxy_server = serve(
         listener,
         app,
-        &args.connections,
-        tls_for(crate::tls::Listener::Http),
+        &connections,
+        tls_for(crate::tls_flags::Listener::Http),
         shutdown.wait(),
     );
     let admin_server = serve(
         admin,
         admin_app,
-        &args.connections,
-        tls_for(crate::tls::Listener::Admin),
+        &connections,
+        tls_for(crate::tls_flags::Listener::Admin),
         shutdown.wait(),
     );
     // Announced once the reload and stop signals have their handlers.
@@ -123,47 +138,4 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
     // Leased quota this node did not spend goes back for the other nodes.
     limiter.return_leases().await;
     Ok(())
-}
-
-/// The proxy's routes: every request through the rate limit layer (and the body digest
-/// layer) to the upstream, its answer counted; `tls` says whether the proxy listens over TLS.
-fn proxy_app(
-    args: &ProxyArgs,
-    upstream: Upstream,
-    limiter: &Limiter<AnyStore>,
-    tls: bool,
-    proxy_metrics: &Arc<crate::proxy_metrics::ProxyMetrics>,
-) -> Result<Router, String> {
-    let forwarder = Arc::new(Forwarder::new(
-        upstream,
-        ForwardSettings {
-            timeout: args.upstream_timeout,
-            http2: args.upstream_http2,
-            upstream_ca: args.upstream_ca.clone(),
-            listener_tls: tls && args.tls.covers(crate::tls::Listener::Http),
-        },
-        Arc::clone(proxy_metrics),
-    )?);
-    let forward = tower::service_fn(move |request| {
-        let forwarder = Arc::clone(&forwarder);
-        async move { Ok::<_, std::convert::Infallible>(forwarder.forward(request).await) }
-    });
-    let counted = Arc::clone(proxy_metrics);
-    let app = Router::new().fallback_service(
-        tower::ServiceBuilder::new()
-            .map_response(move |response: axum::http::Response<_>| {
-                counted.answered(response.status().as_u16());
-                response
-            })
-            .layer(tollgate_tower::BodyDigestLayer::new(limiter.clone()))
-            .layer(RateLimitLayer::new(limiter.clone()))
-            .service(forward),
-    );
-    #[cfg(feature = "otel")]
-    let app = if crate::otel::enabled() {
-        app.layer(crate::otel::TraceLayer::propagating())
-    } else {
-        app
-    };
-    Ok(app)
 }

@@ -11,8 +11,8 @@ use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tollgate::{AnyStore, Limiter};
 
-use crate::tls::Tls;
 use tollgate_envoy::rls::{Rls, RlsConfig};
+use tollgate_http::tls::Tls;
 
 /// What is reloaded, and the counts of reloads (for metrics and logs).
 #[derive(Debug)]

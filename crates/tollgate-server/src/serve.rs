@@ -5,14 +5,17 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::admin::{AdminArgs, AdminState};
-use crate::api::{AppState, router};
-use crate::http_server::{ConnectionLimits, listen, serve};
+use crate::admin_flags::AdminArgs;
+use crate::connection_flags::ConnectionFlags;
 use crate::reload::Reloader;
 use crate::store::{self, StoreFlags};
 use tollgate::{AnyStore, Limiter};
 use tollgate_envoy::rlqs::{Rlqs, RlqsGrpc};
 use tollgate_envoy::rls::{Rls, RlsConfig, RlsFailureMode};
+use tollgate_http::admin::AdminState;
+use tollgate_http::api::{AppState, router};
+use tollgate_http::health::Readiness;
+use tollgate_http::http_server::{listen, serve};
 
 /// `tollgate serve` flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -69,15 +72,15 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub(crate) quotas: tollgate_envoy::rlqs::QuotaFlags,
     #[command(flatten)]
-    pub(crate) connections: ConnectionLimits,
+    pub(crate) connections: ConnectionFlags,
     #[command(flatten)]
-    pub(crate) tls: crate::tls::TlsFlags,
+    pub(crate) tls: crate::tls_flags::TlsFlags,
     #[command(flatten)]
     pub(crate) admin: AdminArgs,
     #[command(flatten)]
-    pub(crate) refunds: crate::api::RefundArgs,
+    pub(crate) refunds: crate::refund_flags::RefundArgs,
     #[command(flatten)]
-    pub(crate) health: crate::health::HealthArgs,
+    pub(crate) health: crate::health_flags::HealthArgs,
     /// Let a reload of the rate limit service's directory leave no domain (every Envoy limit
     /// switched off); without it such a reload is refused and the last configuration stays.
     #[arg(long, env = "TOLLGATE_RLS_ALLOW_EMPTY")]
@@ -89,7 +92,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub(crate) otel: crate::otel::OtelFlags,
     #[command(flatten)]
-    pub(crate) side: crate::side_listeners::SideListeners,
+    pub(crate) side: crate::side_listener_flags::SideListeners,
     #[command(flatten)]
     pub(crate) upstream: crate::upstream::UpstreamFlags,
     /// A link above --rls-config whose replacement reloads it (envoyproxy/ratelimit's
@@ -106,7 +109,7 @@ fn print_banner(args: &ServeArgs, bound: &Bound, store: &str, overrides: &str) {
     );
     let tls = |listener| args.tls.tls_cert.is_some() && args.tls.covers(listener);
     let scheme = |listener| if tls(listener) { "https" } else { "http" };
-    let over = if tls(crate::tls::Listener::Grpc) {
+    let over = if tls(crate::tls_flags::Listener::Grpc) {
         " over TLS"
     } else {
         ""
@@ -114,7 +117,7 @@ fn print_banner(args: &ServeArgs, bound: &Bound, store: &str, overrides: &str) {
     println!("tollgate serving");
     println!(
         "  http: {}://{} (POST /v1/check, /v1/refund, /json; GET /healthz, /readyz, /metrics, /openapi.json)",
-        scheme(crate::tls::Listener::Http),
+        scheme(crate::tls_flags::Listener::Http),
         bound.http
     );
     println!(
@@ -124,7 +127,7 @@ fn print_banner(args: &ServeArgs, bound: &Bound, store: &str, overrides: &str) {
     match bound.admin {
         Some(admin) => println!(
             "  admin: {}://{admin} (GET /dashboard, /admin/stats, /admin/top, /admin/config, /admin/overrides; PUT, DELETE /admin/overrides; POST /admin/inspect, /admin/reset, /admin/lift, /admin/overrides/import){}",
-            scheme(crate::tls::Listener::Admin),
+            scheme(crate::tls_flags::Listener::Admin),
             if args.admin.admin_token.is_some() {
                 "; token required"
             } else {
@@ -243,7 +246,7 @@ fn reloader(
     args: &ServeArgs,
     limiter: &Limiter<AnyStore>,
     rls: &Arc<Rls>,
-    tls: Option<&crate::tls::Tls>,
+    tls: Option<&tollgate_http::tls::Tls>,
 ) -> Arc<Reloader> {
     let mut reloader = Reloader::new(
         limiter.clone(),
@@ -271,7 +274,7 @@ fn rls_failure_meaning(mode: RlsFailureMode) -> &'static str {
 /// Resolves with an error if the store has not answered `within` of start-up; never without
 /// a limit.
 async fn store_deadline(
-    store: crate::store_health::StoreHealth,
+    store: tollgate_http::store_health::StoreHealth,
     within: Option<std::time::Duration>,
 ) -> Result<(), String> {
     let Some(within) = within else {
@@ -293,17 +296,17 @@ fn readiness(
     args: &ServeArgs,
     limiter: &Limiter<AnyStore>,
     rls: &Arc<Rls>,
-    stopping: crate::health::Stopping,
-) -> crate::health::Readiness {
-    let store_health = crate::store_health::watch(
+    stopping: tollgate_http::health::Stopping,
+) -> Readiness {
+    let store_health = tollgate_http::store_health::watch(
         limiter,
         args.health.store_probe_interval,
         Some(rls_failure_meaning(args.rls_on_store_error)),
     );
-    crate::health::Readiness {
+    Readiness {
         stopping,
         store: store_health,
-        mode: args.health.readiness,
+        needs_store: args.health.readiness == crate::health_flags::ReadinessMode::Store,
         rls_domains: args.health.ready_with_rls_domains.then(|| Arc::clone(rls)),
     }
 }
@@ -333,14 +336,14 @@ fn side_apps(
     rls: &Arc<Rls>,
     quotas: &Arc<Rlqs>,
 ) -> (axum::Router, axum::Router) {
-    let shown = crate::side_listeners::Shown {
+    let shown = tollgate_http::side_listeners::Shown {
         limiter: limiter.clone(),
         rls: Arc::clone(rls),
         quotas: Some(Arc::clone(quotas)),
     };
     (
-        crate::side_listeners::debug_router(shown.clone()),
-        crate::side_listeners::metrics_router(shown, &args.side.metrics_path),
+        tollgate_http::side_listeners::debug_router(shown.clone()),
+        tollgate_http::side_listeners::metrics_router(shown, &args.side.metrics_path),
     )
 }
 
@@ -356,8 +359,8 @@ struct Served<'a> {
 fn http_apps(
     args: &ServeArgs,
     served: Served<'_>,
-    charges: Arc<crate::api::Charges>,
-    readiness: crate::health::Readiness,
+    charges: Arc<tollgate_http::api::Charges>,
+    readiness: Readiness,
     admin_bound: Option<Option<SocketAddr>>,
 ) -> Result<(axum::Router, Option<axum::Router>), String> {
     let Served {
@@ -365,7 +368,7 @@ fn http_apps(
         rls,
         quotas,
     } = served;
-    let app = router(AppState::new(crate::api::Shared {
+    let app = router(AppState::new(tollgate_http::api::Shared {
         limiter: limiter.clone(),
         rls: Arc::clone(rls),
         quotas: Some(Arc::clone(quotas)),
@@ -380,10 +383,11 @@ fn http_apps(
         rls: Some(Arc::clone(rls)),
         quotas: Some(Arc::clone(quotas)),
         config: args.config.clone(),
+        built_in_policies: crate::policies::BUILT_IN,
         readiness,
         proxy_metrics: None,
     };
-    let admin_app = crate::admin::router(
+    let admin_app = tollgate_http::admin::router(
         state,
         args.admin.tokens(),
         args.admin
@@ -407,7 +411,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     let assigning = tokio::spawn(Arc::clone(&quotas).run());
     args.admin.validate()?;
     let charges = Arc::new(args.refunds.charges()?);
-    let tls = crate::tls::Tls::from_flags(&args.tls)?;
+    let tls = args.tls.load()?;
     // Limits pushed over xDS: by default the listeners open once the first is in force.
     if tollgate_envoy::rls::xds::subscribe(&args.rls_xds, &rls, &limiter, crate::shutdown::signal)
         .await?
@@ -417,11 +421,12 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     }
     let listeners = bind(&args).await?;
     Arc::clone(&reloader(&args, &limiter, &rls, tls.as_ref())).start(!args.no_watch);
-    let (health, stopping, reporter) = crate::health::service(crate::shutdown::signal()).await;
+    let (health, stopping, reporter) =
+        tollgate_http::health::service(crate::shutdown::signal()).await;
     let shutdown = crate::shutdown::Shutdown::after_signal(args.health.shutdown_delay);
     let readiness = readiness(&args, &limiter, &rls, stopping);
     let store_health = readiness.store.clone();
-    crate::health::follow(
+    tollgate_http::health::follow(
         reporter,
         readiness.clone(),
         std::time::Duration::from_secs(1),
@@ -439,9 +444,10 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         listeners.admin.as_ref().map(|_| listeners.bound.admin),
     )?;
     let tls_for = |listener| tls.as_ref().filter(|_| args.tls.covers(listener));
+    let connections = args.connections.limits();
     let admin_server = listeners.admin.zip(admin_app).map(|(admin, admin_app)| {
-        let tls = tls_for(crate::tls::Listener::Admin);
-        serve(admin, admin_app, &args.connections, tls, shutdown.wait())
+        let tls = tls_for(crate::tls_flags::Listener::Admin);
+        serve(admin, admin_app, &connections, tls, shutdown.wait())
     });
     // The gRPC services go through the same accept loop as HTTP, with the same bounds: a
     // connection cap, and a client that never sends its preface (or goes idle) is closed.
@@ -450,21 +456,18 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         .add_service(health)
         .into_axum_router();
     let side = |listener: Option<tokio::net::TcpListener>, app: axum::Router| {
-        listener.map(|listener| serve(listener, app, &args.connections, None, shutdown.wait()))
+        listener.map(|listener| serve(listener, app, &connections, None, shutdown.wait()))
     };
-    let main = |listener, app, which| {
-        serve(
-            listener,
-            app,
-            &args.connections,
-            tls_for(which),
-            shutdown.wait(),
-        )
-    };
+    let main =
+        |listener, app, which| serve(listener, app, &connections, tls_for(which), shutdown.wait());
     let servers = futures_util::future::join_all(
         [
-            Some(main(listeners.http, app, crate::tls::Listener::Http)),
-            Some(main(listeners.grpc, grpc_app, crate::tls::Listener::Grpc)),
+            Some(main(listeners.http, app, crate::tls_flags::Listener::Http)),
+            Some(main(
+                listeners.grpc,
+                grpc_app,
+                crate::tls_flags::Listener::Grpc,
+            )),
             admin_server,
             side(listeners.debug, debug_app),
             side(listeners.metrics, metrics_app),

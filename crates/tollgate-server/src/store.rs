@@ -363,7 +363,7 @@ pub async fn connect(
              connected)",
             describe(store)
         );
-    } else if let Err(error) = probe(&redis).await {
+    } else if let Err(error) = tollgate_http::store_health::probe(&redis).await {
         // Connected, yet a check fails: a Redis user without a command the checks need, say.
         tracing::error!(
             "{}: connected, but a check fails: {error}; tollgate_store_up is 0 while it does",
@@ -398,23 +398,6 @@ pub async fn connect_per_second(
     );
     limiter.set_per_second_store(Some(connected));
     Ok(())
-}
-
-/// The limit of the probe that `/readyz` and start-up check with, at no cost: it runs what
-/// every check runs (the code, `TIME`, reading the state) without changing any.
-pub(crate) fn probe_limit() -> tollgate::Limit {
-    let quota = tollgate::Quota::per_second(1).expect("1/s is a valid quota");
-    tollgate::Limit::new("tollgate:readyz", tollgate::Algorithm::FixedWindow, quota)
-        .expect("a fixed window of 1/s is a valid limit")
-}
-
-/// The probe on `store`.
-pub(crate) async fn probe(store: &impl Store) -> Result<(), StoreError> {
-    let limit = probe_limit();
-    store
-        .check(&tollgate::Check::new(0).limit("readyz", &limit), None)
-        .await
-        .map(|_| ())
 }
 
 /// Loads the policies (or the built-in example), connects to the store the flags or the
@@ -464,7 +447,7 @@ pub async fn open_limiter(
         builder = builder.global(store, global.leases);
     }
     #[cfg(feature = "otel")]
-    if crate::otel::enabled() {
+    if tollgate_http::otel::enabled() {
         builder = builder.observer(std::sync::Arc::new(crate::otel::SpanObserver));
     }
     let limiter = builder.build();

@@ -23,7 +23,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Logs that show what the accept loop does with each connection.
-const DEBUG_LOG: (&str, &str) = ("TOLLGATE_LOG", "info,tollgate_server::http_server=debug");
+const DEBUG_LOG: (&str, &str) = ("TOLLGATE_LOG", "info,tollgate_http::http_server=debug");
 
 /// Reads until the server closes `stream`, and returns what it sent; fails the test if it
 /// keeps the connection open for [`PATIENCE`].

@@ -51,7 +51,7 @@ async fn the_server_answers_upstreams_health_probes() {
 #[tokio::test]
 async fn once_asked_to_stop_both_say_not_serving() {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let (health, stopping, _reporter) = tollgate_server::health::service(async move {
+    let (health, stopping, _reporter) = tollgate_http::health::service(async move {
         let _ = stopped.await;
     })
     .await;

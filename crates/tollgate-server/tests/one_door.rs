@@ -5,13 +5,15 @@
 
 use std::path::{Path, PathBuf};
 
-/// The frontends' sources, from this crate's directory.
+/// The frontends' sources, from this crate's directory: the proxy's routes and its wiring
+/// are in two crates.
 const FRONTENDS: &[&str] = &[
-    "src/api",
+    "../tollgate-http/src/api",
     "../tollgate-envoy/src/rls",
     "../tollgate-envoy/src/rlqs",
+    "../tollgate-http/src/proxy.rs",
     "src/proxy.rs",
-    "src/forward.rs",
+    "../tollgate-http/src/forward.rs",
     "../tollgate-tower/src",
 ];
 

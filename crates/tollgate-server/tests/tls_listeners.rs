@@ -265,7 +265,7 @@ async fn handshake_less_sockets_filling_the_cap_make_room_for_clients() {
             "--header-timeout",
             "1h",
         ]),
-        &[("TOLLGATE_LOG", "info,tollgate_server::http_server=debug")],
+        &[("TOLLGATE_LOG", "info,tollgate_http::http_server=debug")],
     );
     let address = server.address("http");
     let mut silent = Vec::new();

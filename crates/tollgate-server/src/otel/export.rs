@@ -124,7 +124,7 @@ impl Tracing {
         }
         // The batch processor reads OTEL_BSP_SCHEDULE_DELAY and its other standard variables.
         let provider = provider.build();
-        super::ENABLED.store(true, std::sync::atomic::Ordering::Relaxed);
+        tollgate_http::otel::enable();
         Ok(Some(Self { provider }))
     }
 
@@ -139,7 +139,9 @@ impl Tracing {
             .with_threads(false)
             .with_target(false)
             .with_tracked_inactivity(false)
-            .with_filter(Targets::new().with_target(super::TARGET, tracing::Level::INFO))
+            .with_filter(
+                Targets::new().with_target(tollgate_http::otel::TARGET, tracing::Level::INFO),
+            )
     }
 
     /// Sends the spans still batched and stops the exporter.

@@ -1,12 +1,11 @@
-//! The rate limit service's attributes (over gRPC and `/json`): its domain, its overall code,
-//! which stands for every descriptor's decision, and over gRPC the call's status. The gRPC
-//! service is wrapped here, so that the Envoy crate knows nothing of OpenTelemetry.
+//! Envoy's rate limit service over gRPC in check spans, with its domain, its overall code
+//! (which stands for every descriptor's decision) and the call's status. The gRPC service is
+//! wrapped here, so that the Envoy crate knows nothing of OpenTelemetry.
 
 use std::sync::Arc;
 
 use tollgate_envoy::rls::proto::service::RateLimitRequest;
 use tollgate_envoy::rls::proto::service::RateLimitResponse;
-use tollgate_envoy::rls::proto::service::rate_limit_response::Code;
 use tollgate_envoy::rls::proto::service::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
@@ -34,15 +33,15 @@ impl RateLimitService for TracedRlsGrpc {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        if !super::enabled() {
+        if !tollgate_http::otel::enabled() {
             return self.0.should_rate_limit(request).await;
         }
-        let parent = super::parent_of(request.metadata().as_ref());
-        let entry = super::Entry::Grpc {
+        let parent = tollgate_http::otel::parent_of(request.metadata().as_ref());
+        let entry = tollgate_http::otel::Entry::Grpc {
             service: "envoy.service.ratelimit.v3.RateLimitService",
             method: "ShouldRateLimit",
         };
-        let span = super::check_span(entry, parent);
+        let span = tollgate_http::otel::check_span(entry, parent);
         let domain = request.get_ref().domain.clone();
         let answer = self
             .0
@@ -50,24 +49,13 @@ impl RateLimitService for TracedRlsGrpc {
             .instrument(span.clone())
             .await;
         if let Ok(answer) = &answer {
-            record_rls(&span, &domain, answer.get_ref());
+            tollgate_http::otel::record_rls(&span, &domain, answer.get_ref());
         }
         let code = answer
             .as_ref()
             .map_or_else(Status::code, |_| tonic::Code::Ok);
         record_grpc_status(&span, code);
         answer
-    }
-}
-
-/// Records `domain` and the decision of `answer` on `span`.
-pub fn record_rls(span: &tracing::Span, domain: &str, answer: &RateLimitResponse) {
-    span.record("tollgate.domain", domain);
-    if answer.overall_code == Code::OverLimit as i32 {
-        span.record("tollgate.decision", "refused")
-            .record("tollgate.reason", "over_limit");
-    } else {
-        span.record("tollgate.decision", "allowed");
     }
 }
 

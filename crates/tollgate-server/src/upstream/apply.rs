@@ -145,7 +145,7 @@ fn grpc_tls(args: &mut ServeArgs, given: Given<'_>, env: &mut Env<'_>, applied: 
     }
     args.tls.tls_cert = Some(PathBuf::from(cert));
     args.tls.tls_key = Some(PathBuf::from(key));
-    args.tls.tls_listeners = vec![crate::tls::Listener::Grpc];
+    args.tls.tls_listeners = vec![crate::tls_flags::Listener::Grpc];
     if !client_ca.is_empty() {
         args.tls.tls_client_ca = Some(PathBuf::from(client_ca));
     }

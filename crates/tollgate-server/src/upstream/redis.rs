@@ -39,7 +39,7 @@ pub(super) fn apply(
     let startup = env.duration("REDIS_STARTUP_MAX_ELAPSED_TIME", Duration::ZERO);
     let health_follows_connection = env.boolean("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false);
     if health_follows_connection && !given("readiness") {
-        args.health.readiness = crate::health::ReadinessMode::Store;
+        args.health.readiness = crate::health_flags::ReadinessMode::Store;
     }
     if !given("redis_connect_timeout") {
         args.store.redis_connect_timeout = Some(timeout);

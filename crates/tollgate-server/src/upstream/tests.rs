@@ -240,7 +240,7 @@ fn grpc_tls_is_on_the_grpc_listener_alone() {
     ])
     .expect("applies");
     assert_eq!(args.tls.tls_cert, Some("/certs/tls.crt".into()));
-    assert_eq!(args.tls.tls_listeners, [crate::tls::Listener::Grpc]);
+    assert_eq!(args.tls.tls_listeners, [crate::tls_flags::Listener::Grpc]);
     assert_eq!(args.tls.tls_client_ca, Some("/certs/ca.crt".into()));
     assert_eq!(args.tls.tls_client_san.as_deref(), Some("envoy.example"));
 }

@@ -1,21 +1,14 @@
-//! OpenTelemetry traces of checks (the `otel` feature, on by default): one span per check from
-//! the HTTP check API, the proxy and Envoy's rate limit service, a child of the caller's trace
-//! (W3C trace context), named and described by the semantic conventions for HTTP and gRPC
-//! servers, exported over OTLP/gRPC or OTLP/HTTP. Nothing here runs unless `--otlp-endpoint`
-//! is given: the exporter, the span layer and the observer are installed only then.
+//! OpenTelemetry spans of checks (the `otel` feature): one span per check from the HTTP check
+//! API, the proxy and Envoy's rate limit service, a child of the caller's trace (W3C trace
+//! context), named and described by the semantic conventions for HTTP and gRPC servers.
+//! Nothing here opens a span until [`enable`] is called, once an exporter is installed (the
+//! server does so for `--otlp-endpoint`).
 
-mod export;
-mod http_client;
 mod layer;
-mod observer;
 mod propagation;
-mod rls;
 
-pub use export::{OtelFlags, OtlpProtocol, Tracing};
 pub use layer::{TraceLayer, TraceService};
-pub use observer::SpanObserver;
 pub use propagation::parent_of;
-pub use rls::{TracedRlsGrpc, record_rls};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -36,6 +29,11 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 /// Whether check spans are exported.
 pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
+}
+
+/// Has the frontends open check spans from now on: called once their exporter is installed.
+pub fn enable() {
+    ENABLED.store(true, Ordering::Relaxed);
 }
 
 /// What a check span serves, which names it and sets its first attributes.
@@ -143,4 +141,21 @@ pub fn check_span(entry: Entry<'_>, parent: Option<opentelemetry::Context>) -> t
         ids.record("span_id", tracing::field::display(ids_of.span_id()));
     }
     span
+}
+
+/// Records `domain` and the decision of `answer`, the rate limit service's (over gRPC or
+/// `/json`), on `span`: its overall code stands for every descriptor's decision.
+pub fn record_rls(
+    span: &tracing::Span,
+    domain: &str,
+    answer: &tollgate_envoy::rls::proto::service::RateLimitResponse,
+) {
+    use tollgate_envoy::rls::proto::service::rate_limit_response::Code;
+    span.record("tollgate.domain", domain);
+    if answer.overall_code == Code::OverLimit as i32 {
+        span.record("tollgate.decision", "refused")
+            .record("tollgate.reason", "over_limit");
+    } else {
+        span.record("tollgate.decision", "allowed");
+    }
 }

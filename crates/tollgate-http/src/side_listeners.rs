@@ -1,8 +1,7 @@
 //! Listeners beside the main ones, for deployments written for envoyproxy/ratelimit: its debug
 //! port (`/rlconfig`, the limits in force; `/stats`, the metrics) and its Prometheus port
-//! (`USE_PROMETHEUS`, the metrics at `PROMETHEUS_PATH`); and turning the admin API off.
+//! (`USE_PROMETHEUS`, the metrics at `PROMETHEUS_PATH`).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
@@ -14,35 +13,15 @@ use tollgate::{AnyStore, Limiter};
 
 use tollgate_envoy::rls::Rls;
 
-/// `--debug-listen`, `--metrics-listen`, `--metrics-path` and `--no-admin`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct SideListeners {
-    /// Serve envoyproxy/ratelimit's debug endpoints here: `/rlconfig` (the limits in force)
-    /// and `/stats` (the metrics).
-    #[arg(long, env = "TOLLGATE_DEBUG_LISTEN", value_name = "ADDR")]
-    pub debug_listen: Option<SocketAddr>,
-    /// Serve the metrics (Prometheus text) here too, at --metrics-path, without a token.
-    #[arg(long, env = "TOLLGATE_METRICS_LISTEN", value_name = "ADDR")]
-    pub metrics_listen: Option<SocketAddr>,
-    /// The path of the metrics on --metrics-listen.
-    #[arg(
-        long,
-        env = "TOLLGATE_METRICS_PATH",
-        default_value = "/metrics",
-        value_name = "PATH"
-    )]
-    pub metrics_path: String,
-    /// Do not serve the admin API and dashboard.
-    #[arg(long, env = "TOLLGATE_NO_ADMIN")]
-    pub no_admin: bool,
-}
-
 /// What the side listeners show.
-#[derive(Clone)]
-pub(crate) struct Shown {
-    pub(crate) limiter: Limiter<AnyStore>,
-    pub(crate) rls: Arc<Rls>,
-    pub(crate) quotas: Option<Arc<tollgate_envoy::rlqs::Rlqs>>,
+#[derive(Debug, Clone)]
+pub struct Shown {
+    /// The limiter, whose metrics they show.
+    pub limiter: Limiter<AnyStore>,
+    /// The rate limit service, whose limits `/rlconfig` lists.
+    pub rls: Arc<Rls>,
+    /// The quota service, when this process serves one.
+    pub quotas: Option<Arc<tollgate_envoy::rlqs::Rlqs>>,
 }
 
 impl Shown {
@@ -57,7 +36,7 @@ impl Shown {
 }
 
 /// The debug listener's routes, as upstream's debug port lists them at `/`.
-pub(crate) fn debug_router(shown: Shown) -> Router {
+pub fn debug_router(shown: Shown) -> Router {
     Router::new()
         .route(
             "/",
@@ -84,7 +63,7 @@ pub(crate) fn debug_router(shown: Shown) -> Router {
 }
 
 /// The metrics listener's one route.
-pub(crate) fn metrics_router(shown: Shown, path: &str) -> Router {
+pub fn metrics_router(shown: Shown, path: &str) -> Router {
     Router::new()
         .route(
             path,

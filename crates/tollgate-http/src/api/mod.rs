@@ -17,7 +17,6 @@ use axum::routing::{MethodRouter, get, post};
 use tollgate::{AnyStore, Limiter};
 
 pub use charge::Charges;
-pub use charge::RefundArgs;
 pub use check::{CheckRequest, MAX_BODY_BYTES, MAX_HEADERS};
 pub use problem::ApiError;
 

@@ -12,74 +12,6 @@ use rustls::pki_types::pem::PemObject;
 use rustls::server::WebPkiClientVerifier;
 use tokio_rustls::TlsAcceptor;
 
-/// `--tls-cert`, `--tls-key`, `--tls-client-ca`.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct TlsFlags {
-    /// Serve every listener over TLS with this certificate chain (PEM); reloaded when the file
-    /// changes.
-    #[arg(
-        long,
-        env = "TOLLGATE_TLS_CERT",
-        value_name = "FILE",
-        requires = "tls_key"
-    )]
-    pub tls_cert: Option<PathBuf>,
-    /// The certificate's private key (PEM).
-    #[arg(
-        long,
-        env = "TOLLGATE_TLS_KEY",
-        value_name = "FILE",
-        requires = "tls_cert"
-    )]
-    pub tls_key: Option<PathBuf>,
-    /// Require client certificates signed by these CAs (PEM): mutual TLS.
-    #[arg(
-        long,
-        env = "TOLLGATE_TLS_CLIENT_CA",
-        value_name = "FILE",
-        requires = "tls_cert"
-    )]
-    pub tls_client_ca: Option<PathBuf>,
-    /// With --tls-client-ca, also require the client certificate to name this DNS name, as
-    /// envoyproxy/ratelimit's GRPC_CLIENT_TLS_SAN.
-    #[arg(
-        long,
-        env = "TOLLGATE_TLS_CLIENT_SAN",
-        value_name = "NAME",
-        requires = "tls_client_ca"
-    )]
-    pub tls_client_san: Option<String>,
-    /// The listeners served over TLS, comma-separated: `http`, `grpc`, `admin` (all by
-    /// default; envoyproxy/ratelimit's GRPC_SERVER_USE_TLS is `grpc` alone).
-    #[arg(
-        long,
-        env = "TOLLGATE_TLS_LISTENERS",
-        value_enum,
-        value_delimiter = ',',
-        default_value = "http,grpc,admin",
-        value_name = "LISTENERS"
-    )]
-    pub tls_listeners: Vec<Listener>,
-}
-
-/// A listener TLS may be on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Listener {
-    /// The HTTP API (and the proxy's listener).
-    Http,
-    /// Envoy's gRPC services.
-    Grpc,
-    /// The admin API and dashboard.
-    Admin,
-}
-
-impl TlsFlags {
-    /// Whether `listener` is served over TLS, when TLS is on.
-    pub fn covers(&self, listener: Listener) -> bool {
-        self.tls_listeners.contains(&listener)
-    }
-}
-
 /// The listeners' TLS settings as last loaded; cheap to clone.
 #[derive(Clone)]
 pub struct Tls {
@@ -87,12 +19,17 @@ pub struct Tls {
     current: Arc<ArcSwap<ServerConfig>>,
 }
 
+/// The files TLS is loaded from, and the name client certificates must carry.
 #[derive(Debug, Clone)]
-struct TlsFiles {
-    cert: PathBuf,
-    key: PathBuf,
-    client_ca: Option<PathBuf>,
-    client_san: Option<String>,
+pub struct TlsFiles {
+    /// The certificate chain (PEM).
+    pub cert: PathBuf,
+    /// The certificate's private key (PEM).
+    pub key: PathBuf,
+    /// The CAs client certificates must be signed by (PEM): mutual TLS.
+    pub client_ca: Option<PathBuf>,
+    /// With `client_ca`, the DNS name client certificates must also name.
+    pub client_san: Option<String>,
 }
 
 impl std::fmt::Debug for Tls {
@@ -104,22 +41,13 @@ impl std::fmt::Debug for Tls {
 }
 
 impl Tls {
-    /// The TLS the flags ask for, loaded; `None` without `--tls-cert`.
-    pub fn from_flags(flags: &TlsFlags) -> Result<Option<Self>, String> {
-        let (Some(cert), Some(key)) = (&flags.tls_cert, &flags.tls_key) else {
-            return Ok(None);
-        };
-        let files = TlsFiles {
-            cert: cert.clone(),
-            key: key.clone(),
-            client_ca: flags.tls_client_ca.clone(),
-            client_san: flags.tls_client_san.clone(),
-        };
+    /// TLS loaded from `files`.
+    pub fn load(files: TlsFiles) -> Result<Self, String> {
         let config = files.load()?;
-        Ok(Some(Self {
+        Ok(Self {
             files,
             current: Arc::new(ArcSwap::from_pointee(config)),
-        }))
+        })
     }
 
     /// An acceptor with the settings in force now.

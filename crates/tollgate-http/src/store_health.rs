@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tollgate::policy::FailureMode;
-use tollgate::{AnyStore, Limiter, Store as _};
+use tollgate::store::StoreError;
+use tollgate::{AnyStore, Limiter, Store};
 
 /// Whether the store answered its last probe, and why not when it did not.
 #[derive(Debug, Clone, Default)]
@@ -57,7 +58,7 @@ pub fn watch(limiter: &Limiter<AnyStore>, every: Duration, rls_mode: Option<&str
         loop {
             interval.tick().await;
             let probed = tokio::time::timeout(every.max(Duration::from_secs(1)), async {
-                crate::store::probe(limiter.store()).await
+                probe(limiter.store()).await
             })
             .await;
             let error = match probed {
@@ -122,4 +123,21 @@ fn meanwhile(limiter: &Limiter<AnyStore>, rls_mode: Option<&str>) -> String {
         return "checks of limits given directly fail with 503".to_owned();
     }
     parts.join("; ")
+}
+
+/// The limit of the probe that `/readyz` and start-up check with, at no cost: it runs what
+/// every check runs (the code, `TIME`, reading the state) without changing any.
+fn probe_limit() -> tollgate::Limit {
+    let quota = tollgate::Quota::per_second(1).expect("1/s is a valid quota");
+    tollgate::Limit::new("tollgate:readyz", tollgate::Algorithm::FixedWindow, quota)
+        .expect("a fixed window of 1/s is a valid limit")
+}
+
+/// The probe on `store`: a check of the probe limit (start-up and the periodic probe).
+pub async fn probe(store: &impl Store) -> Result<(), StoreError> {
+    let limit = probe_limit();
+    store
+        .check(&tollgate::Check::new(0).limit("readyz", &limit), None)
+        .await
+        .map(|_| ())
 }

@@ -8,7 +8,6 @@ mod auth;
 pub mod origin;
 mod overrides;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -36,88 +35,6 @@ const MAX_TOP: usize = 100;
 /// The largest admin request body.
 const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// `--admin` and `--admin-token`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct AdminArgs {
-    /// Where the admin API and the dashboard listen.
-    #[arg(
-        long,
-        env = "TOLLGATE_ADMIN",
-        default_value = "127.0.0.1:9090",
-        value_name = "ADDR"
-    )]
-    pub admin: SocketAddr,
-    /// The bearer token the admin API requires; required when --admin is not a loopback address.
-    #[arg(
-        long,
-        env = "TOLLGATE_ADMIN_TOKEN",
-        value_name = "TOKEN",
-        hide_env_values = true
-    )]
-    pub admin_token: Option<String>,
-    /// A second bearer token that may only read (`GET`): the dashboard, stats, the
-    /// configuration, the overrides and their export. Needs --admin-token beside it.
-    #[arg(
-        long,
-        env = "TOLLGATE_ADMIN_READ_TOKEN",
-        value_name = "TOKEN",
-        hide_env_values = true
-    )]
-    pub admin_read_token: Option<String>,
-    /// A further name the admin listener answers to (its own address, localhost, 127.0.0.1 and
-    /// `[::1]` with its port always work); repeat for more. Without a port, the name alone and
-    /// the name with the listener's port match.
-    #[arg(
-        long = "admin-host",
-        env = "TOLLGATE_ADMIN_HOSTS",
-        value_delimiter = ',',
-        value_name = "NAME[:PORT]"
-    )]
-    pub admin_hosts: Vec<String>,
-}
-
-impl AdminArgs {
-    /// Refuses an admin listener open to the network without a token.
-    pub fn validate(&self) -> Result<(), String> {
-        if !self.admin.ip().is_loopback() && self.admin_token.as_deref().is_none_or(str::is_empty) {
-            return Err(format!(
-                "--admin {} is not a loopback address: give --admin-token (or TOLLGATE_ADMIN_TOKEN)",
-                self.admin
-            ));
-        }
-        if self
-            .admin_read_token
-            .as_deref()
-            .is_some_and(|read| !read.is_empty())
-        {
-            match self.admin_token.as_deref() {
-                None | Some("") => {
-                    return Err("--admin-read-token needs --admin-token beside it (for the changes the read token cannot make)".to_owned());
-                }
-                Some(write) if Some(write) == self.admin_read_token.as_deref() => {
-                    return Err("--admin-read-token must differ from --admin-token".to_owned());
-                }
-                Some(_) => {}
-            }
-        }
-        Ok(())
-    }
-
-    /// The tokens the admin API takes.
-    pub fn tokens(&self) -> Tokens {
-        let given = |token: &Option<String>| token.clone().filter(|t| !t.is_empty());
-        Tokens {
-            write: given(&self.admin_token),
-            read: given(&self.admin_read_token),
-        }
-    }
-
-    /// The addresses and names the listener bound at `bound` answers to.
-    pub fn allowed_hosts(&self, bound: SocketAddr) -> Result<AllowedHosts, String> {
-        AllowedHosts::new(bound, &self.admin_hosts)
-    }
-}
-
 /// What the admin handlers share.
 #[derive(Debug, Clone)]
 pub struct AdminState {
@@ -129,6 +46,8 @@ pub struct AdminState {
     pub quotas: Option<Arc<tollgate_envoy::rlqs::Rlqs>>,
     /// The policy file, if not the built-in example.
     pub config: Option<PathBuf>,
+    /// The built-in example's text, the policies in force without a policy file.
+    pub built_in_policies: &'static str,
     /// Whether the process is ready (`/readyz` on the admin listener).
     pub readiness: crate::health::Readiness,
     /// The proxy's own metrics, when this process is the proxy.
@@ -202,22 +121,34 @@ async fn top(State(state): State<AdminState>, Query(query): Query<TopQuery>) -> 
     .into_response()
 }
 
+/// The version of the policies `text` (from `source`) compiles to, if it does (within the
+/// size the server reads a policy file to).
+fn version_of(source: &str, text: &str) -> Option<u64> {
+    if text.len() > tollgate::yaml::MAX_CONFIG_BYTES {
+        return None;
+    }
+    tollgate::Policies::from_yaml(source, text)
+        .ok()
+        .map(|policies| policies.version())
+}
+
 /// `GET /admin/config`: the configuration in force, and the file as it is now.
 async fn config(State(state): State<AdminState>) -> Response {
     let loaded = state.limiter.policies();
     let file = state.config.as_ref().map(|path| {
-        let text =
-            std::fs::read_to_string(path).unwrap_or_else(|error| format!("# cannot read: {error}"));
-        let on_disk = crate::policies::load(Some(path)).ok().map(|p| p.version());
-        (path.display().to_string(), text, on_disk)
+        let source = path.display().to_string();
+        match std::fs::read_to_string(path) {
+            Ok(text) => {
+                let on_disk = version_of(&source, &text);
+                (source, text, on_disk)
+            }
+            Err(error) => (source, format!("# cannot read: {error}"), None),
+        }
     });
     let (source, text, on_disk) = file.unwrap_or_else(|| {
-        let built_in = crate::policies::load(None).ok().map(|p| p.version());
-        (
-            "built-in example (examples/policies.yaml)".to_owned(),
-            crate::policies::BUILT_IN.to_owned(),
-            built_in,
-        )
+        let source = "built-in example (examples/policies.yaml)".to_owned();
+        let built_in = version_of(&source, state.built_in_policies);
+        (source, state.built_in_policies.to_owned(), built_in)
     });
     let version = loaded.as_ref().map(|p| p.version());
     // The file may name a Redis with its password.

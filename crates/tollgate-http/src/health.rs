@@ -10,45 +10,6 @@ use tonic_health::ServingStatus;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::server::HealthReporter;
 
-/// When a pod counts as ready.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum ReadinessMode {
-    /// Ready while it serves, the store up or not: a pod that answers by its policies'
-    /// failure modes is ready, so that a shared store going down does not take every pod out
-    /// of rotation at once.
-    #[default]
-    Serving,
-    /// Ready only while the store answers its probe.
-    Store,
-}
-
-/// `--readiness`, `--shutdown-delay` and `--store-probe-interval`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct HealthArgs {
-    /// When `/readyz` says ready: `serving` (while the process serves, deciding by the
-    /// policies' failure modes when the store is down) or `store` (only while the store
-    /// answers).
-    #[arg(
-        long,
-        env = "TOLLGATE_READINESS",
-        value_enum,
-        default_value = "serving"
-    )]
-    pub readiness: ReadinessMode,
-    /// After SIGTERM, how long to keep serving while answering not ready, before closing the
-    /// listeners (set it to what your load balancer takes to notice; within the pod's grace
-    /// period together with --shutdown-timeout).
-    #[arg(long, env = "TOLLGATE_SHUTDOWN_DELAY", default_value = "0s", value_parser = tollgate::parse_duration, value_name = "DURATION")]
-    pub shutdown_delay: std::time::Duration,
-    /// How often the store is probed for `tollgate_store_up`, `/readyz` and the store's logs.
-    #[arg(long, env = "TOLLGATE_STORE_PROBE_INTERVAL", default_value = "1s", value_parser = tollgate::parse_duration, value_name = "DURATION")]
-    pub store_probe_interval: std::time::Duration,
-    /// Not ready until the rate limit service has at least one domain, as
-    /// envoyproxy/ratelimit's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED.
-    #[arg(long, env = "TOLLGATE_READY_WITH_RLS_DOMAINS")]
-    pub ready_with_rls_domains: bool,
-}
-
 /// Whether the process is ready for traffic.
 #[derive(Debug, Clone)]
 pub struct Readiness {
@@ -56,8 +17,9 @@ pub struct Readiness {
     pub stopping: Stopping,
     /// The store's probe.
     pub store: crate::store_health::StoreHealth,
-    /// What readiness asks for.
-    pub mode: ReadinessMode,
+    /// Whether readiness also asks for the store to answer its probe (otherwise a process
+    /// that serves is ready, deciding by the policies' failure modes while the store is down).
+    pub needs_store: bool,
     /// The rate limit service, when readiness waits for it to have a domain.
     pub rls_domains: Option<std::sync::Arc<tollgate_envoy::rls::Rls>>,
 }
@@ -68,7 +30,7 @@ impl Readiness {
         if self.stopping.is_set() {
             return Some("the process is stopping".to_owned());
         }
-        if self.mode == ReadinessMode::Store && !self.store.is_up() {
+        if self.needs_store && !self.store.is_up() {
             let error = self.store.error().unwrap_or_default();
             return Some(format!("the store does not answer: {error}"));
         }
