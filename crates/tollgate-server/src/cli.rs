@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::proxy::ProxyArgs;
-use crate::serve::ServeArgs;
+use crate::serve_args::ServeArgs;
 
 /// Tollgate: a distributed rate limiter.
 #[derive(Debug, Parser)]
@@ -150,7 +150,7 @@ fn upstream_settings(
     command: &clap::Command,
     as_upstream: bool,
 ) -> Result<Option<(crate::upstream::Applied, String)>, Vec<String>> {
-    use crate::upstream::UpstreamMode;
+    use crate::serve_args::UpstreamMode;
 
     let lookup = |name: &str| std::env::var(name).ok();
     let why = match (args.upstream.upstream_env, as_upstream) {

@@ -15,6 +15,7 @@ pub mod proxy;
 pub mod refund_flags;
 pub mod reload;
 pub mod serve;
+pub mod serve_args;
 pub mod shutdown;
 pub mod side_listener_flags;
 pub mod store;

@@ -181,7 +181,7 @@ impl Completion {
         let failed = trailers
             .get("grpc-status")
             .and_then(|value| value.to_str().ok())
-            .map(crate::response::grpc_status_class)
+            .map(crate::grpc_status::http_class)
             .filter(|status| *status >= 500 && !self.delivered);
         if let Some(status) = failed
             && self.evaluation.refunds_on(status)

@@ -80,6 +80,7 @@ mod body;
 mod builder;
 #[cfg(feature = "axum")]
 mod digest;
+mod grpc_status;
 mod hooks;
 mod layer;
 mod replay;

@@ -10,6 +10,7 @@ use tollgate::policy::{Action, Reason, Refusal};
 use tollgate::problem::problem_json;
 
 use crate::body::RateLimitBody;
+use crate::grpc_status;
 use crate::hooks::{RefusalFn, Refused};
 
 /// How the layer answers a request it refuses: over gRPC with a status, else with the
@@ -69,7 +70,7 @@ pub(crate) fn refusal<B>(
         return response;
     }
     if answering.grpc {
-        let code = grpc_status(refusal.reason);
+        let code = grpc_status::of_refusal(refusal.reason);
         let mut response = Response::new(RateLimitBody::full(Bytes::new()));
         fields.push(("content-type", "application/grpc".to_owned()));
         fields.push(("grpc-status", code.to_owned()));
@@ -93,19 +94,6 @@ pub(crate) fn refusal<B>(
     fields.push(("content-type", "application/problem+json".to_owned()));
     add_fields(response.headers_mut(), fields);
     response
-}
-
-/// The response when the limiter cannot decide at all (its store failed).
-/// The gRPC status of a refusal for `reason`.
-fn grpc_status(reason: Reason) -> &'static str {
-    match reason {
-        Reason::Unavailable => "14",
-        Reason::LengthRequired => "9",
-        Reason::BadRequest => "3",
-        Reason::Conflict => "10",
-        Reason::Misconfigured => "13",
-        _ => "8",
-    }
 }
 
 /// The answer to a request the layer cannot decide because of how it is served (a policy
@@ -149,7 +137,10 @@ pub(crate) fn undecided<B>(
             response.headers_mut(),
             vec![
                 ("content-type", "application/grpc".to_owned()),
-                ("grpc-status", grpc_status(refusal.reason).to_owned()),
+                (
+                    "grpc-status",
+                    grpc_status::of_refusal(refusal.reason).to_owned(),
+                ),
                 ("grpc-message", refusal.reason.as_str().to_owned()),
             ],
         );
@@ -185,23 +176,6 @@ pub(crate) fn effective_status<B>(response: &Response<B>) -> u16 {
         .and_then(|v| v.to_str().ok())
     {
         None => response.status().as_u16(),
-        Some(status) => grpc_status_class(status),
-    }
-}
-
-/// The HTTP status class a gRPC status counts as for `refund_on`: a failure of the server
-/// (`UNKNOWN`, `UNIMPLEMENTED`, `INTERNAL`, `UNAVAILABLE`, `DATA_LOSS`) is a 5xx; what the
-/// client causes or asked for (`CANCELLED`, `DEADLINE_EXCEEDED` from its own `grpc-timeout`,
-/// `INVALID_ARGUMENT`, `RESOURCE_EXHAUSTED`, ...) is a 4xx and never refunds a `5xx` policy;
-/// `OK` is 200.
-pub(crate) fn grpc_status_class(status: &str) -> u16 {
-    match status.trim() {
-        "0" => 200,
-        "2" => 500,
-        "12" => 501,
-        "13" => 500,
-        "14" => 503,
-        "15" => 500,
-        _ => 400,
+        Some(status) => grpc_status::http_class(status),
     }
 }

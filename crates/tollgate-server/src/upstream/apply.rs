@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::env::Env;
-use crate::serve::ServeArgs;
+use crate::serve_args::ServeArgs;
 
 /// What applying upstream's settings leaves for the caller: the log settings (logging starts
 /// after this) and the lines to log once it has.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::apply::{Applied, Given};
 use super::env::Env;
 use super::redis::{Located, locate, user_and_password};
-use crate::serve::ServeArgs;
+use crate::serve_args::ServeArgs;
 
 /// The counters' settings.
 pub(super) fn apply(

@@ -14,31 +14,7 @@ mod xds;
 
 pub use apply::{Applied, Given};
 
-/// `--upstream-env`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum UpstreamMode {
-    /// Read upstream's variables when one of those particular to it is set.
-    #[default]
-    Auto,
-    /// Read them, set or not (upstream's defaults for the unset).
-    On,
-    /// Never read them.
-    Off,
-}
-
-/// Whether `tollgate serve` reads envoyproxy/ratelimit's environment.
-#[derive(Debug, Clone, clap::Args)]
-pub struct UpstreamFlags {
-    /// Read envoyproxy/ratelimit's environment variables (REDIS_URL, RUNTIME_ROOT, ...):
-    /// `auto` when one particular to it is set, `on`, or `off`.
-    #[arg(
-        long,
-        env = "TOLLGATE_UPSTREAM_ENV",
-        value_enum,
-        default_value = "auto"
-    )]
-    pub upstream_env: UpstreamMode,
-}
+use crate::serve_args::ServeArgs;
 
 /// The upstream variable that tells a deployment written for upstream, if one is set.
 pub fn telling_variable(lookup: &dyn Fn(&str) -> Option<String>) -> Option<&'static str> {
@@ -50,7 +26,7 @@ pub fn telling_variable(lookup: &dyn Fn(&str) -> Option<String>) -> Option<&'sta
 
 /// Applies the environment `lookup` gives, as upstream reads it, onto `args`.
 pub fn apply(
-    args: &mut crate::serve::ServeArgs,
+    args: &mut ServeArgs,
     given: Given<'_>,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Applied, Vec<String>> {

@@ -8,7 +8,7 @@ use tollgate::RedisUrl;
 
 use super::apply::{Applied, Given};
 use super::env::Env;
-use crate::serve::ServeArgs;
+use crate::serve_args::ServeArgs;
 
 /// The store, unless one of Tollgate's own store flags names it.
 pub(super) fn apply(

@@ -8,7 +8,7 @@ use clap::{Args, FromArgMatches};
 
 use super::apply::{Applied, apply};
 use super::env::{Env, KNOWN};
-use crate::serve::ServeArgs;
+use crate::serve_args::ServeArgs;
 
 /// `tollgate serve`'s flags with nothing given.
 fn defaults() -> ServeArgs {

@@ -3,7 +3,7 @@
 
 use super::apply::{Applied, Given};
 use super::env::Env;
-use crate::serve::ServeArgs;
+use crate::serve_args::ServeArgs;
 use tollgate_envoy::rls::xds::{XdsFlags, XdsHeader, XdsServer};
 
 /// Whether upstream reads `name` for its xDS client.
