@@ -97,3 +97,43 @@ async fn a_release_frees_a_slot_once() {
         StatusCode::UNPROCESSABLE_ENTITY
     );
 }
+
+/// A brief answer (`Prefer: return=minimal`) carries no charge, except for a check that holds
+/// concurrency slots: its charge is the only way to give them back before they expire.
+#[tokio::test]
+async fn a_brief_answer_still_releases_its_slot() {
+    let server = Tollgate::serve(&[]);
+    let base = server.http_url();
+    let (check, release) = (format!("{base}/v1/check"), format!("{base}/v1/release"));
+    let brief = |body: Value| {
+        let check = check.clone();
+        async move {
+            let response = reqwest::Client::new()
+                .post(&check)
+                .header("prefer", "return=minimal")
+                .json(&body)
+                .send()
+                .await
+                .expect("an answer");
+            response.json::<Value>().await.expect("JSON")
+        }
+    };
+    let first = brief(upload(11)).await;
+    assert_eq!(first["allowed"], true, "{first}");
+    assert!(first.get("decisions").is_none(), "{first}");
+    let charge = first["charge"].clone();
+    assert!(
+        charge.is_string(),
+        "a slot held, a charge to release it: {first}"
+    );
+    assert_eq!(brief(upload(11)).await["allowed"], true);
+    assert_eq!(brief(upload(11)).await["allowed"], false, "two in flight");
+    let mut done = upload(11);
+    done["charge"] = charge;
+    assert_eq!(post(&release, &done).await.0, StatusCode::NO_CONTENT);
+    assert_eq!(
+        brief(upload(11)).await["allowed"],
+        true,
+        "the slot came back"
+    );
+}

@@ -110,6 +110,53 @@ async fn inline_limits_are_decided_with_every_decision_and_the_rate_limit_fields
     assert!((500..=1_000).contains(&delay), "{delayed}");
 }
 
+/// `Prefer: return=minimal`: the decision, its waits and the binding limit's room; no decision
+/// per limit, no header fields, no charge token (nothing to refund from).
+#[tokio::test]
+async fn a_brief_answer_carries_the_decision_and_nothing_to_read_past() {
+    let server = Tollgate::serve(&[]);
+    let url = format!("{}/v1/check", server.http_url());
+    let body = json!({"limits": [{"key": "user:7", "algorithm": "fixed_window", "quota": "2/h"}]});
+    let brief = || async {
+        let response = reqwest::Client::new()
+            .post(&url)
+            .header("prefer", "return=minimal")
+            .json(&body)
+            .send()
+            .await
+            .expect("the server answers");
+        let headers = response.headers().clone();
+        let answer: Value = response.json().await.expect("JSON");
+        (headers, answer)
+    };
+    let (headers, answer) = brief().await;
+    assert_eq!(
+        answer,
+        json!({"allowed": true, "verdict": "allow", "status": 200, "retry_after_ms": 0,
+               "delay_ms": 0, "remaining": 1, "reset_after_ms": answer["reset_after_ms"]}),
+    );
+    assert!(
+        answer["reset_after_ms"].as_u64().is_some_and(|ms| ms > 0),
+        "{answer}"
+    );
+    assert_eq!(headers["preference-applied"], "return=minimal");
+    assert!(!headers.contains_key("ratelimit"), "{headers:?}");
+    brief().await;
+    let (headers, refused) = brief().await;
+    assert_eq!(refused["allowed"], false, "{refused}");
+    assert_eq!(refused["status"], 429);
+    assert_eq!(refused["remaining"], 0);
+    let retry = refused["retry_after_ms"].as_u64().expect("a retry time");
+    assert_eq!(
+        headers["retry-after"],
+        retry.div_ceil(1_000).to_string().as_str()
+    );
+    assert_eq!(headers["cache-control"], "no-store");
+    // Without the preference, the same check is answered in full.
+    let (_, _, full) = post(&url, &body).await;
+    assert_eq!(full["decisions"][0]["key"], "user:7", "{full}");
+}
+
 #[tokio::test]
 async fn an_inline_calendar_limit_says_retry_after_the_next_local_midnight() {
     let server = Tollgate::serve(&[]);

@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 
+use super::brief::Brief;
 use super::check::{CheckAnswer, DecisionView, PolicyView};
 
 /// Writes JSON values into a byte buffer.
@@ -87,6 +88,35 @@ impl CheckAnswer<'_> {
             decision.write(&mut json);
         }
         json.raw("]}");
+        json.0
+    }
+}
+
+impl Brief {
+    /// The brief answer as JSON.
+    pub(crate) fn to_json(&self) -> Vec<u8> {
+        let mut json = Json(Vec::with_capacity(128));
+        json.raw("{\"allowed\":");
+        json.bool(self.allowed);
+        json.raw(",\"verdict\":");
+        json.string(self.verdict);
+        json.raw(",\"status\":");
+        json.number(u64::from(self.status));
+        json.raw(",\"retry_after_ms\":");
+        json.option(self.retry_after_ms);
+        json.raw(",\"delay_ms\":");
+        json.number(self.delay_ms);
+        if let Some((remaining, reset_after_ms)) = self.binding {
+            json.raw(",\"remaining\":");
+            json.number(remaining);
+            json.raw(",\"reset_after_ms\":");
+            json.number(reset_after_ms);
+        }
+        if let Some(charge) = &self.charge {
+            json.raw(",\"charge\":");
+            json.string(charge);
+        }
+        json.raw("}");
         json.0
     }
 }

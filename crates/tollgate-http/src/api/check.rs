@@ -10,12 +10,14 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use tollgate::headers::{Answer, LimitView, decision_fields};
-use tollgate::policy::{Action, ChargeSet, DecidedBy, HeaderFamily, QuotaUnit, Receipt, Selection};
+use tollgate::policy::{ChargeSet, DecidedBy, HeaderFamily, QuotaUnit, Receipt, Selection};
 use tollgate::{Decision, Evaluation, Limit, MAX_COST, Micros, Quota, Request, Verdict};
 
 use super::AppState;
+use super::brief::Brief;
 use super::charge::Claim;
 use super::inline::{InlineLimit, build_limits, inline_check};
+use super::outcome::Outcome;
 use super::problem::{ApiError, from_value, parse_json, parse_json_value, read_body};
 
 /// The largest check request read, in bytes.
@@ -206,10 +208,6 @@ pub(super) fn millis(micros: Micros) -> u64 {
     micros.div_ceil(1_000)
 }
 
-fn as_micros(duration: std::time::Duration) -> Micros {
-    Micros::try_from(duration.as_micros()).unwrap_or(Micros::MAX)
-}
-
 /// One limit's decision in an answer.
 #[derive(Serialize)]
 pub(super) struct DecisionView<'a> {
@@ -310,11 +308,13 @@ fn verdict_answer<'a>(
     limits: &'a [Limit],
     specs: &'a [InlineLimit],
 ) -> CheckAnswer<'a> {
-    let (name, retry, delay) = match verdict.outcome() {
-        tollgate::Outcome::Allow => ("allow", Some(0), 0),
-        tollgate::Outcome::Delay(delay) => ("delay", Some(0), as_micros(delay)),
-        tollgate::Outcome::Deny { retry_after } => ("deny", retry_after.map(as_micros), 0),
-    };
+    let Outcome {
+        name,
+        status,
+        retry,
+        delay,
+        ..
+    } = Outcome::of_verdict(verdict);
     let decisions = verdict
         .decisions()
         .iter()
@@ -327,7 +327,7 @@ fn verdict_answer<'a>(
     CheckAnswer {
         allowed: verdict.is_admitted(),
         verdict: name,
-        status: if verdict.is_denied() { 429 } else { 200 },
+        status,
         retry_after_ms: retry.map(millis),
         delay_ms: millis(delay),
         at: verdict.at(),
@@ -339,17 +339,13 @@ fn verdict_answer<'a>(
 }
 
 pub(crate) fn evaluation_answer(evaluation: &Evaluation) -> CheckAnswer<'_> {
-    let (name, status, retry, delay, detail) = match &evaluation.action {
-        Action::Allow => ("allow", 200, Some(0), 0, None),
-        Action::Delay(delay) => ("delay", 200, Some(0), as_micros(*delay), None),
-        Action::Refuse(refusal) => (
-            "deny",
-            refusal.status(),
-            refusal.retry_after.map(as_micros),
-            0,
-            Some(refusal.detail.as_str()),
-        ),
-    };
+    let Outcome {
+        name,
+        status,
+        retry,
+        delay,
+        detail,
+    } = Outcome::of_evaluation(evaluation);
     let decisions = evaluation
         .applied
         .iter()
@@ -385,8 +381,10 @@ pub(crate) fn evaluation_answer(evaluation: &Evaluation) -> CheckAnswer<'_> {
 /// `POST /v1/check`.
 pub(crate) async fn check(
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     body: axum::body::Body,
 ) -> Result<Response, ApiError> {
+    let brief = super::brief::wanted(&headers);
     let request = CheckRequest::read(body).await?;
     if request.at.is_some() || request.charge.is_some() || request.actual.is_some() {
         return Err(ApiError::invalid(
@@ -398,6 +396,9 @@ pub(crate) async fn check(
         let limits = build_limits(specs)?;
         let check = inline_check(&limits, specs, cost);
         let verdict = state.limiter.check(&check).await?;
+        if brief {
+            return Ok(Brief::of_verdict(&verdict).response());
+        }
         let views: Vec<LimitView<'_>> = limits
             .iter()
             .zip(verdict.decisions())
@@ -442,23 +443,41 @@ pub(crate) async fn check(
         .limiter
         .evaluate_in(request.scope(), &attributes, request.cost)
         .await?;
+    // A brief answer carries a charge only to release concurrency slots, which would
+    // otherwise be held until they expire.
+    let charged = !brief || evaluation.holds_slots();
+    let charge = charged
+        .then(|| charge_of(&state, &request, &evaluation))
+        .flatten();
+    if brief {
+        let mut answer = Brief::of_evaluation(&evaluation);
+        answer.charge = charge;
+        return Ok(answer.response());
+    }
     let fields = evaluation.header_fields(&families(&state));
     let mut answer = evaluation_answer(&evaluation);
-    // Only what the store charged can be given back to it: not a fail-open pass, not a
-    // decision of the local fallback, not a request that took nothing.
-    if evaluation.is_admitted()
-        && evaluation.decided_by == DecidedBy::Store
-        && (evaluation.took_from_limits() || evaluation.holds_slots())
-    {
-        let mut charged = Vec::with_capacity(64);
-        evaluation.identify_charges(|part| charged.extend_from_slice(part));
-        let canonical = request.canonical();
-        let token = state
-            .charges
-            .issue(evaluation.at, &canonical, &charged, &evaluation.receipt());
-        answer.charge = Some(token);
-    }
+    answer.charge = charge;
     Ok(with_fields(&answer, fields))
+}
+
+/// The charge token of an admitted policy check. Only what the store charged can be given
+/// back to it: not a fail-open pass, not a decision of the local fallback, not a request that
+/// took nothing.
+fn charge_of(state: &AppState, request: &CheckRequest, evaluation: &Evaluation) -> Option<String> {
+    if !(evaluation.is_admitted()
+        && evaluation.decided_by == DecidedBy::Store
+        && (evaluation.took_from_limits() || evaluation.holds_slots()))
+    {
+        return None;
+    }
+    let mut charged = Vec::with_capacity(64);
+    evaluation.identify_charges(|part| charged.extend_from_slice(part));
+    let canonical = request.canonical();
+    Some(
+        state
+            .charges
+            .issue(evaluation.at, &canonical, &charged, &evaluation.receipt()),
+    )
 }
 
 /// `POST /v1/refund`: gives back what an admitted check took, once: the body is the check's

@@ -1,11 +1,13 @@
 //! The HTTP API: the check API, Envoy's `/json`, health, and the OpenAPI document.
 
 mod answer;
+mod brief;
 mod charge;
 pub(crate) mod check;
 mod envoy_json;
 pub(crate) mod health;
 pub(crate) mod inline;
+mod outcome;
 pub(crate) mod problem;
 mod usage;
 

@@ -69,8 +69,9 @@ pub struct BenchArgs {
     /// address goes).
     #[arg(long, default_value = DEFAULT_CHECK_BODY)]
     pub body: String,
-    /// A header field to send (get), `name: value`, with `{key}` where the key number goes;
-    /// repeat for more, e.g. `--header 'x-forwarded-for: 10.1.0.{key}'`.
+    /// A header field to send (http, get), `name: value`, with `{key}` where the key number
+    /// goes; repeat for more, e.g. `--header 'x-forwarded-for: 10.1.0.{key}'`, or
+    /// `--header 'prefer: return=minimal'` for the check API's brief answers.
     #[arg(long, short = 'H', value_name = "FIELD")]
     pub header: Vec<String>,
     /// The rate limit service domain (grpc).
@@ -121,6 +122,7 @@ impl BenchArgs {
             TargetKind::Http => Target::check(
                 self.url.as_deref().unwrap_or("http://127.0.0.1:8080"),
                 &self.body,
+                &self.header,
                 self.keys,
             ),
             TargetKind::Get => Target::get(

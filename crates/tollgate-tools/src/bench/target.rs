@@ -60,6 +60,8 @@ pub enum Target {
         uri: Uri,
         /// One body per key.
         bodies: Vec<Bytes>,
+        /// Header fields to send (`{key}` filled in), such as `Prefer: return=minimal`.
+        headers: Vec<(HeaderName, String)>,
     },
     /// `GET` a URL; 2xx and 3xx count as allowed, 429 as denied.
     Get {
@@ -92,9 +94,32 @@ fn parse_uri(text: &str) -> Result<Uri, String> {
         .map_err(|error| format!("--url {text:?}: not a URL: {error}"))
 }
 
+/// `--header` fields, `name: value` with `{key}` in the value.
+fn parse_headers(headers: &[String]) -> Result<Vec<(HeaderName, String)>, String> {
+    headers
+        .iter()
+        .map(|field| {
+            let (name, value) = field
+                .split_once(':')
+                .ok_or_else(|| format!("--header {field:?}: expected name: value"))?;
+            let name = HeaderName::from_bytes(name.trim().as_bytes())
+                .map_err(|_| format!("--header {field:?}: {name:?} is not a field name"))?;
+            HeaderValue::from_str(&fill(value.trim(), 0))
+                .map_err(|_| format!("--header {field:?}: not a valid field value"))?;
+            Ok((name, value.trim().to_owned()))
+        })
+        .collect()
+}
+
 impl Target {
-    /// The check API at `base` (`http://host:port`), with `template` per key.
-    pub fn check(base: &str, template: &str, keys: u64) -> Result<Self, String> {
+    /// The check API at `base` (`http://host:port`), with `template` per key and `headers`
+    /// (`name: value`, `{key}` in the value).
+    pub fn check(
+        base: &str,
+        template: &str,
+        headers: &[String],
+        keys: u64,
+    ) -> Result<Self, String> {
         serde_json::from_str::<serde_json::Value>(&fill(template, 0))
             .map_err(|error| format!("--body: not JSON: {error}"))?;
         let uri = parse_uri(&format!("{}/v1/check", base.trim_end_matches('/')))?;
@@ -105,28 +130,16 @@ impl Target {
             client: http_client(),
             uri,
             bodies,
+            headers: parse_headers(headers)?,
         })
     }
 
     /// Plain `GET`s of `url` with `headers` (`name: value`, `{key}` in the value).
     pub fn get(url: &str, headers: &[String], keys: u64) -> Result<Self, String> {
-        let headers = headers
-            .iter()
-            .map(|field| {
-                let (name, value) = field
-                    .split_once(':')
-                    .ok_or_else(|| format!("--header {field:?}: expected name: value"))?;
-                let name = HeaderName::from_bytes(name.trim().as_bytes())
-                    .map_err(|_| format!("--header {field:?}: {name:?} is not a field name"))?;
-                HeaderValue::from_str(&fill(value.trim(), 0))
-                    .map_err(|_| format!("--header {field:?}: not a valid field value"))?;
-                Ok((name, value.trim().to_owned()))
-            })
-            .collect::<Result<_, String>>()?;
         Ok(Self::Get {
             client: http_client(),
             uri: parse_uri(url)?,
-            headers,
+            headers: parse_headers(headers)?,
             keys,
         })
     }
@@ -199,14 +212,20 @@ impl Target {
                 client,
                 uri,
                 bodies,
+                headers,
             } => {
-                let body = bodies[(n % bodies.len() as u64) as usize].clone();
-                let request = Request::builder()
+                let key = n % bodies.len() as u64;
+                let mut request = Request::builder()
                     .method(Method::POST)
                     .uri(uri.clone())
-                    .header(hyper::header::CONTENT_TYPE, "application/json")
-                    .body(Full::new(body));
-                (client, request)
+                    .header(hyper::header::CONTENT_TYPE, "application/json");
+                for (name, value) in headers {
+                    request = request.header(name, fill(value, key));
+                }
+                (
+                    client,
+                    request.body(Full::new(bodies[key as usize].clone())),
+                )
             }
             Self::Get {
                 client,

@@ -240,7 +240,7 @@ async fn demonstrate(args: &RegionsArgs, processes: &mut Processes) -> Result<Re
         let load = |body: &str, rate: f64, progress: Arc<Progress>| {
             Ok::<_, String>(
                 Load {
-                    target: Arc::new(Target::check(&base, body, 1)?),
+                    target: Arc::new(Target::check(&base, body, &[], 1)?),
                     rate,
                     duration: args.duration(),
                     workers: args.workers,
