@@ -381,11 +381,11 @@ pub(crate) fn evaluation_answer(evaluation: &Evaluation) -> CheckAnswer<'_> {
 /// `POST /v1/check`.
 pub(crate) async fn check(
     State(state): State<AppState>,
-    headers: axum::http::HeaderMap,
-    body: axum::body::Body,
+    request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
-    let brief = super::brief::wanted(&headers);
-    let request = CheckRequest::read(body).await?;
+    // Read in place: the `HeaderMap` extractor would copy every field of every check.
+    let brief = super::brief::wanted(request.headers());
+    let request = CheckRequest::read(request.into_body()).await?;
     if request.at.is_some() || request.charge.is_some() || request.actual.is_some() {
         return Err(ApiError::invalid(
             "at, charge, actual: only /v1/refund and /v1/settle name a charge",
