@@ -12,7 +12,9 @@ use libfuzzer_sys::fuzz_target;
 use tollgate::secret::Secret;
 use tollgate::{AnyStore, Limiter, MemoryStore};
 use tollgate_envoy::rls::{Rls, RlsConfig};
-use tollgate_http::api::{AppState, Charges, router};
+use tollgate_http::api::{AppState, Charges, Shared, router};
+use tollgate_http::health::{Readiness, Stopping};
+use tollgate_http::store_health::StoreHealth;
 use tower::ServiceExt;
 
 fn runtime() -> &'static tokio::runtime::Runtime {
@@ -33,11 +35,18 @@ fn state() -> &'static AppState {
         let rls = Arc::new(Rls::new(limiter.clone(), RlsConfig::default(), false));
         let charges = Charges::new(Secret::random(), Duration::from_secs(3_600))
             .expect("a valid refund window");
-        AppState {
+        AppState::new(Shared {
             limiter,
             rls,
+            quotas: None,
             charges: Arc::new(charges),
-        }
+            readiness: Readiness {
+                stopping: Stopping::default(),
+                store: StoreHealth::default(),
+                needs_store: false,
+                rls_domains: None,
+            },
+        })
     })
 }
 

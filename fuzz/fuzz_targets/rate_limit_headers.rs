@@ -64,6 +64,7 @@ fuzz_target!(|input: Input| {
         limit: &limit,
         unit: QuotaUnit::Requests,
         decision,
+        partition: None,
     }];
     for (name, value) in rate_limit_fields(&families, &views, Some(0), input.now) {
         assert!(
