@@ -43,6 +43,35 @@ impl Json {
         }
     }
 
+    /// Opens an answer with what every form of it states first: the decision and its waits.
+    fn outcome(
+        &mut self,
+        allowed: bool,
+        verdict: &str,
+        status: u16,
+        retry_after_ms: Option<u64>,
+        delay_ms: u64,
+    ) {
+        self.raw("{\"allowed\":");
+        self.bool(allowed);
+        self.raw(",\"verdict\":");
+        self.string(verdict);
+        self.raw(",\"status\":");
+        self.number(u64::from(status));
+        self.raw(",\"retry_after_ms\":");
+        self.option(retry_after_ms);
+        self.raw(",\"delay_ms\":");
+        self.number(delay_ms);
+    }
+
+    /// An answer's charge token, when it has one.
+    fn charge(&mut self, charge: Option<&str>) {
+        if let Some(charge) = charge {
+            self.raw(",\"charge\":");
+            self.string(charge);
+        }
+    }
+
     fn strings(&mut self, items: &[std::sync::Arc<str>]) {
         self.0.push(b'[');
         for (index, item) in items.iter().enumerate() {
@@ -59,22 +88,16 @@ impl CheckAnswer<'_> {
     /// The answer as JSON, as `serde_json::to_vec` writes it.
     pub(crate) fn to_json(&self) -> Vec<u8> {
         let mut json = Json(Vec::with_capacity(320 + 256 * self.decisions.len()));
-        json.raw("{\"allowed\":");
-        json.bool(self.allowed);
-        json.raw(",\"verdict\":");
-        json.string(self.verdict);
-        json.raw(",\"status\":");
-        json.number(u64::from(self.status));
-        json.raw(",\"retry_after_ms\":");
-        json.option(self.retry_after_ms);
-        json.raw(",\"delay_ms\":");
-        json.number(self.delay_ms);
+        json.outcome(
+            self.allowed,
+            self.verdict,
+            self.status,
+            self.retry_after_ms,
+            self.delay_ms,
+        );
         json.raw(",\"at\":");
         json.number(self.at);
-        if let Some(charge) = &self.charge {
-            json.raw(",\"charge\":");
-            json.string(charge);
-        }
+        json.charge(self.charge.as_deref());
         json.raw(",\"binding\":");
         json.option(self.binding.map(|b| b as u64));
         if let Some(policies) = &self.policies {
@@ -96,26 +119,20 @@ impl Brief {
     /// The brief answer as JSON.
     pub(crate) fn to_json(&self) -> Vec<u8> {
         let mut json = Json(Vec::with_capacity(128));
-        json.raw("{\"allowed\":");
-        json.bool(self.allowed);
-        json.raw(",\"verdict\":");
-        json.string(self.verdict);
-        json.raw(",\"status\":");
-        json.number(u64::from(self.status));
-        json.raw(",\"retry_after_ms\":");
-        json.option(self.retry_after_ms);
-        json.raw(",\"delay_ms\":");
-        json.number(self.delay_ms);
+        json.outcome(
+            self.allowed,
+            self.verdict,
+            self.status,
+            self.retry_after_ms,
+            self.delay_ms,
+        );
         if let Some((remaining, reset_after_ms)) = self.binding {
             json.raw(",\"remaining\":");
             json.number(remaining);
             json.raw(",\"reset_after_ms\":");
             json.number(reset_after_ms);
         }
-        if let Some(charge) = &self.charge {
-            json.raw(",\"charge\":");
-            json.string(charge);
-        }
+        json.charge(self.charge.as_deref());
         json.raw("}");
         json.0
     }
