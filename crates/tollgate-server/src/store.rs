@@ -223,7 +223,7 @@ impl StoreFlags {
             (Some(store), None) => Some(GlobalConfig {
                 store,
                 redis: RedisOptions::default().for_global(),
-                leases: tollgate::layer::LeaseTuning::default(),
+                leases: tollgate::LeaseTuning::default(),
             }),
             (None, configured) => configured.cloned(),
         }

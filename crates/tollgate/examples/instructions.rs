@@ -22,7 +22,7 @@ use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use std::sync::Arc;
 
-use tollgate::layer::LeaseTuning;
+use tollgate::LeaseTuning;
 use tollgate::{
     Algorithm, AnyStore, Check, Clock, Limit, Limiter, ManualClock, MemoryStore, Scope,
 };

@@ -54,7 +54,7 @@ pub use tollgate_core::algorithm;
 pub use tollgate_core::counter;
 mod error;
 pub mod headers;
-pub mod layer;
+mod layer;
 mod limiter;
 #[cfg(feature = "metrics")]
 pub mod metrics;
@@ -73,7 +73,7 @@ pub mod yaml;
 
 pub use algorithm::{Adjustment, Algorithm, LeakyMode, State};
 pub use error::Error;
-pub use layer::BreakerConfig;
+pub use layer::{BreakerConfig, GlobalLeases, GlobalStats, LeaseTuning};
 pub use limiter::{Admin, KeyLogging, Limiter, LimiterBuilder, Overrides, Telemetry};
 pub use policy::{Config, Evaluation, Identity, Policies, Request};
 pub use store::{

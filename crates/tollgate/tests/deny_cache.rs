@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tollgate::layer::StoreObserver;
+use tollgate::observer::StoreObserver;
 use tollgate::observer::Observer;
 use tollgate::policy::DecidedBy;
 use tollgate::{

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate::layer::LeaseTuning;
+use tollgate::LeaseTuning;
 use tollgate::{
     Algorithm, AnyStore, Check, Limit, Limiter, ManualClock, MemoryStore, Quota, Scope, Store,
 };
@@ -224,43 +224,6 @@ async fn a_check_too_costly_for_what_is_left_takes_nothing() {
             "a denied check of {cost} leased nothing"
         );
     }
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_check_at_an_explicit_time_is_decided_by_the_global_store_all_or_nothing() {
-    let clock = ManualClock::new(START);
-    let (global, regions) = regions(1, &clock);
-    let region = &regions[0];
-    let user = limit("user", Algorithm::FixedWindow, "1/h", Scope::Region);
-    let tenant = limit("tenant", Algorithm::FixedWindow, "5/h", Scope::Global);
-    let check = Check::new(1)
-        .limit("user:1", &user)
-        .limit("tenant:acme", &tenant);
-    let store = region.guarded();
-    assert!(
-        store
-            .check(&check, Some(START))
-            .await
-            .unwrap()
-            .is_admitted()
-    );
-    assert_eq!(
-        left(&global, "tenant:acme", &tenant).await,
-        4,
-        "charged at the global store"
-    );
-    let denied = store.check(&check, Some(START)).await.unwrap();
-    assert!(!denied.is_admitted(), "the regional limit binds");
-    assert_eq!(
-        left(&global, "tenant:acme", &tenant).await,
-        4,
-        "the regional denial refunded the global charge"
-    );
-    assert_eq!(
-        region.global().unwrap().stats().leased,
-        0,
-        "no lease at an explicit time"
-    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tollgate::layer::LeaseTuning;
+use tollgate::LeaseTuning;
 use tollgate::policy::DecidedBy;
 use tollgate::{
     Algorithm, AnyStore, Check, Limit, Limiter, MemoryStore, Policies, Quota, RedisConfig,

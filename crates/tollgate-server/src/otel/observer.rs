@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tollgate::layer::StoreObserver;
+use tollgate::observer::StoreObserver;
 use tollgate::observer::Observer;
 use tollgate::policy::{Action, Evaluation, Request};
 use tollgate::store::StoreError;

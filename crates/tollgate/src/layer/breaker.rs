@@ -140,7 +140,7 @@ impl State {
 }
 
 /// A store behind a circuit breaker.
-pub struct CircuitBreaker<S> {
+pub(crate) struct CircuitBreaker<S> {
     inner: S,
     state: State,
     clock: Arc<dyn Clock>,
@@ -157,7 +157,7 @@ impl<S> std::fmt::Debug for CircuitBreaker<S> {
 
 impl<S: Store> CircuitBreaker<S> {
     /// `inner` behind a breaker that reads `clock` and reports store calls to `observer`.
-    pub fn new(
+    pub(crate) fn new(
         inner: S,
         config: BreakerConfig,
         clock: Arc<dyn Clock>,
@@ -172,27 +172,27 @@ impl<S: Store> CircuitBreaker<S> {
     }
 
     /// The store behind the breaker.
-    pub fn inner(&self) -> &S {
+    pub(crate) fn inner(&self) -> &S {
         &self.inner
     }
 
     /// Changes when it opens and for how long, from the next failure on.
-    pub fn configure(&self, config: BreakerConfig) {
+    pub(crate) fn configure(&self, config: BreakerConfig) {
         self.state.configure(config);
     }
 
     /// How long it stays open.
-    pub fn cooldown(&self) -> Duration {
+    pub(crate) fn cooldown(&self) -> Duration {
         Duration::from_micros(self.state.cooldown_micros.load(Ordering::Acquire))
     }
 
     /// Whether the breaker is open (or probing): the store failed repeatedly and is resting.
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         self.state.open_until.load(Ordering::Acquire) != 0
     }
 
     /// How many times it has opened.
-    pub fn times_opened(&self) -> u64 {
+    pub(crate) fn times_opened(&self) -> u64 {
         self.state.opened.load(Ordering::Relaxed)
     }
 }

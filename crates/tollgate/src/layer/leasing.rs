@@ -23,7 +23,7 @@ use tollgate_core::decision::Decision;
 use tollgate_core::limit::Limit;
 
 /// How long a lease is spent from before its rest goes back to the store.
-pub const HOLD: Duration = Duration::from_secs(1);
+pub(crate) const HOLD: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct LeaseKey {
@@ -57,7 +57,7 @@ struct Unspent {
 type Local = SmallVec<[Option<(Decision, Micros)>; 4]>;
 
 /// A store whose leased limits are spent from leases held by this node.
-pub struct Leasing<S> {
+pub(crate) struct Leasing<S> {
     inner: S,
     held: Mutex<HashMap<LeaseKey, Lease>>,
     clock: Arc<dyn Clock>,
@@ -74,7 +74,7 @@ impl<S> std::fmt::Debug for Leasing<S> {
 
 impl<S: Store> Leasing<S> {
     /// `inner`, with leased limits spent from leases, aged by `clock`.
-    pub fn new(inner: S, clock: Arc<dyn Clock>) -> Self {
+    pub(crate) fn new(inner: S, clock: Arc<dyn Clock>) -> Self {
         Self {
             inner,
             held: Mutex::new(HashMap::new()),
@@ -83,7 +83,7 @@ impl<S: Store> Leasing<S> {
     }
 
     /// The store the leases are taken from.
-    pub fn inner(&self) -> &S {
+    pub(crate) fn inner(&self) -> &S {
         &self.inner
     }
 
@@ -93,7 +93,7 @@ impl<S: Store> Leasing<S> {
 
     /// Gives every lease this node holds back to the store (at shutdown, say), so that no
     /// quota stays stranded here.
-    pub async fn return_leases(&self) {
+    pub(crate) async fn return_leases(&self) {
         let unspent: Vec<Unspent> = self
             .lock()
             .drain()

@@ -60,35 +60,26 @@ mod leasing;
 mod over_limit_cache;
 
 use std::sync::Arc;
-use std::time::Duration;
 
-pub use breaker::{BreakerConfig, CircuitBreaker};
-pub use global::{GlobalLeases, GlobalStats, GlobalTier, LeaseTuning, MAX_GLOBAL_ACCOUNTS};
-pub use leasing::{HOLD as LEASE_HOLD, Leasing};
-pub use over_limit_cache::{MAX_HOLD as CACHE_MAX_HOLD, OverLimitCache};
+pub use breaker::BreakerConfig;
+pub(crate) use breaker::CircuitBreaker;
+pub use global::{GlobalLeases, GlobalStats, LeaseTuning};
+pub(crate) use global::GlobalTier;
+pub(crate) use leasing::Leasing;
+pub(crate) use over_limit_cache::OverLimitCache;
 
-use crate::store::{Store, StoreError};
+use crate::observer::StoreObserver;
+use crate::store::Store;
 use tollgate_core::clock::Clock;
-
-/// What the layers see on the way to the store, for metrics to count. Every method has a
-/// default that does nothing. Calls are made inline: keep them cheap and never block.
-pub trait StoreObserver: Send + Sync + 'static {
-    /// The store answered a call (or failed to) after `took`.
-    fn store_called(&self, _took: Duration, _error: Option<&StoreError>) {}
-    /// The circuit breaker answered instead of the store.
-    fn store_skipped(&self) {}
-    /// The over-limit cache answered instead of the store.
-    fn cache_hit(&self) {}
-}
 
 /// A store behind the guards every limiter uses, outermost first: leasing, the global tier,
 /// the over-limit cache, the circuit breaker.
-pub type Guards<S> = Leasing<GlobalTier<OverLimitCache<CircuitBreaker<S>>>>;
+pub(crate) type Guards<S> = Leasing<GlobalTier<OverLimitCache<CircuitBreaker<S>>>>;
 
 /// Puts `store` behind the guards: the breaker with its default settings, the over-limit cache
 /// on for stores outside the process (in process, the store is as quick as a cache), global
 /// limits leased from `global` when there is one, all on `clock`, reporting to `observer`.
-pub fn guard<S: Store>(
+pub(crate) fn guard<S: Store>(
     store: S,
     global: Option<Arc<GlobalLeases>>,
     clock: Arc<dyn Clock>,

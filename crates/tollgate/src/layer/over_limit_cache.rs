@@ -32,7 +32,7 @@ const SHARDS: usize = 16;
 /// Entries per shard; a full shard drops what has expired, and skips caching if still full.
 const MAX_ENTRIES_PER_SHARD: usize = 4_096;
 /// The longest an entry is trusted, whatever its retry time.
-pub const MAX_HOLD: Duration = Duration::from_secs(1);
+pub(crate) const MAX_HOLD: Duration = Duration::from_secs(1);
 /// Generation slots for keys; a collision only causes a miss.
 const GENERATIONS: usize = 1_024;
 
@@ -44,7 +44,7 @@ struct Entry {
 }
 
 /// A store behind an over-limit cache; see the module documentation.
-pub struct OverLimitCache<S> {
+pub(crate) struct OverLimitCache<S> {
     inner: S,
     enabled: AtomicBool,
     hasher: RandomState,
@@ -74,7 +74,7 @@ fn hash_limit(limit: &Limit, hasher: &mut impl Hasher) {
 impl<S: Store> OverLimitCache<S> {
     /// `inner` behind a cache, on (`enabled`) or off, that reads `clock` and reports its hits
     /// to `observer`.
-    pub fn new(
+    pub(crate) fn new(
         inner: S,
         enabled: bool,
         clock: Arc<dyn Clock>,
@@ -94,12 +94,12 @@ impl<S: Store> OverLimitCache<S> {
     }
 
     /// The store behind the cache.
-    pub fn inner(&self) -> &S {
+    pub(crate) fn inner(&self) -> &S {
         &self.inner
     }
 
     /// Turns the cache on or off; off forgets everything it held.
-    pub fn set_enabled(&self, enabled: bool) {
+    pub(crate) fn set_enabled(&self, enabled: bool) {
         self.enabled.store(enabled, Ordering::Release);
         if !enabled {
             for shard in &self.shards {
@@ -109,7 +109,7 @@ impl<S: Store> OverLimitCache<S> {
     }
 
     /// Checks it denied without asking the store.
-    pub fn hits(&self) -> u64 {
+    pub(crate) fn hits(&self) -> u64 {
         self.hits.load(Ordering::Relaxed)
     }
 
@@ -192,7 +192,7 @@ impl<S: Store> OverLimitCache<S> {
 
     /// Whether the plain counter under `key` (a key naming its window) was found over its
     /// limit and its window has not ended at `now`; such an answer counts as a hit.
-    pub fn counter_over(&self, key: &str, now: Micros) -> bool {
+    pub(crate) fn counter_over(&self, key: &str, now: Micros) -> bool {
         let id = self.hasher.hash_one(key);
         let mut shard = self.counter_shard(id);
         match shard.get(&id) {
@@ -211,7 +211,7 @@ impl<S: Store> OverLimitCache<S> {
 
     /// Remembers that the plain counter under `key` is over its limit until `until`, when its
     /// window ends.
-    pub fn remember_counter(&self, key: &str, until: Micros, now: Micros) {
+    pub(crate) fn remember_counter(&self, key: &str, until: Micros, now: Micros) {
         let id = self.hasher.hash_one(key);
         let mut shard = self.counter_shard(id);
         if shard.len() >= MAX_ENTRIES_PER_SHARD {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use super::denial_log::DenialLog;
-use crate::layer::StoreObserver;
+use crate::observer::StoreObserver;
 use crate::observer::{Observer, Refused};
 use crate::policy::{Evaluation, Request};
 use crate::secret::Secret;

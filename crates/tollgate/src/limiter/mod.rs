@@ -20,10 +20,10 @@ use smallvec::SmallVec;
 
 use crate::algorithm::Adjustment;
 use crate::error::Error;
-use crate::layer::{BreakerConfig, GlobalLeases, Guards, LeaseTuning, StoreObserver, guard};
+use crate::layer::{BreakerConfig, GlobalLeases, Guards, LeaseTuning, guard};
 #[cfg(feature = "metrics")]
 use crate::metrics::Metrics;
-use crate::observer::{Observer, Observers};
+use crate::observer::{Observer, Observers, StoreObserver};
 use crate::policy::Policies;
 use crate::store::{AnyStore, MemoryStore, Store, StoreError};
 use tollgate_core::check::{Check, Verdict};
@@ -111,7 +111,7 @@ impl<S: Store> LimiterBuilder<S> {
     }
 
     /// Leases the limits of scope global from `store`, a store every region shares, sized and
-    /// kept as `tuning` says (see [`GlobalTier`](crate::layer::GlobalTier)).
+    /// kept as `tuning` says (the global tier: docs/architecture.md).
     pub fn global(mut self, store: impl Into<Arc<AnyStore>>, tuning: LeaseTuning) -> Self {
         self.global = Some((store.into(), tuning));
         self
@@ -220,11 +220,6 @@ impl<S: Store> Limiter<S> {
     /// through the guards ([`check`](Self::check), [`charge`](Self::charge), ...).
     pub fn store(&self) -> &S {
         self.breaker().inner()
-    }
-
-    /// The store behind its guards, as every decision reaches it (a readiness probe asks it).
-    pub fn guarded(&self) -> &Guards<S> {
-        &self.inner.store
     }
 
     fn breaker(&self) -> &crate::layer::CircuitBreaker<S> {

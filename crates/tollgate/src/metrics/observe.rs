@@ -7,7 +7,7 @@ use std::time::Duration;
 use tollgate_core::check::{Check, Verdict};
 
 use super::{MetricOutcome, Metrics};
-use crate::layer::StoreObserver;
+use crate::observer::StoreObserver;
 use crate::observer::Observer;
 use crate::policy::{Action, DecidedBy, Evaluation, Request};
 use crate::store::StoreError;

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use futures_util::future::Either;
 use smallvec::SmallVec;
 
-pub use leases::{GlobalLeases, LeaseTuning, MAX_ACCOUNTS as MAX_GLOBAL_ACCOUNTS};
+pub use leases::{GlobalLeases, LeaseTuning};
 pub use stats::GlobalStats;
 
 use crate::algorithm::Adjustment;
@@ -36,7 +36,7 @@ use tollgate_core::decision::Decision;
 use tollgate_core::scope::Scope;
 
 /// A store whose global limits are spent from leases on a global store.
-pub struct GlobalTier<S> {
+pub(crate) struct GlobalTier<S> {
     inner: S,
     leases: Option<Arc<GlobalLeases>>,
 }
@@ -85,17 +85,17 @@ fn adjustments_of(
 impl<S: Store> GlobalTier<S> {
     /// `inner` as the regional store, with global limits leased from `leases` (none: a check
     /// of a global limit fails, saying no global store is configured).
-    pub fn new(inner: S, leases: Option<Arc<GlobalLeases>>) -> Self {
+    pub(crate) fn new(inner: S, leases: Option<Arc<GlobalLeases>>) -> Self {
         Self { inner, leases }
     }
 
     /// The regional store.
-    pub fn inner(&self) -> &S {
+    pub(crate) fn inner(&self) -> &S {
         &self.inner
     }
 
     /// The leases on the global store, when there is one.
-    pub fn leases(&self) -> Option<&Arc<GlobalLeases>> {
+    pub(crate) fn leases(&self) -> Option<&Arc<GlobalLeases>> {
         self.leases.as_ref()
     }
 
@@ -369,3 +369,6 @@ impl<S: Store> Store for GlobalTier<S> {
 
     pass_to_inner!(describe);
 }
+
+#[cfg(test)]
+mod tests;

@@ -31,7 +31,7 @@ use tollgate_core::decision::Decision;
 use tollgate_core::limit::Limit;
 
 /// The most (key, limit) accounts a node keeps; idle ones make room for new ones.
-pub const MAX_ACCOUNTS: usize = 100_000;
+pub(crate) const MAX_ACCOUNTS: usize = 100_000;
 
 /// The longest a check waits for another's fetch of the lease it needs before it asks itself.
 const WAIT_FOR_LANDING: Duration = Duration::from_secs(1);
