@@ -11,6 +11,9 @@ pub(crate) fn of_refusal(reason: Reason) -> &'static str {
         Reason::BadRequest => "3",
         Reason::Conflict => "10",
         Reason::Misconfigured => "13",
+        Reason::DenyListed {
+            as_over_limit: false,
+        } => "7",
         _ => "8",
     }
 }

@@ -658,6 +658,30 @@ policies:
     assert!(refused.headers().contains_key("grpc-retry-pushback-ms"));
 }
 
+#[tokio::test]
+async fn a_deny_listed_grpc_client_is_refused_as_denied_or_as_exhausted_as_configured() {
+    let grpc = [("content-type", "application/grpc")];
+    for (deny_status, grpc_status) in [("403", "7"), ("429", "8")] {
+        let app = App::start(&format!(
+            r#"
+deny: [127.0.0.1]
+deny_status: {deny_status}
+policies:
+  - name: rpc
+    limits: [{{ name: n, algorithm: fixed_window, quota: 100/m }}]
+"#
+        ))
+        .await;
+        let refused = app.send("POST", "/pkg.Service/Method", &grpc).await;
+        assert_eq!(
+            refused.headers()["grpc-status"],
+            grpc_status,
+            "deny_status {deny_status}"
+        );
+        assert_eq!(app.calls.load(Ordering::SeqCst), 0);
+    }
+}
+
 /// Polls `condition` (a few times a tick) until it holds; fails after about five seconds.
 async fn wait_until<F, Fut>(condition: F)
 where

@@ -31,8 +31,12 @@ impl ProblemKind {
         match reason {
             Reason::OverLimit => ProblemKind::QuotaExceeded,
             Reason::Blocked => ProblemKind::AbnormalUsage,
-            Reason::DenyListed { status: 403 } => ProblemKind::Forbidden,
-            Reason::DenyListed { .. } => ProblemKind::AbnormalUsage,
+            Reason::DenyListed {
+                as_over_limit: false,
+            } => ProblemKind::Forbidden,
+            Reason::DenyListed {
+                as_over_limit: true,
+            } => ProblemKind::AbnormalUsage,
             Reason::Unavailable => ProblemKind::TemporaryReducedCapacity,
             Reason::LengthRequired => ProblemKind::LengthRequired,
             Reason::Misconfigured => ProblemKind::ServerError,
@@ -90,12 +94,9 @@ impl ProblemKind {
 
 impl Refusal {
     /// The HTTP status that answers it: 429 over a limit or blocked, 503 when the limiter cannot
-    /// decide, the configured `deny_status` on the deny list.
+    /// decide, 403 on the deny list (429 where it is answered as over a limit).
     pub fn status(&self) -> u16 {
-        match self.reason {
-            Reason::DenyListed { status } => status,
-            reason => ProblemKind::of(reason).status(),
-        }
+        ProblemKind::of(self.reason).status()
     }
 
     /// Its problem type.
@@ -156,10 +157,20 @@ mod tests {
 
     #[test]
     fn the_deny_list_answers_with_its_configured_status() {
-        let forbidden = refusal(Reason::DenyListed { status: 403 }, "listed");
+        let forbidden = refusal(
+            Reason::DenyListed {
+                as_over_limit: false,
+            },
+            "listed",
+        );
         assert_eq!(forbidden.status(), 403);
         assert_eq!(forbidden.kind(), ProblemKind::Forbidden);
-        let throttled = refusal(Reason::DenyListed { status: 429 }, "listed");
+        let throttled = refusal(
+            Reason::DenyListed {
+                as_over_limit: true,
+            },
+            "listed",
+        );
         assert_eq!(throttled.status(), 429);
         assert_eq!(throttled.kind(), ProblemKind::AbnormalUsage);
     }

@@ -11,11 +11,11 @@ pub enum Reason {
     OverLimit,
     /// The client sits in a penalty box after repeated violations.
     Blocked,
-    /// The client is on the deny list; `status` is the answer the policy file asks for
-    /// (`deny_status`, 403 unless set).
+    /// The client is on the deny list: refused as forbidden, or, where the policies ask for it
+    /// (`deny_status: 429`), as over a limit, so that the client cannot tell that it is listed.
     DenyListed {
-        /// The configured status.
-        status: u16,
+        /// Answered as over a limit instead of as forbidden.
+        as_over_limit: bool,
     },
     /// The limiter cannot decide (its store is down) and fails closed.
     Unavailable,

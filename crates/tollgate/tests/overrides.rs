@@ -128,7 +128,12 @@ async fn allow_lets_through_deny_refuses_and_an_expired_override_stops_applying(
     let Action::Refuse(refusal) = refused.action else {
         panic!("a denied identity is refused: {refused:?}")
     };
-    assert_eq!(refusal.reason, Reason::DenyListed { status: 403 });
+    assert_eq!(
+        refusal.reason,
+        Reason::DenyListed {
+            as_over_limit: false
+        }
+    );
     clock.advance(Duration::from_secs(60));
     assert_eq!(
         admitted(&limiter, "acme", 5).await,

@@ -173,7 +173,9 @@ impl<S: Store> Limiter<S> {
                 )));
             }
             Gate::Refuse(status) => refusal(
-                Reason::DenyListed { status },
+                Reason::DenyListed {
+                    as_over_limit: status == 429,
+                },
                 "the client is on the deny list".to_owned(),
             ),
             Gate::AmbiguousPath(ambiguous) => refusal(Reason::BadRequest, ambiguous.to_string()),
