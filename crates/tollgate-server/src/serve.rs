@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::reload::Reloader;
 use crate::serve_args::ServeArgs;
 use crate::store;
+use tollgate::policy::FailureMode;
 use tollgate::{AnyStore, Limiter};
 use tollgate_envoy::rlqs::{Rlqs, RlqsGrpc};
 use tollgate_envoy::rls::{Rls, RlsConfig, RlsFailureMode};
@@ -147,6 +148,7 @@ fn rate_limit_service(args: &ServeArgs, limiter: &Limiter<AnyStore>) -> Result<A
     let rls = if awaiting { rls.awaiting_config() } else { rls };
     Ok(Arc::new(
         rls.with_failure_mode(args.rls_on_store_error)
+            .with_local_nodes(args.rls_local_nodes)
             .with_limits(args.rls_limits)
             .with_modes(args.rls_modes)
             .with_header_names(args.rls_header_names.clone())
@@ -180,8 +182,11 @@ fn reloader(
 fn rls_failure_meaning(mode: RlsFailureMode) -> &'static str {
     match mode {
         RlsFailureMode::Error => "UNAVAILABLE (Envoy's failure_mode_deny decides)",
-        RlsFailureMode::Allow => "OK to every descriptor",
-        RlsFailureMode::Deny => "OVER_LIMIT to every descriptor",
+        RlsFailureMode::Decide(FailureMode::Allow) => "OK to every descriptor",
+        RlsFailureMode::Decide(FailureMode::Deny) => "OVER_LIMIT to every descriptor",
+        RlsFailureMode::Decide(FailureMode::Local) => {
+            "each descriptor decided in process on its share of the limit"
+        }
     }
 }
 

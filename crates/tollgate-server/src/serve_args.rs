@@ -41,14 +41,26 @@ pub struct ServeArgs {
     #[arg(long, env = "TOLLGATE_RLS_RESPONSE_HEADERS")]
     pub rls_response_headers: bool,
     /// What the rate limit service answers when the store cannot decide: `error`
-    /// (UNAVAILABLE, so that Envoy's failure_mode_deny decides), `allow` or `deny`.
+    /// (UNAVAILABLE, so that Envoy's failure_mode_deny decides), or a policy's failure mode:
+    /// `allow`, `deny`, or `local` (the rules' limits decided in process, each divided among
+    /// --rls-local-nodes).
     #[arg(
         long,
         env = "TOLLGATE_RLS_ON_STORE_ERROR",
-        value_enum,
-        default_value = "error"
+        default_value = "error",
+        value_name = "error|allow|deny|local"
     )]
     pub rls_on_store_error: RlsFailureMode,
+    /// With --rls-on-store-error local, the nodes that each decide alone while the store
+    /// cannot: each takes this share of every limit (as a policy's `local_nodes`).
+    #[arg(
+        long,
+        env = "TOLLGATE_RLS_LOCAL_NODES",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u64).range(1..=10_000),
+        value_name = "N"
+    )]
+    pub rls_local_nodes: u64,
     #[command(flatten)]
     pub(crate) rls_limits: tollgate_envoy::rls::RlsLimits,
     #[command(flatten)]

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
+use tollgate::policy::FailureMode;
 use tollgate::{AnyStore, Limiter, ManualClock, MemoryStore, RedisConfig, RedisStore};
 use tollgate_envoy::rls::proto::common::RateLimitDescriptor;
 use tollgate_envoy::rls::proto::common::rate_limit_descriptor::{Entry, RateLimitOverride};
@@ -246,8 +247,48 @@ async fn a_store_that_is_gone_answers_by_the_failure_mode() {
         rls.should_rate_limit(&hit).await,
         Err(RlsError::Unavailable(_))
     ));
-    let allowing = rls.with_failure_mode(RlsFailureMode::Allow);
+    let allowing = rls.with_failure_mode(RlsFailureMode::Decide(FailureMode::Allow));
     assert_eq!(answer(&allowing, &hit).await, [(OK, 0, 0)]);
+}
+
+#[tokio::test]
+async fn a_store_that_is_gone_decides_locally_on_each_nodes_share_of_the_limit() {
+    let mut redis = RedisServer::start();
+    let (rls, limiter, _) = node(on(redis_store(&redis).await), NOW, EDGE, None);
+    let rls = rls
+        .with_failure_mode(RlsFailureMode::Decide(FailureMode::Local))
+        .with_local_nodes(2);
+    let hit = request(
+        "rl",
+        vec![descriptor(&[
+            ("generic_key", "api"),
+            ("remote_address", "10.1.2.3"),
+        ])],
+    );
+    let (code, remaining, _) = answer(&rls, &hit).await[0];
+    assert_eq!(
+        (code, remaining),
+        (OK, 9),
+        "the store decides, on its own clock"
+    );
+    redis.kill();
+    for left in (0..5).rev() {
+        assert_eq!(
+            answer(&rls, &hit).await,
+            [(OK, left, 37)],
+            "half of 10 a minute, decided in process"
+        );
+    }
+    assert_eq!(answer(&rls, &hit).await, [(OVER, 0, 37)]);
+    let metrics = limiter.telemetry().metrics_text();
+    let local = metrics
+        .lines()
+        .find(|line| {
+            line.starts_with("tollgate_decisions_total{policy=\"rl\"")
+                && line.contains("outcome=\"local_fallback\"")
+        })
+        .unwrap_or_else(|| panic!("no local decisions counted in\n{metrics}"));
+    assert!(local.ends_with(" 6"), "{local}");
 }
 
 /// The configuration of upstream's `test/redis/fixed_cache_impl_test.go` cases.

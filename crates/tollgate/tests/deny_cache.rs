@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tollgate::observer::StoreObserver;
 use tollgate::observer::Observer;
+use tollgate::observer::StoreObserver;
 use tollgate::policy::DecidedBy;
 use tollgate::{
     Algorithm, Check, Limit, Limiter, ManualClock, MemoryStore, Policies, RedisConfig, RedisStore,

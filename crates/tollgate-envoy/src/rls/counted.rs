@@ -7,7 +7,7 @@ use tollgate::StoreError;
 use tollgate::counter::{Count, Counter, Tally};
 use tollgate::metrics::MetricOutcome;
 
-use super::decide::rls_error;
+use super::decide::{Deciding, rls_error};
 use super::matching::Pending;
 use super::proto::service::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use super::upstream_keys::UpstreamCounting;
@@ -39,7 +39,7 @@ impl Rls {
         let others = join_all(pending.iter().map(|pending| async move {
             match pending {
                 Some(counted) if counted.window.is_some() => None,
-                other => Some(self.decide(domain, other.as_ref()).await),
+                other => Some(self.decide(domain, other.as_ref(), Deciding::Store).await),
             }
         }));
         let (tallies, others) =

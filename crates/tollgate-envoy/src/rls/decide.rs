@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use futures_util::future::join_all;
-use tollgate::metrics::MetricOutcome;
 use tollgate::{AnyStore, Check, Limiter, MAX_COST, StoreError};
 
 use super::config::RlsConfig;
@@ -40,7 +39,9 @@ pub struct Rls {
     pub(super) limiter: Limiter<AnyStore>,
     config: ArcSwap<RlsConfig>,
     response_headers: bool,
-    failure_mode: RlsFailureMode,
+    pub(super) failure_mode: RlsFailureMode,
+    /// The nodes a limit is divided among when each decides alone (the failure mode `local`).
+    local_nodes: u64,
     limits: RlsLimits,
     modes: RlsModes,
     header_names: RlsHeaderNames,
@@ -64,6 +65,7 @@ impl Rls {
             config: ArcSwap::from_pointee(config),
             response_headers,
             failure_mode: RlsFailureMode::default(),
+            local_nodes: 1,
             limits: RlsLimits::default(),
             modes: RlsModes::default(),
             header_names: RlsHeaderNames::default(),
@@ -123,6 +125,13 @@ impl Rls {
     /// The same service, answering by `mode` when the store cannot decide.
     pub fn with_failure_mode(mut self, mode: RlsFailureMode) -> Self {
         self.failure_mode = mode;
+        self
+    }
+
+    /// The same service, dividing each limit among `nodes` nodes when it decides on the
+    /// in-process fallback (the failure mode `local`); 1, the default, divides nothing.
+    pub fn with_local_nodes(mut self, nodes: u64) -> Self {
+        self.local_nodes = nodes.max(1);
         self
     }
 
@@ -253,92 +262,52 @@ impl Rls {
                 join_all(
                     pending
                         .iter()
-                        .map(|pending| self.decide(domain, pending.as_ref())),
+                        .map(|pending| self.decide(domain, pending.as_ref(), Deciding::Store)),
                 )
                 .await
             }
             Some(counting) => self.decide_counted(counting, domain, &pending).await,
         };
-        let mut statuses = Vec::with_capacity(decided.len());
-        for (index, status) in decided.into_iter().enumerate() {
-            match status {
-                Ok(status) => statuses.push(status),
-                Err(RlsError::Unavailable(error)) => {
-                    return self.fail_over(request, &pending, error);
-                }
-                // A check the store refuses as malformed (a counter key over the size cap, say)
-                // is the caller's mistake, not an outage: Envoy must not apply its failure mode.
-                Err(RlsError::InvalidArgument(message)) => {
-                    return Err(RlsError::InvalidArgument(format!(
-                        "descriptors[{index}]: {message}"
-                    )));
-                }
-                Err(RlsError::NotConfigured) => return Err(RlsError::NotConfigured),
-            }
+        match statuses(decided) {
+            Ok(statuses) => Ok(self.response(request, &pending, statuses)),
+            Err(RlsError::Unavailable(error)) => self.fail_over(request, &pending, error).await,
+            Err(other) => Err(other),
         }
-        let over = self.over_overall(&pending, &statuses);
+    }
+
+    /// The answer to `request` from its descriptors' statuses.
+    pub(super) fn response(
+        &self,
+        request: &RateLimitRequest,
+        pending: &[Option<Pending>],
+        statuses: Vec<DescriptorStatus>,
+    ) -> RateLimitResponse {
+        let over = self.over_overall(pending, &statuses);
         let dynamic_metadata = self
             .modes
             .dynamic_metadata
-            .then(|| passed_metadata(request, &pending, &statuses));
+            .then(|| passed_metadata(request, pending, &statuses));
         let response_headers_to_add = if self.response_headers {
             headers(&statuses, &self.header_names)
         } else {
             Vec::new()
         };
-        Ok(RateLimitResponse {
+        RateLimitResponse {
             overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
             statuses,
             response_headers_to_add,
             dynamic_metadata,
             ..RateLimitResponse::default()
-        })
-    }
-
-    /// The answer by the failure mode when the store could not decide, counted in the metrics
-    /// under the domain and each matched rule.
-    fn fail_over(
-        &self,
-        request: &RateLimitRequest,
-        pending: &[Option<Pending>],
-        error: StoreError,
-    ) -> Result<RateLimitResponse, RlsError> {
-        let metrics = self.limiter.telemetry().metrics();
-        let count = request.descriptors.len();
-        let (outcome, code) = match self.failure_mode {
-            RlsFailureMode::Error => return Err(RlsError::Unavailable(error)),
-            RlsFailureMode::Allow => (MetricOutcome::FailedOpen, Code::Ok),
-            RlsFailureMode::Deny => (MetricOutcome::FailedClosed, Code::OverLimit),
-        };
-        for pending in pending.iter().flatten() {
-            metrics.record_decision(&request.domain, &pending.rule.metric_label(), outcome);
-        }
-        metrics.record_policy(&request.domain, outcome);
-        Ok(Self::all_with(count, code))
-    }
-
-    fn all_ok(count: usize) -> RateLimitResponse {
-        Self::all_with(count, Code::Ok)
-    }
-
-    fn all_with(count: usize, code: Code) -> RateLimitResponse {
-        RateLimitResponse {
-            overall_code: code as i32,
-            statuses: vec![
-                DescriptorStatus {
-                    code: code as i32,
-                    ..DescriptorStatus::default()
-                };
-                count
-            ],
-            ..RateLimitResponse::default()
         }
     }
 
+    /// Decides one descriptor on the store, or, while the store cannot, on the limiter's
+    /// in-process fallback.
     pub(super) async fn decide(
         &self,
         domain: &str,
         pending: Option<&Pending>,
+        deciding: Deciding,
     ) -> Result<DescriptorStatus, RlsError> {
         let ok = DescriptorStatus {
             code: Code::Ok as i32,
@@ -366,9 +335,13 @@ impl Rls {
         let check = Check::new(pending.addend)
             .limit(pending.key.as_str(), limit)
             .labelled(domain, &label);
-        let verdict = self.limiter.check(&check).await.map_err(rls_error)?;
+        let verdict = match deciding {
+            Deciding::Store => self.limiter.check(&check).await,
+            Deciding::Locally => self.limiter.check_local(&check, self.local_nodes).await,
+        }
+        .map_err(rls_error)?;
         let allowed = verdict.is_admitted();
-        if !allowed && rule.counts_refused && pending.addend > 0 {
+        if !allowed && rule.counts_refused && pending.addend > 0 && deciding == Deciding::Store {
             // envoyproxy/ratelimit counts every hit, over the limit too (and a usage report
             // refused is usage all the same). The count changes no answer within the window,
             // and a failed count is no reason to fail the request.
@@ -425,6 +398,37 @@ impl Rls {
             self.stats.record(stats, counted);
         }
     }
+}
+
+/// Where a descriptor is decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Deciding {
+    /// On the store, through the limiter's guards.
+    Store,
+    /// On the limiter's in-process fallback, the limits divided among the nodes (the failure
+    /// mode `local`).
+    Locally,
+}
+
+/// The statuses of a request's descriptors, in order, or why there are none: a store that
+/// could not decide, or a check refused as malformed, named by its descriptor.
+pub(super) fn statuses(
+    decided: Vec<Result<DescriptorStatus, RlsError>>,
+) -> Result<Vec<DescriptorStatus>, RlsError> {
+    decided
+        .into_iter()
+        .enumerate()
+        .map(|(index, status)| {
+            status.map_err(|error| match error {
+                // A check the store refuses as malformed (a counter key over the size cap, say)
+                // is the caller's mistake, not an outage: Envoy must not apply its failure mode.
+                RlsError::InvalidArgument(message) => {
+                    RlsError::InvalidArgument(format!("descriptors[{index}]: {message}"))
+                }
+                other => other,
+            })
+        })
+        .collect()
 }
 
 /// Why the limiter could not decide, as the service reports it: a malformed check is the

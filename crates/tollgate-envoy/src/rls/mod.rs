@@ -5,6 +5,7 @@
 mod config;
 mod counted;
 mod decide;
+mod fail_over;
 mod grpc;
 pub mod json;
 mod keys;

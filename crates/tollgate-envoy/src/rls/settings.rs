@@ -2,6 +2,7 @@
 //! the names of the response's header fields, and what to answer when the store cannot decide.
 
 use clap::builder::TypedValueParser as _;
+use tollgate::policy::FailureMode;
 
 /// What one request may hold. The defaults are above what Envoy builds from real traffic
 /// (descriptors come from paths and headers, which can be long); they are there to bound memory.
@@ -87,14 +88,53 @@ fn header_name(text: &str) -> Result<String, String> {
 }
 
 /// What the service answers when the store cannot decide (it is down, or resting behind the
-/// circuit breaker).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+/// circuit breaker): an error, for Envoy's own setting to decide, or a decision by the failure
+/// modes policies have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RlsFailureMode {
-    /// `UNAVAILABLE`, so that Envoy applies its own `failure_mode_deny`.
+    /// `UNAVAILABLE`, so that Envoy applies its own `failure_mode_deny` (`error`), as
+    /// envoyproxy/ratelimit answers.
     #[default]
     Error,
-    /// `OK` for every descriptor: traffic flows unlimited until the store is back.
-    Allow,
-    /// `OVER_LIMIT` for every descriptor: traffic stops until the store is back.
-    Deny,
+    /// Decided as a policy's `on_store_error` decides: `allow` answers `OK` to every
+    /// descriptor, `deny` `OVER_LIMIT`, and `local` decides the rules' limits on an in-process
+    /// limiter, each divided among the nodes that decide alone.
+    Decide(FailureMode),
+}
+
+impl std::str::FromStr for RlsFailureMode {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        if text == "error" {
+            return Ok(RlsFailureMode::Error);
+        }
+        text.parse().map(RlsFailureMode::Decide).map_err(|_| {
+            format!("unknown mode {text:?} (expected one of: error, allow, deny, local)")
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_failure_modes_are_the_policies_words_and_error() {
+        let read = |text: &str| text.parse::<RlsFailureMode>();
+        assert_eq!(read("error"), Ok(RlsFailureMode::Error));
+        assert_eq!(
+            read("allow"),
+            Ok(RlsFailureMode::Decide(FailureMode::Allow))
+        );
+        assert_eq!(read("deny"), Ok(RlsFailureMode::Decide(FailureMode::Deny)));
+        assert_eq!(
+            read("local"),
+            Ok(RlsFailureMode::Decide(FailureMode::Local))
+        );
+        assert_eq!(
+            read("open"),
+            Err(r#"unknown mode "open" (expected one of: error, allow, deny, local)"#.to_owned())
+        );
+    }
 }

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use tollgate::observer::StoreObserver;
 use tollgate::observer::Observer;
+use tollgate::observer::StoreObserver;
 use tollgate::policy::{Action, Evaluation, Request};
 use tollgate::store::StoreError;
 use tollgate::{Outcome, Verdict};

@@ -63,8 +63,8 @@ use std::sync::Arc;
 
 pub use breaker::BreakerConfig;
 pub(crate) use breaker::CircuitBreaker;
-pub use global::{GlobalLeases, GlobalStats, LeaseTuning};
 pub(crate) use global::GlobalTier;
+pub use global::{GlobalLeases, GlobalStats, LeaseTuning};
 pub(crate) use leasing::Leasing;
 pub(crate) use over_limit_cache::OverLimitCache;
 

@@ -281,6 +281,22 @@ impl<S: Store> Limiter<S> {
         self.check(&Check::one(key, limit)).await
     }
 
+    /// Decides `check` as the failure mode `local` does while the store cannot: on this
+    /// process's fallback store, each limit divided among `nodes` nodes that decide alone
+    /// ([`Limit::divided`]). What it counts stays local: it is never merged into the store.
+    pub async fn check_local(&self, check: &Check<'_>, nodes: u64) -> Result<Verdict, Error> {
+        let shares: SmallVec<[Limit; 4]> = check
+            .items()
+            .iter()
+            .map(|item| item.limit.divided(nodes))
+            .collect();
+        let mut local = Check::new(0);
+        for (item, share) in check.items().iter().zip(&shares) {
+            local.push(item.key.as_ref(), share, item.cost);
+        }
+        Ok(self.inner.local.check(&local, None).await?)
+    }
+
     /// Gives back what an admitted `check` took, for a request that failed upstream. `verdict`
     /// is the check's verdict; its time says which charge to give back and how much of it still
     /// counts: nothing once its window has rolled over, and for the rate algorithms the charge

@@ -7,8 +7,8 @@ use std::time::Duration;
 use tollgate_core::check::{Check, Verdict};
 
 use super::{MetricOutcome, Metrics};
-use crate::observer::StoreObserver;
 use crate::observer::Observer;
+use crate::observer::StoreObserver;
 use crate::policy::{Action, DecidedBy, Evaluation, Request};
 use crate::store::StoreError;
 

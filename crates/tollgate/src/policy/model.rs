@@ -333,6 +333,28 @@ pub enum FailureMode {
     Local,
 }
 
+impl FailureMode {
+    /// The word that names it in a policy file and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureMode::Allow => "allow",
+            FailureMode::Deny => "deny",
+            FailureMode::Local => "local",
+        }
+    }
+}
+
+impl std::str::FromStr for FailureMode {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        [FailureMode::Allow, FailureMode::Deny, FailureMode::Local]
+            .into_iter()
+            .find(|mode| mode.as_str() == text)
+            .ok_or_else(|| format!("unknown mode {text:?} (expected one of: allow, deny, local)"))
+    }
+}
+
 /// A limit as configured.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitConfig {

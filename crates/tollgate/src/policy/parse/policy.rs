@@ -121,14 +121,10 @@ fn read_tier_from(node: Node<'_, '_>, what: &str) -> Option<TierSource> {
 }
 
 fn read_failure_mode(node: Node<'_, '_>, what: &str) -> Option<FailureMode> {
-    match node.text("on_store_error").as_deref()? {
-        "allow" => Some(FailureMode::Allow),
-        "deny" => Some(FailureMode::Deny),
-        "local" => Some(FailureMode::Local),
-        other => {
-            node.error(format!(
-                "{what}: on_store_error: unknown mode {other:?} (expected one of: allow, deny, local)"
-            ));
+    match node.text("on_store_error")?.parse() {
+        Ok(mode) => Some(mode),
+        Err(error) => {
+            node.error(format!("{what}: on_store_error: {error}"));
             None
         }
     }
