@@ -54,8 +54,9 @@ pub struct LocalAddr(pub std::net::SocketAddr);
 /// Bounds on connections, request heads and slow clients.
 #[derive(Debug, Clone)]
 pub struct ConnectionLimits {
-    /// The most client connections open at once (at least 1). At the cap, the connection idle
-    /// the longest is closed to make room; while every connection is busy, more wait.
+    /// The most client connections open at once; 0 counts as 1 (a server that accepts none
+    /// would hang every client). At the cap, the connection idle the longest is closed to make
+    /// room; while every connection is busy, more wait.
     pub max_connections: usize,
     /// How long a connection may go without sending a complete request head: from its accept,
     /// and on a keep-alive connection from its last answer. Then it is closed.
@@ -196,7 +197,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) {
     let app = bounded(app, limits);
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let registry = Arc::new(Registry::new());
     let (stop, stopping) = watch::channel(false);
     // Every connection task holds a sender; when all are gone, the channel closes.
