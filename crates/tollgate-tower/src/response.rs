@@ -1,7 +1,5 @@
 //! Turning an evaluation into HTTP: refusals, and fields on admitted responses.
 
-use std::time::Duration;
-
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Response, StatusCode};
 use tollgate::Evaluation;
@@ -96,33 +94,23 @@ pub(crate) fn refusal<B>(
     response
 }
 
-/// The answer to a request the layer cannot decide because of how it is served (a policy
-/// keyed by client address, and no address: the server was not given `ConnectInfo` or a
-/// `PeerAddr`): `500` (`INTERNAL` over gRPC), and an error logged the first time, so that the
-/// mistake is seen at once rather than every client sharing one bucket.
-pub(crate) fn misconfigured<B>(
+/// The answer to a request the limiter could not decide, as the error's refusal says: `503`
+/// (`UNAVAILABLE` over gRPC) when it cannot decide at all (its store failed), `500`
+/// (`INTERNAL`) when the layer is served so that it cannot (a policy keyed by client address,
+/// and no address: the server was not given `ConnectInfo` or a `PeerAddr`). The latter is
+/// logged as an error the first time, so that the mistake is seen at once rather than every
+/// client sharing one bucket.
+pub(crate) fn undecidable<B>(
     error: &tollgate::Error,
     answering: Answering<'_>,
 ) -> Response<RateLimitBody<B>> {
+    let refusal = error.refusal();
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+    if refusal.reason == Reason::Misconfigured
+        && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
         tracing::error!("rate limiting is misconfigured, every such request fails: {error}");
     }
-    let refusal = Refusal {
-        reason: Reason::Misconfigured,
-        retry_after: None,
-        detail: format!("rate limiting is misconfigured: {error}"),
-    };
-    undecided(&refusal, answering)
-}
-
-/// The response when the limiter cannot decide at all (its store failed).
-pub(crate) fn unavailable<B>(detail: &str, answering: Answering<'_>) -> Response<RateLimitBody<B>> {
-    let refusal = Refusal {
-        reason: Reason::Unavailable,
-        retry_after: Some(Duration::from_secs(1)),
-        detail: detail.to_owned(),
-    };
     undecided(&refusal, answering)
 }
 

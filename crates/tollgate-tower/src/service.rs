@@ -18,9 +18,7 @@ use crate::body::{Completion, RateLimitBody};
 use crate::hooks::Hooks;
 use crate::replay::{Lookup, Replays};
 use crate::request::{Headers, attributes, is_grpc, normalize_path};
-use crate::response::{
-    Answering, add_fields, effective_status, misconfigured, refusal, unavailable, undecided,
-};
+use crate::response::{Answering, add_fields, effective_status, refusal, undecidable, undecided};
 
 /// The rate-limiting service around `Inner`; see [`RateLimitLayer`](crate::RateLimitLayer).
 #[derive(Debug)]
@@ -110,15 +108,7 @@ where
                 .map_or(&[][..], |policies| policies.header_families());
             let evaluation = match outcome {
                 Ok(evaluation) => Arc::new(evaluation),
-                Err(error @ tollgate::Error::NoClientAddress(_)) => {
-                    return Ok(misconfigured(&error, answering));
-                }
-                Err(error) => {
-                    return Ok(unavailable(
-                        &format!("the rate limiter cannot decide: {error}"),
-                        answering,
-                    ));
-                }
+                Err(error) => return Ok(undecidable(&error, answering)),
             };
             if let Some(idempotent) = evaluation.idempotent.as_ref().filter(|i| i.replay) {
                 return Ok(replay(&layer.replays, &idempotent.key, answering));

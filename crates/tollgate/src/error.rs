@@ -1,5 +1,8 @@
 //! The library's error type.
 
+use std::time::Duration;
+
+use crate::refusal::{Reason, Refusal};
 use crate::store::StoreError;
 use tollgate_core::check::CheckError;
 use tollgate_core::limit::LimitError;
@@ -44,4 +47,42 @@ pub enum Error {
         /// Charges the request takes now.
         now: usize,
     },
+}
+
+impl Error {
+    /// The refusal of a request this error kept from being decided, for a frontend that must
+    /// answer it all the same: the operator's mistake where a policy is keyed by an address the
+    /// server does not give (`Misconfigured`), else a limiter that cannot decide
+    /// (`Unavailable`, to be asked again in a second).
+    pub fn refusal(&self) -> Refusal {
+        match self {
+            Error::NoClientAddress(_) => Refusal {
+                reason: Reason::Misconfigured,
+                retry_after: None,
+                detail: format!("rate limiting is misconfigured: {self}"),
+            },
+            _ => Refusal {
+                reason: Reason::Unavailable,
+                retry_after: Some(Duration::from_secs(1)),
+                detail: format!("the rate limiter cannot decide: {self}"),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_is_refused_as_the_operators_mistake_or_as_a_limiter_that_cannot_decide() {
+        let misconfigured = Error::NoClientAddress("per-ip".to_owned()).refusal();
+        assert_eq!(misconfigured.reason, Reason::Misconfigured);
+        assert_eq!(misconfigured.retry_after, None);
+        assert!(misconfigured.detail.contains("\"per-ip\""), "{misconfigured:?}");
+        let down = Error::Store(StoreError::Failed("connection refused".to_owned())).refusal();
+        assert_eq!(down.reason, Reason::Unavailable);
+        assert_eq!(down.retry_after, Some(Duration::from_secs(1)));
+        assert!(down.detail.contains("connection refused"), "{down:?}");
+    }
 }

@@ -1,7 +1,8 @@
 //! A check's outcome (allowed, delayed or denied, its status and its waits), as every form of
 //! its answer states it: the full answer and the brief one.
 
-use tollgate::policy::Action;
+use tollgate::policy::{Action, Reason};
+use tollgate::problem::ProblemKind;
 use tollgate::{Evaluation, Micros, Verdict};
 
 /// A check's outcome, as every form of its answer states it.
@@ -20,7 +21,13 @@ impl<'a> Outcome<'a> {
         let (name, status, retry, delay) = match verdict.outcome() {
             tollgate::Outcome::Allow => ("allow", 200, Some(0), 0),
             tollgate::Outcome::Delay(delay) => ("delay", 200, Some(0), as_micros(delay)),
-            tollgate::Outcome::Deny { retry_after } => ("deny", 429, retry_after.map(as_micros), 0),
+            tollgate::Outcome::Deny { retry_after } => (
+                "deny",
+                // A verdict's denial is a limit's: answered as a refusal over a limit is.
+                ProblemKind::of(Reason::OverLimit).status(),
+                retry_after.map(as_micros),
+                0,
+            ),
         };
         Self {
             name,
