@@ -133,7 +133,7 @@ impl Reloader {
                         |old| what_changed(old.config(), policies.config()),
                     );
                     tracing::info!(file = %path.display(), version = format!("{:016x}", policies.version()), "policies reloaded: {what}");
-                    self.limiter.set_policies(policies);
+                    self.limiter.settings().set_policies(policies);
                 }
                 self.succeeded.fetch_add(1, Ordering::Relaxed);
                 self.limiter.telemetry().metrics().record_reload(true);

@@ -396,7 +396,7 @@ pub async fn connect_per_second(
         "the counters of one-second limits go to {}",
         describe(&per_second.store)
     );
-    limiter.set_per_second_store(Some(connected));
+    limiter.settings().set_per_second_store(Some(connected));
     Ok(())
 }
 
@@ -451,7 +451,7 @@ pub async fn open_limiter(
         builder = builder.observer(std::sync::Arc::new(crate::otel::SpanObserver));
     }
     let limiter = builder.build();
-    limiter.set_policies(policies);
+    limiter.settings().set_policies(policies);
     limiter.telemetry().set_key_logging(flags.log_keys);
     if let Some(secret) = flags.log_keys_secret()? {
         limiter.telemetry().set_key_log_secret(secret);

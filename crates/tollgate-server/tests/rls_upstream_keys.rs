@@ -519,7 +519,9 @@ descriptors:
             ..UpstreamCounting::default()
         };
         let (rls, limiter, _) = node(on(redis_store(&main).await), NOW, yaml, Some(counting));
-        limiter.set_per_second_store(Some(redis_store(&per_second).await));
+        limiter
+            .settings()
+            .set_per_second_store(Some(redis_store(&per_second).await));
         let both = request(
             "d",
             vec![

@@ -79,7 +79,10 @@ mod tests {
         let misconfigured = Error::NoClientAddress("per-ip".to_owned()).refusal();
         assert_eq!(misconfigured.reason, Reason::Misconfigured);
         assert_eq!(misconfigured.retry_after, None);
-        assert!(misconfigured.detail.contains("\"per-ip\""), "{misconfigured:?}");
+        assert!(
+            misconfigured.detail.contains("\"per-ip\""),
+            "{misconfigured:?}"
+        );
         let down = Error::Store(StoreError::Failed("connection refused".to_owned())).refusal();
         assert_eq!(down.reason, Reason::Unavailable);
         assert_eq!(down.retry_after, Some(Duration::from_secs(1)));

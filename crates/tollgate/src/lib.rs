@@ -74,7 +74,7 @@ pub mod yaml;
 pub use algorithm::{Adjustment, Algorithm, LeakyMode, State};
 pub use error::Error;
 pub use layer::{BreakerConfig, GlobalLeases, GlobalStats, LeaseTuning};
-pub use limiter::{Admin, KeyLogging, Limiter, LimiterBuilder, Overrides, Telemetry};
+pub use limiter::{Admin, KeyLogging, Limiter, LimiterBuilder, Overrides, Settings, Telemetry};
 pub use policy::{Config, Evaluation, Identity, Policies, Request};
 pub use store::{
     AnyStore, MemoryStore, RedisAuth, RedisConfig, RedisTls, RedisUrl, Store, StoreError,

@@ -45,7 +45,7 @@ async fn a_denied_check_is_denied_locally_until_it_could_pass_and_not_after() {
     let limiter = Limiter::builder(store)
         .observer(Arc::clone(&calls) as Arc<dyn Observer>)
         .build();
-    limiter.set_deny_cache(true);
+    limiter.settings().set_deny_cache(true);
     let calls = || calls.0.load(Ordering::Relaxed);
     let limit =
         Limit::new("burst", Algorithm::Gcra, "5/s".parse().expect("a quota")).expect("a limit");
@@ -94,7 +94,7 @@ async fn a_denied_check_is_denied_locally_until_it_could_pass_and_not_after() {
 
     // Turned off, every check asks the store (decided in process at once, which is no store
     // call the observers hear of): a denial is the store's own, never a replay.
-    limiter.set_deny_cache(false);
+    limiter.settings().set_deny_cache(false);
     while limiter
         .check(&check)
         .await
@@ -149,7 +149,7 @@ async fn a_reload_that_raises_the_limit_is_honoured_at_once() {
         )
         .expect("valid policies")
     };
-    limiter.set_policies(policies("1/h"));
+    limiter.settings().set_policies(policies("1/h"));
     let request = Request::new("GET", "/");
     assert!(
         limiter
@@ -165,7 +165,7 @@ async fn a_reload_that_raises_the_limit_is_honoured_at_once() {
     assert!(!cached.is_admitted());
     assert_eq!(cached.decided_by, DecidedBy::Cache);
 
-    limiter.set_policies(policies("10/h"));
+    limiter.settings().set_policies(policies("10/h"));
     let raised = limiter.evaluate(&request).await.expect("an answer");
     assert!(raised.is_admitted(), "the higher limit applies at once");
     assert_eq!(raised.decided_by, DecidedBy::Store);

@@ -216,7 +216,9 @@ async fn a_region_cut_off_spends_what_it_holds_then_follows_its_failure_mode() {
         ..LeaseTuning::default()
     };
     let limiter = region(&link.url(), tuning).await;
-    limiter.set_policies(Policies::from_yaml("test", POLICIES).unwrap());
+    limiter
+        .settings()
+        .set_policies(Policies::from_yaml("test", POLICIES).unwrap());
     let request = Request::new("GET", "/");
     // Busy enough for the node to lease ahead of its checks (a check that finds its lease on
     // the way while the node's demand grows is denied here rather than wait for it).

@@ -99,7 +99,7 @@ impl Rig {
     async fn limiter(&self, timeout: Duration) -> Limiter<RedisStore> {
         let policies = Policies::from_yaml("faults.yaml", POLICIES).expect("valid policies");
         let limiter = Limiter::with_policies(self.store(timeout).await, policies);
-        limiter.set_breaker(BREAKER);
+        limiter.settings().set_breaker(BREAKER);
         limiter
     }
 }

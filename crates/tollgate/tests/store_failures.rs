@@ -116,7 +116,7 @@ async fn each_failure_mode_answers_for_its_policy_when_redis_is_gone() {
 async fn the_breaker_rests_a_stalled_store_then_probes_and_returns_to_it() {
     let redis = RedisServer::start();
     let limiter = limiter(&redis).await;
-    limiter.set_breaker(BreakerConfig {
+    limiter.settings().set_breaker(BreakerConfig {
         failures: 3,
         cooldown: Duration::from_millis(300),
     });
@@ -169,7 +169,7 @@ async fn a_load_run_through_a_redis_restart_never_fails_a_request() {
 
     let mut redis = RedisServer::start();
     let limiter = limiter(&redis).await;
-    limiter.set_breaker(BreakerConfig {
+    limiter.settings().set_breaker(BreakerConfig {
         failures: 3,
         cooldown: Duration::from_millis(100),
     });

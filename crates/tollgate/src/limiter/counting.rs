@@ -2,14 +2,12 @@
 //! window read from the limiter's clock, the local over-limit cache, upstream's read-first
 //! rule, and the store for one-second windows.
 
-use std::sync::Arc;
-
 use smallvec::SmallVec;
 
 use super::Limiter;
 use crate::counter::{Count, CounterAdd, CounterOp, Tally, window_key};
 use crate::error::Error;
-use crate::store::{AnyStore, Store, StoreError};
+use crate::store::{Store, StoreError};
 use tollgate_core::clock::MICROS_PER_SECOND;
 
 impl<S: Store> Limiter<S> {
@@ -90,12 +88,6 @@ impl<S: Store> Limiter<S> {
         Ok(tallies)
     }
 
-    /// Sends envoyproxy/ratelimit's counters of one-second windows to `store` (upstream's
-    /// per-second Redis), or with `None` to the limiter's own store. Checks are not affected.
-    pub fn set_per_second_store(&self, store: Option<AnyStore>) {
-        self.inner.per_second.store(store.map(Arc::new));
-    }
-
     /// Sends `ops` (of counters of `windows` seconds) through the guards to the store, those of
     /// one-second windows to the per-second store when there is one; the counts, in order.
     async fn send_counters(
@@ -147,7 +139,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::{ManualClock, MemoryStore};
+    use std::sync::Arc;
+
+    use crate::{AnyStore, ManualClock, MemoryStore};
 
     fn counts(tallies: &[Tally]) -> Vec<u64> {
         tallies.iter().map(Tally::count).collect()
@@ -180,7 +174,9 @@ mod tests {
         let per_second = MemoryStore::builder()
             .clock(Arc::new(store_clock.clone()))
             .build();
-        limiter.set_per_second_store(Some(AnyStore::Memory(per_second)));
+        limiter
+            .settings()
+            .set_per_second_store(Some(AnyStore::Memory(per_second)));
         assert_eq!(
             counts(&limiter.count(&count).await.unwrap()),
             [2, 2],

@@ -9,6 +9,7 @@ mod look;
 mod overrides;
 mod penalty;
 mod requests;
+mod settings;
 mod telemetry;
 mod usage;
 
@@ -20,7 +21,7 @@ use smallvec::SmallVec;
 
 use crate::algorithm::Adjustment;
 use crate::error::Error;
-use crate::layer::{BreakerConfig, GlobalLeases, Guards, LeaseTuning, guard};
+use crate::layer::{GlobalLeases, Guards, LeaseTuning, guard};
 #[cfg(feature = "metrics")]
 use crate::metrics::Metrics;
 use crate::observer::{Observer, Observers, StoreObserver};
@@ -34,6 +35,7 @@ pub use admin::Admin;
 use denials::Denials;
 pub use denials::KeyLogging;
 pub use overrides::Overrides;
+pub use settings::Settings;
 pub use telemetry::Telemetry;
 
 /// Decides checks against a store, and requests against policies. Cheap to clone: every clone
@@ -190,20 +192,8 @@ impl<S: Store> Limiter<S> {
     /// A limiter on `store` that decides requests by `policies`.
     pub fn with_policies(store: S, policies: Policies) -> Self {
         let limiter = Self::new(store);
-        limiter.set_policies(policies);
+        limiter.settings().set_policies(policies);
         limiter
-    }
-
-    /// Replaces the policies; checks already under way finish with the old ones. The
-    /// policies' `redis.breaker` and `redis.deny_cache` settings take effect too.
-    pub fn set_policies(&self, policies: Policies) {
-        let options = &policies.config().redis;
-        self.set_breaker(options.breaker);
-        self.set_deny_cache(options.deny_cache && self.store().kind() != "memory");
-        #[cfg(feature = "metrics")]
-        self.inner.metrics.declare(&policies);
-        self.recompile_overrides(&policies);
-        self.inner.policies.store(Some(Arc::new(policies)));
     }
 
     /// The policies in force, if any.
@@ -228,19 +218,6 @@ impl<S: Store> Limiter<S> {
 
     fn cache(&self) -> &crate::layer::OverLimitCache<crate::layer::CircuitBreaker<S>> {
         self.inner.store.inner().inner()
-    }
-
-    /// Sets when the store's circuit breaker opens and for how long (default: after 5
-    /// consecutive failures, for 1 s).
-    pub fn set_breaker(&self, config: BreakerConfig) {
-        self.breaker().configure(config);
-    }
-
-    /// Turns the local over-limit cache on or off (on by default for stores outside the
-    /// process): while a check is denied until T, the same check is denied until T without
-    /// asking the store.
-    pub fn set_deny_cache(&self, enabled: bool) {
-        self.cache().set_enabled(enabled);
     }
 
     /// Gives every lease this node holds back to the store (at shutdown, say), so that no
