@@ -226,6 +226,21 @@ impl Drop for RedisServer {
     }
 }
 
+/// How many times each way of running the store's code was called on `server`: (FCALL,
+/// EVALSHA), from `INFO commandstats`.
+pub fn calls_by_kind(server: &RedisServer) -> (u64, u64) {
+    let info: String = server
+        .query(redis::cmd("INFO").arg("commandstats"))
+        .expect("INFO commandstats");
+    let calls = |command: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |calls| calls.parse().expect("a count"))
+    };
+    (calls("fcall"), calls("evalsha"))
+}
+
 /// Runs redis-server under a watchdog and waits for its first answer: the watchdog and the
 /// server's pid.
 /// `leading` goes before the common arguments (a configuration file must come first).

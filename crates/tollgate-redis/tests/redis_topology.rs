@@ -7,9 +7,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{queued_together, slot_map_read, slot_of, two_slots_of_one_master};
-use tollgate::{Algorithm, Check, Limit, RedisConfig, RedisStore, Store, StoreError};
-use tollgate_testkit::{RedisCluster, RedisServer};
+use common::{queued_together, slot_map_read, two_slots_of_one_master};
+use tollgate_core::{Algorithm, Check, Limit, Store, StoreError, Verdict};
+use tollgate_redis::{RedisConfig, RedisStore};
+use tollgate_testkit::{RedisCluster, RedisServer, slot_of};
 
 async fn store(cluster: &RedisCluster) -> RedisStore {
     let config = RedisConfig {
@@ -67,7 +68,7 @@ fn replicated(master: &RedisServer, key: &str) {
 
 /// A check answered after a topology change, and what failed on the way.
 struct Answered {
-    verdict: tollgate::Verdict,
+    verdict: Verdict,
     /// Typed errors met before the answer.
     errors: usize,
     /// Of those, the timeouts: a call that timed out may still have been counted (the script

@@ -3,8 +3,8 @@
 mod common;
 
 use proptest::prelude::*;
-use tollgate::algorithm::{self, State};
-use tollgate::{Adjustment, Algorithm, LeakyMode, Limit, Micros};
+use tollgate_core::algorithm::{self, State};
+use tollgate_core::{Adjustment, Algorithm, LeakyMode, Limit, Micros};
 
 /// A random limit of any algorithm, small enough that traces hit its edges often.
 fn any_limit() -> impl Strategy<Value = Limit> {
