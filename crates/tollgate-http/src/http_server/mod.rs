@@ -16,12 +16,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
-use axum::extract::{ConnectInfo, Request, State};
-use axum::http::StatusCode;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use http_body_util::BodyExt;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
@@ -34,9 +28,10 @@ use crate::tls::Tls;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::Instant;
 
-use crate::api::ApiError;
+use connection_service::{ConnectionService, HeadLimits};
 use registry::{ConnectionHandle, Registry, Tracked};
 
+mod connection_service;
 mod registry;
 
 /// The longest request target (path and query) read, in bytes; longer ones get `414`.
@@ -98,96 +93,6 @@ impl ConnectionLimits {
     }
 }
 
-/// Counts a request as under way on its connection until its answer's body is done.
-async fn track_requests(request: Request, next: Next) -> Response {
-    let in_flight = request
-        .extensions()
-        .get::<ConnectionHandle>()
-        .map(ConnectionHandle::begin);
-    let response = next.run(request).await;
-    match in_flight {
-        // `inspect_frame` keeps the body's size hint (`map_frame` drops it), so a body of
-        // known length is still sent with `content-length` rather than chunked.
-        Some(in_flight) => response.map(|body| {
-            Body::new(body.inspect_frame(move |_| {
-                let _held = &in_flight;
-            }))
-        }),
-        None => response,
-    }
-}
-
-/// The bounds [`head_over_limits`] applies.
-#[derive(Clone, Copy)]
-struct HeadLimits {
-    bytes: usize,
-    fields: usize,
-}
-
-/// Refuses request heads over the configured limits with a problem detail, and counts the
-/// others as under way on their connection (one middleware, not two: each layer of a router
-/// costs every request a clone of the inner service and a boxed future).
-async fn limit_and_track(
-    State(limits): State<HeadLimits>,
-    request: Request,
-    next: Next,
-) -> Response {
-    if let Some(refusal) = head_over_limits(limits, &request) {
-        return refusal;
-    }
-    track_requests(request, next).await
-}
-
-/// The answer for a request head over the configured limits, if it is.
-fn head_over_limits(limits: HeadLimits, request: &Request) -> Option<Response> {
-    let target = request
-        .uri()
-        .path_and_query()
-        .map_or(0, |p| p.as_str().len());
-    if target > MAX_URI_BYTES {
-        return Some(
-            ApiError {
-                status: StatusCode::URI_TOO_LONG,
-                detail: format!(
-                    "the request target is {target} bytes long, the maximum is {MAX_URI_BYTES}"
-                ),
-            }
-            .into_response(),
-        );
-    }
-    let headers = request.headers();
-    if headers.len() > limits.fields {
-        return Some(
-            ApiError {
-                status: StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                detail: format!(
-                    "the request has {} header fields, the maximum is {}",
-                    headers.len(),
-                    limits.fields
-                ),
-            }
-            .into_response(),
-        );
-    }
-    let bytes: usize = headers
-        .iter()
-        .map(|(name, value)| name.as_str().len() + value.len())
-        .sum();
-    if bytes > limits.bytes {
-        return Some(
-            ApiError {
-                status: StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                detail: format!(
-                    "the request's header fields take {bytes} bytes, the maximum is {}",
-                    limits.bytes
-                ),
-            }
-            .into_response(),
-        );
-    }
-    None
-}
-
 /// Serves `app` on `listener` (over TLS with `tls`) until `shutdown` resolves, then drains.
 pub async fn serve(
     listener: TcpListener,
@@ -196,7 +101,10 @@ pub async fn serve(
     tls: Option<&Tls>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let app = bounded(app, limits);
+    let heads = HeadLimits {
+        bytes: limits.max_header_bytes,
+        fields: limits.max_header_fields,
+    };
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let registry = Arc::new(Registry::new());
     let (stop, stopping) = watch::channel(false);
@@ -220,19 +128,13 @@ pub async fn serve(
             tracked: Arc::clone(&tracked),
             registry: Arc::clone(&registry),
         };
-        let service = tower::ServiceBuilder::new()
-            .map_request(
-                move |mut request: axum::http::Request<hyper::body::Incoming>| {
-                    request.extensions_mut().insert(ConnectInfo(peer));
-                    if let Some(local) = local {
-                        request.extensions_mut().insert(local);
-                    }
-                    request.extensions_mut().insert(handle.clone());
-                    request
-                },
-            )
-            .service(app.clone());
-        let service = TowerToHyperService::new(service);
+        let service = TowerToHyperService::new(ConnectionService {
+            app: app.clone(),
+            peer,
+            local,
+            handle,
+            heads,
+        });
         let builder = builder.clone();
         let acceptor = tls.map(Tls::acceptor);
         let slot = Slot {
@@ -441,17 +343,6 @@ fn connection_builder(limits: &ConnectionLimits) -> auto::Builder<TokioExecutor>
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(stack_head_bytes).unwrap_or(u32::MAX));
     builder
-}
-
-/// `app` with the bookkeeping of requests and the bounds on request heads.
-fn bounded(app: Router, limits: &ConnectionLimits) -> Router {
-    app.layer(axum::middleware::from_fn_with_state(
-        HeadLimits {
-            bytes: limits.max_header_bytes,
-            fields: limits.max_header_fields,
-        },
-        limit_and_track,
-    ))
 }
 
 /// The next connection and its place under the cap (made by closing an idle connection when

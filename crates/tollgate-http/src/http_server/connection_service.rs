@@ -1,0 +1,167 @@
+//! What every request of a connection goes through before the router: the bounds on its head,
+//! the connection's addresses for the handlers, and the count of requests under way that keeps
+//! a connection with an answer still being sent from being closed as idle. One concrete
+//! service in front of the router, not a router layer: a layer wraps every route in a clone of
+//! the inner service and a boxed future, and the request in one more boxed extension, for
+//! every request.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::future::RouteFuture;
+use bytes::Bytes;
+use hyper::body::{Frame, Incoming, SizeHint};
+
+use super::registry::{ConnectionHandle, InFlight};
+use super::{LocalAddr, MAX_URI_BYTES};
+use crate::api::ApiError;
+
+/// The bounds on a request head.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct HeadLimits {
+    /// The most bytes of header fields (names and values).
+    pub(super) bytes: usize,
+    /// The most header fields.
+    pub(super) fields: usize,
+}
+
+/// The router of one connection, with what its requests carry in and are counted by.
+#[derive(Clone)]
+pub(super) struct ConnectionService {
+    pub(super) app: Router,
+    pub(super) peer: SocketAddr,
+    pub(super) local: Option<LocalAddr>,
+    pub(super) handle: ConnectionHandle,
+    pub(super) heads: HeadLimits,
+}
+
+impl tower::Service<axum::http::Request<Incoming>> for ConnectionService {
+    type Response = Response<CountedBody>;
+    type Error = Infallible;
+    type Future = Answer;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        tower::Service::<axum::http::Request<Incoming>>::poll_ready(&mut self.app, cx)
+    }
+
+    fn call(&mut self, mut request: axum::http::Request<Incoming>) -> Answer {
+        if let Some(refusal) = head_over_limits(self.heads, request.uri(), request.headers()) {
+            return Answer::Refused {
+                response: Some(refusal),
+            };
+        }
+        let extensions = request.extensions_mut();
+        extensions.insert(ConnectInfo(self.peer));
+        if let Some(local) = self.local {
+            extensions.insert(local);
+        }
+        let in_flight = self.handle.begin();
+        Answer::Routed {
+            future: self.app.call(request),
+            in_flight: Some(in_flight),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The answer to one request: refused for its head, or the router's.
+    #[project = AnswerProjection]
+    pub(super) enum Answer {
+        Refused { response: Option<Response> },
+        Routed {
+            #[pin]
+            future: RouteFuture<Infallible>,
+            in_flight: Option<InFlight>,
+        },
+    }
+}
+
+impl Future for Answer {
+    type Output = Result<Response<CountedBody>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let (response, in_flight) = match self.project() {
+            AnswerProjection::Refused { response } => (response.take().unwrap_or_default(), None),
+            AnswerProjection::Routed { future, in_flight } => {
+                let Ok(response) = ready!(future.poll(cx));
+                (response, in_flight.take())
+            }
+        };
+        Poll::Ready(Ok(response.map(|body| CountedBody {
+            body,
+            _in_flight: in_flight,
+        })))
+    }
+}
+
+/// An answer's body, holding its request's place among those under way until it is sent (or
+/// dropped). Its size hint is the body's, so a body of known length is still sent with
+/// `content-length` rather than chunked.
+pub(super) struct CountedBody {
+    body: Body,
+    _in_flight: Option<InFlight>,
+}
+
+impl hyper::body::Body for CountedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The answer for a request head over `limits`, if it is.
+fn head_over_limits(limits: HeadLimits, uri: &Uri, headers: &HeaderMap) -> Option<Response> {
+    let refusal = |status, detail| Some(ApiError { status, detail }.into_response());
+    let target = uri.path_and_query().map_or(0, |p| p.as_str().len());
+    if target > MAX_URI_BYTES {
+        return refusal(
+            StatusCode::URI_TOO_LONG,
+            format!("the request target is {target} bytes long, the maximum is {MAX_URI_BYTES}"),
+        );
+    }
+    if headers.len() > limits.fields {
+        return refusal(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            format!(
+                "the request has {} header fields, the maximum is {}",
+                headers.len(),
+                limits.fields
+            ),
+        );
+    }
+    let bytes: usize = headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum();
+    if bytes > limits.bytes {
+        return refusal(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            format!(
+                "the request's header fields take {bytes} bytes, the maximum is {}",
+                limits.bytes
+            ),
+        );
+    }
+    None
+}
