@@ -14,7 +14,7 @@ mod usage;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::http::header;
+use axum::http::{Method, StatusCode, header};
 use axum::routing::{MethodRouter, get, post};
 use tollgate::{AnyStore, Limiter};
 
@@ -86,27 +86,53 @@ fn traced(route: MethodRouter<AppState>, path: &'static str) -> MethodRouter<App
     route
 }
 
+/// A route that answers the methods it does not take with a problem detail naming them (and
+/// `Allow`, which the router adds). Every error of the API is a problem detail this way, without
+/// a layer over the router that every request would pass through.
+fn taking(route: MethodRouter<AppState>, methods: &'static str) -> MethodRouter<AppState> {
+    route.fallback(move |method: Method| async move {
+        ApiError {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            detail: format!("this endpoint does not take {method} (it takes: {methods})"),
+        }
+    })
+}
+
+/// A decision route at `path`: `POST` only, traced.
+fn decision<H, T>(handler: H, path: &'static str) -> MethodRouter<AppState>
+where
+    H: axum::handler::Handler<T, AppState>,
+    T: 'static,
+{
+    traced(taking(post(handler), "POST"), path)
+}
+
+/// A route that reads: `GET` (and `HEAD`).
+fn reading<H, T>(handler: H) -> MethodRouter<AppState>
+where
+    H: axum::handler::Handler<T, AppState>,
+    T: 'static,
+{
+    taking(get(handler), "GET, HEAD")
+}
+
 /// The API's routes.
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/v1/check", traced(post(check::check), "/v1/check"))
-        .route("/v1/refund", traced(post(check::refund), "/v1/refund"))
-        .route("/v1/settle", traced(post(check::settle), "/v1/settle"))
-        .route("/v1/release", traced(post(check::release), "/v1/release"))
-        .route("/v1/usage", traced(post(usage::usage), "/v1/usage"))
-        .route(
-            "/json",
-            traced(post(envoy_json::should_rate_limit), "/json"),
-        )
-        .route("/healthz", get(health::healthz))
-        .route("/healthcheck", get(health::healthcheck))
-        .route("/readyz", get(health::readyz))
+        .route("/v1/check", decision(check::check, "/v1/check"))
+        .route("/v1/refund", decision(check::refund, "/v1/refund"))
+        .route("/v1/settle", decision(check::settle, "/v1/settle"))
+        .route("/v1/release", decision(check::release, "/v1/release"))
+        .route("/v1/usage", decision(usage::usage, "/v1/usage"))
+        .route("/json", decision(envoy_json::should_rate_limit, "/json"))
+        .route("/healthz", reading(health::healthz))
+        .route("/healthcheck", reading(health::healthcheck))
+        .route("/readyz", reading(health::readyz))
         .route(
             "/openapi.json",
-            get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
+            reading(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
         )
-        .route("/metrics", get(metrics))
+        .route("/metrics", reading(metrics))
         .fallback(|| async { ApiError::not_found("no such endpoint; see /openapi.json") })
-        .layer(axum::middleware::from_fn(problem::problem_details))
         .with_state(state)
 }

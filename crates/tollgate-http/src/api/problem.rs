@@ -191,7 +191,9 @@ fn json_error(error: serde_json::Error, path: &str) -> ApiError {
 }
 
 /// Turns every error answer that is not yet a problem detail (the router's 405, an extractor's
-/// rejection, ...) into one, keeping its status and header fields (`Allow`, ...).
+/// rejection, ...) into one, keeping its status and header fields (`Allow`, ...): for the admin
+/// API, whose handlers take extractors. (The check API's routes answer every error as a problem
+/// detail themselves.)
 pub(crate) async fn problem_details(
     request: axum::extract::Request,
     next: axum::middleware::Next,
