@@ -268,8 +268,22 @@ impl serde::Serialize for Quota {
 
 impl<'de> serde::Deserialize<'de> for Quota {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        text.parse().map_err(serde::de::Error::custom)
+        deserializer.deserialize_str(QuotaText)
+    }
+}
+
+/// Reads a quota from its text where the reader holds it, without copying it out first.
+struct QuotaText;
+
+impl serde::de::Visitor<'_> for QuotaText {
+    type Value = Quota;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("a quota such as \"100/m\"")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Quota, E> {
+        text.parse().map_err(E::custom)
     }
 }
 

@@ -187,6 +187,20 @@ mod tests {
     }
 
     #[test]
+    fn a_quota_is_read_from_its_text_escaped_or_not_and_only_from_text() {
+        let escaped = inline(r#"{"key":"a","algorithm":"gcra","quota":"10\/s"}"#);
+        assert_eq!(escaped.compiled(0).unwrap().count(), 10);
+        let error =
+            serde_json::from_str::<InlineLimit>(r#"{"key":"a","algorithm":"gcra","quota":10}"#)
+                .unwrap_err()
+                .to_string();
+        assert!(
+            error.starts_with(r#"invalid type: integer `10`, expected a quota such as "100/m""#),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn a_limit_that_does_not_build_is_refused_every_time() {
         let zero_burst = inline(r#"{"key":"a","algorithm":"gcra","quota":"10/s","burst":0}"#);
         for _ in 0..2 {
