@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::layer::StoreObserver;
 use crate::policy::{Evaluation, Request};
 use crate::store::StoreError;
 use tollgate_core::check::{Check, Verdict};
@@ -27,17 +28,6 @@ pub struct Refused<'a> {
     pub decision: &'a Decision,
     /// When the store decided, in its own time.
     pub at: tollgate_core::clock::Micros,
-}
-
-/// What the layers see on the way to the store, for metrics to count. Every method has a
-/// default that does nothing. Calls are made inline: keep them cheap and never block.
-pub trait StoreObserver: Send + Sync + 'static {
-    /// The store answered a call (or failed to) after `took`.
-    fn store_called(&self, _took: Duration, _error: Option<&StoreError>) {}
-    /// The circuit breaker answered instead of the store.
-    fn store_skipped(&self) {}
-    /// The over-limit cache answered instead of the store.
-    fn cache_hit(&self) {}
 }
 
 /// Receives what happens on the decision path: what the store layers see (a

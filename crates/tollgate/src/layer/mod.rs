@@ -60,6 +60,7 @@ mod leasing;
 mod over_limit_cache;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use breaker::BreakerConfig;
 pub(crate) use breaker::CircuitBreaker;
@@ -68,9 +69,19 @@ pub use global::{GlobalLeases, GlobalStats, LeaseTuning};
 pub(crate) use leasing::Leasing;
 pub(crate) use over_limit_cache::OverLimitCache;
 
-use crate::observer::StoreObserver;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use tollgate_core::clock::Clock;
+
+/// What the layers see on the way to the store, for metrics to count. Every method has a
+/// default that does nothing. Calls are made inline: keep them cheap and never block.
+pub trait StoreObserver: Send + Sync + 'static {
+    /// The store answered a call (or failed to) after `took`.
+    fn store_called(&self, _took: Duration, _error: Option<&StoreError>) {}
+    /// The circuit breaker answered instead of the store.
+    fn store_skipped(&self) {}
+    /// The over-limit cache answered instead of the store.
+    fn cache_hit(&self) {}
+}
 
 /// A store behind the guards every limiter uses, outermost first: leasing, the global tier,
 /// the over-limit cache, the circuit breaker.
