@@ -15,7 +15,6 @@ use common::{
 use proptest::test_runner::TestRunner;
 use tollgate_core::{Adjustment, Algorithm, Check, Limit, Micros, Store, StoreError};
 use tollgate_redis::{RedisConfig, RedisStore};
-use tollgate_testkit::calls_by_kind;
 
 #[test]
 fn redis_and_memory_decide_alike_on_random_workloads() {
@@ -115,7 +114,7 @@ async fn the_code_runs_as_a_function_library_reloaded_after_a_flush() {
     // A server of its own: flushing the shared one would pull the code from under other tests.
     let own = tollgate_testkit::RedisServer::start();
     checks_across_flushes(&own, &["FUNCTION", "FLUSH"]).await;
-    let (fcalls, evalshas) = calls_by_kind(&own);
+    let (fcalls, evalshas) = own.calls_by_kind();
     assert!(fcalls >= 4, "every check and refund is an FCALL: {fcalls}");
     assert_eq!(evalshas, 0, "no script was run");
     let libraries: Vec<redis::Value> = own.query(redis::cmd("FUNCTION").arg("LIST")).unwrap();
@@ -131,7 +130,7 @@ async fn without_functions_the_same_code_runs_as_scripts() {
     // FCALL renamed away: as on a Redis older than 7 or a compatible server without functions.
     let own = tollgate_testkit::RedisServer::start_with(&["--rename-command", "FCALL", ""]);
     checks_across_flushes(&own, &["SCRIPT", "FLUSH"]).await;
-    let (fcalls, evalshas) = calls_by_kind(&own);
+    let (fcalls, evalshas) = own.calls_by_kind();
     assert_eq!(fcalls, 0);
     assert!(
         evalshas >= 4,
@@ -161,7 +160,7 @@ async fn an_acl_user_without_functions_runs_the_code_as_scripts() {
         common::three_checks_of_two_per_hour(&store).await,
         [true, true, false]
     );
-    assert!(calls_by_kind(&own).1 >= 1, "the checks ran as scripts");
+    assert!(own.calls_by_kind().1 >= 1, "the checks ran as scripts");
 }
 
 /// A permission the connection itself needs (here `SELECT`, for a database in the URL) is

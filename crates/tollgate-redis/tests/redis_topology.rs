@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::{queued_together, slot_map_read, two_slots_of_one_master};
 use tollgate_core::{Algorithm, Check, Limit, Store, StoreError, Verdict};
 use tollgate_redis::{RedisConfig, RedisStore};
-use tollgate_testkit::{RedisCluster, RedisServer, slot_of};
+use tollgate_testkit::{RedisCluster, RedisServer};
 
 async fn store(cluster: &RedisCluster) -> RedisStore {
     let config = RedisConfig {
@@ -126,7 +126,7 @@ async fn a_killed_master_is_replaced_by_its_replica_and_checks_resume() {
     let check = Check::one("tenant:acme", &limit);
     admit(&store, &check, 10).await;
     cluster.wait_until_formed();
-    let slot = slot_of(&cluster, &store.key_of("tenant:acme", &limit));
+    let slot = cluster.slot_of(&store.key_of("tenant:acme", &limit));
     let port = cluster.master_of(slot).port();
     // Replication is asynchronous: only a write the replica has acknowledged survives the
     // failover, so wait for it to acknowledge everything up to a write made after the checks.
@@ -225,7 +225,7 @@ async fn checks_follow_a_slot_moved_to_another_master() {
     let limit = hourly(Algorithm::SlidingLog);
     let check = Check::one("user:7", &limit);
     admit(&store, &check, 5).await;
-    move_slot(&cluster, slot_of(&cluster, &store.key_of("user:7", &limit)));
+    move_slot(&cluster, cluster.slot_of(&store.key_of("user:7", &limit)));
 
     let answered = until_answered(&store, &check).await;
     assert!(answered.verdict.is_admitted());
@@ -255,7 +255,7 @@ async fn a_call_across_slots_that_meets_a_moved_slot_goes_again_slot_by_slot() {
     assert_eq!(before.regrouped, 0);
     // The store's map still puts both slots on one master; Redis refuses the call before it
     // writes anything, and each slot is decided on its own.
-    move_slot(&cluster, slot_of(&cluster, &store.key_of(&first, &limit)));
+    move_slot(&cluster, cluster.slot_of(&store.key_of(&first, &limit)));
     let verdicts = queued_together(&store, &checks, now).await;
     for (identity, verdict) in [&first, &second].into_iter().zip(verdicts) {
         let verdict = verdict.expect("an answer");

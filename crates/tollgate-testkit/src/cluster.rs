@@ -160,16 +160,15 @@ impl RedisCluster {
         }
         panic!("no master serves slot {slot}")
     }
-}
 
-/// The slot `key` hashes to, as the cluster computes it.
-pub fn slot_of(cluster: &RedisCluster, key: &str) -> u16 {
-    cluster
-        .nodes()
-        .iter()
-        .find_map(|node| {
-            node.query(redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))
-                .ok()
-        })
-        .expect("CLUSTER KEYSLOT")
+    /// The slot `key` hashes to, as the cluster computes it.
+    pub fn slot_of(&self, key: &str) -> u16 {
+        self.nodes()
+            .iter()
+            .find_map(|node| {
+                node.query(redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))
+                    .ok()
+            })
+            .expect("CLUSTER KEYSLOT")
+    }
 }

@@ -17,9 +17,9 @@ mod server;
 mod tls;
 pub mod tollgate;
 
-pub use cluster::{RedisCluster, slot_of};
+pub use cluster::RedisCluster;
 pub use faults::FaultyLink;
 pub use ports::free_port;
 pub use sentinel::{DATA_PASSWORD, MASTER_NAME, RedisSentinels, SENTINEL_PASSWORD};
-pub use server::{RedisServer, calls_by_kind};
+pub use server::RedisServer;
 pub use tls::Certificates;

@@ -218,27 +218,27 @@ impl RedisServer {
         self.kill();
         (self.watchdog, self.pid) = launch(self.port, &self.control, &self.dir, &[], extra);
     }
+
+    /// How many times each way of running the store's code was called on this server:
+    /// (FCALL, EVALSHA), from `INFO commandstats`.
+    pub fn calls_by_kind(&self) -> (u64, u64) {
+        let info: String = self
+            .query(redis::cmd("INFO").arg("commandstats"))
+            .expect("INFO commandstats");
+        let calls = |command: &str| {
+            info.lines()
+                .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+                .and_then(|rest| rest.split(',').next())
+                .map_or(0, |calls| calls.parse().expect("a count"))
+        };
+        (calls("fcall"), calls("evalsha"))
+    }
 }
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// How many times each way of running the store's code was called on `server`: (FCALL,
-/// EVALSHA), from `INFO commandstats`.
-pub fn calls_by_kind(server: &RedisServer) -> (u64, u64) {
-    let info: String = server
-        .query(redis::cmd("INFO").arg("commandstats"))
-        .expect("INFO commandstats");
-    let calls = |command: &str| {
-        info.lines()
-            .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
-            .and_then(|rest| rest.split(',').next())
-            .map_or(0, |calls| calls.parse().expect("a count"))
-    };
-    (calls("fcall"), calls("evalsha"))
 }
 
 /// Runs redis-server under a watchdog and waits for its first answer: the watchdog and the

@@ -19,9 +19,7 @@ async fn refunds_across_masters_give_back_every_item_at_its_own_masters_time() {
     let log = Limit::new("log", Algorithm::SlidingLog, "100/h".parse().unwrap()).unwrap();
     let master = |identity: &str| {
         let key = limiter.store().key_of(identity, &log);
-        cluster
-            .master_of(tollgate_testkit::slot_of(cluster, &key))
-            .port()
+        cluster.master_of(cluster.slot_of(&key)).port()
     };
     let first = format!("user:across:{}", std::process::id());
     let second = (0..)

@@ -5,7 +5,6 @@
 
 use tollgate::overrides::{OverrideBackend, OverrideWritten};
 use tollgate::{Adjustment, Algorithm, Check, Limit, RedisConfig, RedisStore, Store};
-use tollgate_testkit::calls_by_kind;
 
 /// The ACL user the README gives: enough to load the library, check and refund.
 #[tokio::test]
@@ -39,7 +38,7 @@ async fn the_documented_acl_user_can_load_check_and_refund() {
     }
     assert_eq!(admitted, [true, true, false], "the refund gave one back");
     assert_eq!(
-        calls_by_kind(&own).1,
+        own.calls_by_kind().1,
         0,
         "the library was loaded and called, no script"
     );

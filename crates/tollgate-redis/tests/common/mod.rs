@@ -18,7 +18,7 @@ use tollgate_core::{
     Verdict,
 };
 use tollgate_redis::RedisStore;
-use tollgate_testkit::{RedisCluster, slot_of};
+use tollgate_testkit::RedisCluster;
 
 /// Decides `checks` at `at`, every one queued before the store's batcher takes any: a check
 /// enters the queue when first polled, and on a test's one thread the batcher cannot run
@@ -52,12 +52,12 @@ pub fn two_slots_of_one_master(
     limit: &Limit,
 ) -> (String, String) {
     let first = "user:0".to_owned();
-    let slot = slot_of(cluster, &store.key_of(&first, limit));
+    let slot = cluster.slot_of(&store.key_of(&first, limit));
     let master = cluster.master_of(slot).port();
     let second = (1..)
         .map(|n| format!("user:{n}"))
         .find(|identity| {
-            let other = slot_of(cluster, &store.key_of(identity, limit));
+            let other = cluster.slot_of(&store.key_of(identity, limit));
             other != slot && cluster.master_of(other).port() == master
         })
         .expect("another slot of the same master");
