@@ -359,10 +359,11 @@ async fn memory_per_key_is_small() {
 
 #[tokio::test]
 async fn a_refused_connection_is_a_typed_error() {
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
+    // A port held by a socket that never listens: a connection is refused, and no other
+    // process can take the port while the test runs (a port merely freed could be).
+    let held = tokio::net::TcpSocket::new_v4().unwrap();
+    held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = held.local_addr().unwrap().port();
     let config = RedisConfig {
         connect_timeout: Duration::from_millis(300),
         ..fresh_config()

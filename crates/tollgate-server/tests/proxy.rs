@@ -283,10 +283,12 @@ async fn bodies_stream_both_ways() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_or_silent_upstream_is_a_gateway_problem() {
     let policies = policy_file();
-    let closed = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-        listener.local_addr().expect("an address")
-    };
+    // A port held by a socket that never listens: a connection to it is refused, and no other
+    // process can take the port while the test runs (a port merely freed could be).
+    let held = tokio::net::TcpSocket::new_v4().expect("a socket");
+    held.bind("127.0.0.1:0".parse().expect("an address"))
+        .expect("a free port");
+    let closed = held.local_addr().expect("an address");
     let proxy = proxy_to(closed, &policies, &[]);
     let response = reqwest::get(format!("{}/echo", proxy.http_url()))
         .await
