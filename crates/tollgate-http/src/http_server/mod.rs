@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
 use hyper_util::service::TowerToHyperService;
@@ -30,9 +30,11 @@ use tokio::time::Instant;
 
 use connection_service::{ConnectionService, HeadLimits};
 use registry::{ConnectionHandle, Registry, Tracked};
+use stream_executor::{StreamExecutor, Streams};
 
 mod connection_service;
 mod registry;
+mod stream_executor;
 
 /// The longest request target (path and query) read, in bytes; longer ones get `414`.
 pub const MAX_URI_BYTES: usize = 8 * 1024;
@@ -110,7 +112,6 @@ pub async fn serve(
     let (stop, stopping) = watch::channel(false);
     // Every connection task holds a sender; when all are gone, the channel closes.
     let (running, mut drained) = mpsc::channel::<()>(1);
-    let builder = connection_builder(limits);
     let mut next_id = 0u64;
     tokio::pin!(shutdown);
     loop {
@@ -135,7 +136,9 @@ pub async fn serve(
             handle,
             heads,
         });
-        let builder = builder.clone();
+        let executor = StreamExecutor::default();
+        let streams = Streams::of(&executor);
+        let builder = connection_builder(limits, executor);
         let acceptor = tls.map(Tls::acceptor);
         let slot = Slot {
             registry: Arc::clone(&registry),
@@ -148,12 +151,16 @@ pub async fn serve(
             match acceptor {
                 None => {
                     let io = TokioIo::new(stream);
-                    watch.drive(builder.serve_connection(io, service)).await;
+                    watch
+                        .drive(builder.serve_connection(io, service), streams)
+                        .await;
                 }
                 Some(acceptor) => {
                     if let Some(stream) = watch.handshake(&acceptor, stream).await {
                         let io = TokioIo::new(stream);
-                        watch.drive(builder.serve_connection(io, service)).await;
+                        watch
+                            .drive(builder.serve_connection(io, service), streams)
+                            .await;
                     }
                 }
             }
@@ -238,7 +245,7 @@ impl Watch {
     /// when asked to make room at the cap, at its age, or at shutdown, and dropped if it does
     /// not close within the grace period (for its age, once requests under way have had
     /// the age's grace).
-    async fn drive<C>(mut self, connection: C)
+    async fn drive<C>(mut self, connection: C, mut streams: Streams)
     where
         C: GracefulConnection,
         C::Error: std::fmt::Display,
@@ -266,6 +273,8 @@ impl Watch {
                     }
                     break;
                 }
+                // Then the streams it brought in, whose answers it writes together next.
+                () = streams.run() => {}
                 () = sleep_until_some(cut_at), if cut_at.is_some() => {
                     tracing::debug!(peer = %self.peer, "connection dropped: requests still under way past its age's grace");
                     break;
@@ -317,6 +326,7 @@ impl Watch {
                 }
             }
         }
+        streams.finish();
     }
 }
 
@@ -328,10 +338,14 @@ async fn sleep_until_some(at: Option<Instant>) {
     }
 }
 
-/// The HTTP/1 and HTTP/2 connection builder, with the head bounds and the header timeout.
-fn connection_builder(limits: &ConnectionLimits) -> auto::Builder<TokioExecutor> {
+/// The HTTP/1 and HTTP/2 builder of one connection, with the head bounds and the header
+/// timeout; its HTTP/2 streams run on `executor`.
+fn connection_builder(
+    limits: &ConnectionLimits,
+    executor: StreamExecutor,
+) -> auto::Builder<StreamExecutor> {
     let stack_head_bytes = limits.stack_head_bytes();
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(executor);
     builder
         .http1()
         .timer(TokioTimer::new())
