@@ -8,11 +8,11 @@
 
 use std::time::Duration;
 
-use sfv::{Integer, KeyRef, ListSerializer, StringRef};
-
 use tollgate_core::clock::{MICROS_PER_SECOND, Micros};
 use tollgate_core::decision::Decision;
 use tollgate_core::limit::Limit;
+
+mod structured;
 
 /// A family of rate-limit response header fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -101,48 +101,47 @@ fn sf_string(text: &str) -> std::borrow::Cow<'_, str> {
         .collect()
 }
 
-fn integer(value: u64) -> Integer {
-    Integer::try_from(value).unwrap_or(Integer::constant(999_999_999_999_999))
-}
-
 /// `RateLimit-Policy`: one item per limit, `"name";q=100;w=60`.
 pub fn ietf_policy_field(views: &[LimitView<'_>]) -> Option<String> {
-    let mut list = ListSerializer::new();
-    for view in views {
-        let name = sf_string(view.label);
+    ietf_list(views, |field, view| {
         let (quota, window) = view.quota_and_window();
-        let mut item = list
-            .bare_item(StringRef::from_str(&name).ok()?)
-            .parameter(KeyRef::constant("q"), integer(quota))
-            .parameter(KeyRef::constant("w"), integer(window));
+        structured::push_integer_parameter(field, "q", quota);
+        structured::push_integer_parameter(field, "w", window);
         if view.unit != QuotaUnit::Requests {
-            item = item.parameter(
-                KeyRef::constant("qu"),
-                StringRef::from_str(view.unit.as_str()).ok()?,
-            );
+            structured::push_string_parameter(field, "qu", view.unit.as_str());
         }
-        if let Some(partition) = view.partition {
-            item = item.parameter(KeyRef::constant("pk"), partition);
-        }
-        let _ = item;
-    }
-    list.finish()
+    })
 }
 
 /// `RateLimit`: one item per limit, `"name";r=50;t=30`.
 pub fn ietf_field(views: &[LimitView<'_>]) -> Option<String> {
-    let mut list = ListSerializer::new();
-    for view in views {
-        let name = sf_string(view.label);
-        let item = list
-            .bare_item(StringRef::from_str(&name).ok()?)
-            .parameter(KeyRef::constant("r"), integer(view.decision.remaining()))
-            .parameter(KeyRef::constant("t"), integer(view.seconds_until_more()));
+    ietf_list(views, |field, view| {
+        structured::push_integer_parameter(field, "r", view.decision.remaining());
+        structured::push_integer_parameter(field, "t", view.seconds_until_more());
+    })
+}
+
+/// A list of one item per limit: its name, the parameters `write` appends, and its partition
+/// key as `pk`; `None` for no limits (an empty list is no field).
+fn ietf_list(
+    views: &[LimitView<'_>],
+    write: impl Fn(&mut String, &LimitView<'_>),
+) -> Option<String> {
+    if views.is_empty() {
+        return None;
+    }
+    let mut field = String::with_capacity(48 * views.len());
+    for (index, view) in views.iter().enumerate() {
+        if index > 0 {
+            field.push_str(", ");
+        }
+        structured::push_string(&mut field, &sf_string(view.label));
+        write(&mut field, view);
         if let Some(partition) = view.partition {
-            let _ = item.parameter(KeyRef::constant("pk"), partition);
+            structured::push_bytes_parameter(&mut field, "pk", partition);
         }
     }
-    list.finish()
+    Some(field)
 }
 
 /// The rate-limit header fields of `families` for the limits of a request. The older families

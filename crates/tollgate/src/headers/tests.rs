@@ -196,3 +196,70 @@ fn a_partition_key_is_a_byte_sequence_on_both_ietf_fields() {
         );
     }
 }
+
+proptest::proptest! {
+    /// Whatever the names, counts and partition keys, both IETF fields read back, through a
+    /// structured-field parser, as one item per limit with the name (printable ASCII kept,
+    /// anything else `?`) and the values written.
+    #[test]
+    fn ietf_fields_read_back_as_written(
+        labels in proptest::collection::vec("[ -~\"\\\\é]{0,12}", 1..4),
+        remaining in proptest::prelude::any::<u64>(),
+        reset_after in 0u64..u64::MAX / 2,
+        partition in proptest::option::of(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..20)),
+        bytes_unit in proptest::prelude::any::<bool>(),
+    ) {
+        let counted = limit("counted", Algorithm::FixedWindow, "100/m");
+        let unit = if bytes_unit { QuotaUnit::ContentBytes } else { QuotaUnit::Requests };
+        let views: Vec<LimitView<'_>> = labels
+            .iter()
+            .map(|label| LimitView {
+                label,
+                limit: &counted,
+                unit,
+                decision: Decision::new(true, 100, remaining, reset_after, Some(0), 0),
+                partition: partition.as_deref(),
+            })
+            .collect();
+        for (value, expected) in [
+            (ietf_policy_field(&views).unwrap(), [("q", 100), ("w", 60)]),
+            (
+                ietf_field(&views).unwrap(),
+                [
+                    ("r", remaining.min(999_999_999_999_999)),
+                    ("t", reset_after.div_ceil(MICROS_PER_SECOND)),
+                ],
+            ),
+        ] {
+            let parsed: sfv::List = sfv::Parser::new(&value).parse().expect("a list");
+            proptest::prop_assert_eq!(parsed.len(), labels.len());
+            for (entry, label) in parsed.iter().zip(&labels) {
+                let sfv::ListEntry::Item(item) = entry else {
+                    panic!("an item in {value}");
+                };
+                let shown: String = label
+                    .chars()
+                    .map(|c| if (' '..='~').contains(&c) { c } else { '?' })
+                    .collect();
+                proptest::prop_assert_eq!(item.bare_item.as_string().map(|s| s.as_str()), Some(shown.as_str()));
+                for (key, number) in expected {
+                    proptest::prop_assert_eq!(
+                        item.params.get(key).and_then(sfv::BareItem::as_integer).map(i64::from),
+                        Some(i64::try_from(number).unwrap())
+                    );
+                }
+                proptest::prop_assert_eq!(
+                    item.params.get("pk").and_then(sfv::BareItem::as_byte_sequence),
+                    partition.as_deref()
+                );
+            }
+            if value.contains(";q=") {
+                let qu = parsed.iter().filter_map(|entry| match entry {
+                    sfv::ListEntry::Item(item) => item.params.get("qu").and_then(sfv::BareItem::as_string).map(|s| s.as_str().to_owned()),
+                    sfv::ListEntry::InnerList(_) => None,
+                }).next();
+                proptest::prop_assert_eq!(qu, bytes_unit.then(|| "content-bytes".to_owned()));
+            }
+        }
+    }
+}

@@ -13,6 +13,8 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+use super::network_text::wide_network_text;
+
 /// How many hops of a forwarding header are looked at, at most, counted from the right (the
 /// nearest proxy): more trusted proxies in a row than this are taken as the client.
 pub(crate) const MAX_HOPS: usize = 32;
@@ -169,6 +171,11 @@ pub fn group(address: IpAddr, ipv4_prefix: u8, ipv6_prefix: u8) -> IpNet {
 /// The key text of an address's group: `203.0.113.7` or `2001:db8:1:2::/64`.
 pub fn group_key(address: IpAddr, ipv4_prefix: u8, ipv6_prefix: u8) -> String {
     let network = group(canonical(address), ipv4_prefix, ipv6_prefix);
+    if let IpNet::V6(wide) = network
+        && let Some(text) = wide_network_text(wide.addr(), wide.prefix_len())
+    {
+        return text;
+    }
     if network.prefix_len() == network.max_prefix_len() {
         network.addr().to_string()
     } else {

@@ -13,6 +13,7 @@ mod key;
 mod lists;
 mod matcher;
 mod model;
+mod network_text;
 #[cfg(feature = "yaml")]
 mod parse;
 mod path;
