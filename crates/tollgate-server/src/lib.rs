@@ -4,6 +4,9 @@
 //! only calls [`cli::main`].
 
 pub mod admin_flags;
+// A global allocator is unsafe by its trait; its module says what each call relies on.
+#[allow(unsafe_code)]
+pub mod allocator;
 pub mod cli;
 pub mod connection_flags;
 pub mod health_flags;

@@ -1,9 +1,8 @@
 //! The `tollgate` binary.
 
-/// A server answers with many small, short-lived allocations (request heads, JSON bodies,
-/// header values); mimalloc serves them from per-thread free lists.
+/// mimalloc, for the many small, short-lived allocations a server makes (see the module).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tollgate_server::allocator::Allocator = tollgate_server::allocator::Allocator;
 
 fn main() -> std::process::ExitCode {
     tollgate_server::cli::main()
