@@ -11,19 +11,22 @@ use tollgate::{Decision, Evaluation, Verdict};
 use super::check::millis;
 use super::outcome::Outcome;
 
-/// Whether the request's `Prefer` fields ask for `return=minimal`.
+/// Whether the request's `Prefer` fields ask for `return=minimal`. Read as bytes, since every
+/// check asks this of its headers and the preference is ASCII.
 pub(super) fn wanted(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(HeaderName::from_static("prefer"))
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .any(|preference| {
-            preference
-                .split(';')
-                .next()
-                .is_some_and(|token| token.trim().eq_ignore_ascii_case("return=minimal"))
-        })
+    const PREFER: HeaderName = HeaderName::from_static("prefer");
+    headers.get_all(PREFER).iter().any(|value| {
+        value
+            .as_bytes()
+            .split(|&byte| byte == b',')
+            .any(|preference| {
+                let token = preference
+                    .split(|&byte| byte == b';')
+                    .next()
+                    .unwrap_or_default();
+                token.trim_ascii().eq_ignore_ascii_case(b"return=minimal")
+            })
+    })
 }
 
 /// The brief answer's fields.
@@ -97,5 +100,43 @@ impl Brief {
             );
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prefer(values: &[&str]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for value in values {
+            headers.append("prefer", HeaderValue::from_str(value).unwrap());
+        }
+        headers
+    }
+
+    /// RFC 7240: a list of preferences, each a token with parameters after `;`, in one field
+    /// or several, names compared without case.
+    #[test]
+    fn return_minimal_is_found_among_other_preferences_in_any_field() {
+        for asked in [
+            &["return=minimal"][..],
+            &["Return=Minimal"],
+            &["respond-async, return=minimal"],
+            &["respond-async,return=minimal ; ignored=1"],
+            &["  return=minimal  "],
+            &["wait=10", "return=minimal"],
+        ] {
+            assert!(wanted(&prefer(asked)), "{asked:?}");
+        }
+        for not_asked in [
+            &[][..],
+            &["return=representation"],
+            &["respond-async; return=minimal"],
+            &["return=minimalist"],
+            &["wait=10", "handling=lenient"],
+        ] {
+            assert!(!wanted(&prefer(not_asked)), "{not_asked:?}");
+        }
     }
 }

@@ -16,6 +16,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::Router;
+use futures_util::StreamExt as _;
+use futures_util::stream::FuturesUnordered;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
@@ -241,6 +243,24 @@ impl Watch {
         None
     }
 
+    /// When to look at the connection again, at a deadline that came at `now`; `None` once
+    /// it has been idle for `wait` (since it was asked to close, when it was).
+    fn look_again(
+        &self,
+        now: Instant,
+        closing: Option<Instant>,
+        wait: Duration,
+    ) -> Option<Instant> {
+        if self.tracked.in_flight.load(Ordering::Acquire) > 0 {
+            return Some(now + wait);
+        }
+        let idle_at = self
+            .registry
+            .instant_at(self.tracked.idle_at.load(Ordering::Relaxed));
+        let since = closing.map_or(idle_at, |asked| asked.max(idle_at));
+        (now < since + wait).then_some(since + wait)
+    }
+
     /// Serves `connection` to its end: closed gracefully when idle past the header timeout,
     /// when asked to make room at the cap, at its age, or at shutdown, and dropped if it does
     /// not close within the grace period (for its age, once requests under way have had
@@ -263,7 +283,19 @@ impl Watch {
         // Past its age and its grace, the connection goes, requests under way or not.
         let mut cut_at: Option<Instant> = None;
         loop {
-            tokio::select! {
+            // The timers and signals in a set of their own, which polls them only when one of
+            // them woke the task: polled beside the connection, they would each be polled
+            // again (a timer entry, a lock on the signal's waiters) on every request.
+            let mut watched = FuturesUnordered::new();
+            watched.push(next_event(
+                &self.tracked,
+                &mut self.stopping,
+                deadline,
+                cut_at,
+                self.aged_at.filter(|_| closing.is_none()),
+                closing.is_some(),
+            ));
+            let event = tokio::select! {
                 // The connection first: a head that has arrived is read (and its request
                 // counted) before an expired deadline is looked at.
                 biased;
@@ -274,22 +306,20 @@ impl Watch {
                     break;
                 }
                 // Then the streams it brought in, whose answers it writes together next.
-                () = streams.run() => {}
-                () = sleep_until_some(cut_at), if cut_at.is_some() => {
+                () = streams.run() => continue,
+                Some(event) = watched.next() => event,
+            };
+            drop(watched);
+            let now = Instant::now();
+            match event {
+                Event::Cut => {
                     tracing::debug!(peer = %self.peer, "connection dropped: requests still under way past its age's grace");
                     break;
                 }
-                () = tokio::time::sleep_until(deadline) => {
-                    let now = Instant::now();
-                    let wait = if closing.is_some() { grace } else { header_timeout };
-                    if self.tracked.in_flight.load(Ordering::Acquire) > 0 {
-                        deadline = now + wait;
-                        continue;
-                    }
-                    let idle_at = self.registry.instant_at(self.tracked.idle_at.load(Ordering::Relaxed));
-                    let since = closing.map_or(idle_at, |asked| asked.max(idle_at));
-                    if now < since + wait {
-                        deadline = since + wait;
+                Event::Deadline => {
+                    let wait = closing.map_or(header_timeout, |_| grace);
+                    if let Some(again) = self.look_again(now, closing, wait) {
+                        deadline = again;
                         continue;
                     }
                     if closing.is_some() {
@@ -301,16 +331,14 @@ impl Watch {
                     connection.as_mut().graceful_shutdown();
                     deadline = now + grace;
                 }
-                () = self.tracked.reclaim.notified(), if closing.is_none() => {
+                Event::Reclaim => {
                     tracing::debug!(peer = %self.peer, "closing an idle connection to make room for a new one");
-                    let now = Instant::now();
                     closing = Some(now);
                     connection.as_mut().graceful_shutdown();
                     deadline = now + grace;
                 }
-                () = sleep_until_some(self.aged_at), if closing.is_none() && self.aged_at.is_some() => {
+                Event::Aged => {
                     tracing::debug!(peer = %self.peer, "closing a connection at its maximum age");
-                    let now = Instant::now();
                     closing = Some(now);
                     cut_at = Some(now + self.age_grace);
                     connection.as_mut().graceful_shutdown();
@@ -318,8 +346,7 @@ impl Watch {
                     // under way: they too get the age's grace.
                     deadline = now + self.age_grace;
                 }
-                _ = self.stopping.changed(), if closing.is_none() => {
-                    let now = Instant::now();
+                Event::Stopping => {
                     closing = Some(now);
                     connection.as_mut().graceful_shutdown();
                     deadline = now + grace;
@@ -327,6 +354,40 @@ impl Watch {
             }
         }
         streams.finish();
+    }
+}
+
+/// What a connection's task waits for besides the connection.
+enum Event {
+    /// Past its age and the age's grace.
+    Cut,
+    /// The header timeout (or the grace of a close) came.
+    Deadline,
+    /// Asked to close to make room for a new connection.
+    Reclaim,
+    /// At its maximum age.
+    Aged,
+    /// The server is stopping.
+    Stopping,
+}
+
+/// The first of a connection's timers and signals; those of a connection already asked to
+/// close (`closing`) are left out, but for its deadline and cut.
+async fn next_event(
+    tracked: &Tracked,
+    stopping: &mut watch::Receiver<bool>,
+    deadline: Instant,
+    cut_at: Option<Instant>,
+    aged_at: Option<Instant>,
+    closing: bool,
+) -> Event {
+    tokio::select! {
+        biased;
+        () = sleep_until_some(cut_at), if cut_at.is_some() => Event::Cut,
+        () = tokio::time::sleep_until(deadline) => Event::Deadline,
+        () = tracked.reclaim.notified(), if !closing => Event::Reclaim,
+        () = sleep_until_some(aged_at), if aged_at.is_some() => Event::Aged,
+        _ = stopping.changed(), if !closing => Event::Stopping,
     }
 }
 
