@@ -63,6 +63,22 @@ impl Upstream {
         })
     }
 
+    /// The `Host` field of a request to the upstream over HTTP/1, as the HTTP client would
+    /// write it: the host, and the port unless it is the scheme's own.
+    fn host_field(&self) -> Option<HeaderValue> {
+        let default_port = if self.scheme == Scheme::HTTPS {
+            443
+        } else {
+            80
+        };
+        let host = self.authority.host();
+        let field = match self.authority.port_u16() {
+            Some(port) if port != default_port => format!("{host}:{port}"),
+            _ => host.to_owned(),
+        };
+        HeaderValue::from_str(&field).ok()
+    }
+
     /// The upstream's URI for a request's path and query.
     fn uri_for(&self, path_and_query: Option<&PathAndQuery>) -> Result<Uri, axum::http::Error> {
         let path_and_query = match path_and_query {
@@ -155,7 +171,7 @@ fn add_forwarded(
             chain.push_str(earlier);
             chain.push_str(", ");
         }
-        let _ = write!(chain, "{}", peer.ip().to_canonical());
+        push_ip(&mut chain, peer.ip().to_canonical());
         if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(chain)) {
             headers.insert(X_FORWARDED_FOR, value);
         }
@@ -165,6 +181,24 @@ fn add_forwarded(
     }
     let proto = if tls { "https" } else { "http" };
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+}
+
+/// Writes `ip` as `Display` does; an IPv4 address (most clients) without `fmt`, which costs
+/// about a thousand instructions a request for four numbers.
+fn push_ip(text: &mut String, ip: std::net::IpAddr) {
+    match ip {
+        std::net::IpAddr::V4(v4) => {
+            for (index, octet) in v4.octets().into_iter().enumerate() {
+                if index > 0 {
+                    text.push('.');
+                }
+                text.push_str(itoa::Buffer::new().format(octet));
+            }
+        }
+        std::net::IpAddr::V6(v6) => {
+            let _ = write!(text, "{v6}");
+        }
+    }
 }
 
 /// How the proxy speaks to its upstream, and what it tells it.
@@ -212,6 +246,10 @@ fn upstream_tls(
 pub struct Forwarder {
     client: Client<HttpsConnector<HttpConnector>, Body>,
     upstream: Upstream,
+    /// The `Host` field, written here when every connection to the upstream is HTTP/1 (plain
+    /// `http://`, not `--upstream-http2`), so that the client does not format it per request;
+    /// over TLS, ALPN may pick HTTP/2, where the client leaves `Host` out.
+    http1_host: Option<HeaderValue>,
     settings: ForwardSettings,
     metrics: Arc<crate::proxy_metrics::ProxyMetrics>,
 }
@@ -239,8 +277,12 @@ impl Forwarder {
             .http2_only(settings.http2)
             .pool_idle_timeout(Duration::from_secs(90))
             .build(connector);
+        let http1_host = (upstream.scheme == Scheme::HTTP && !settings.http2)
+            .then(|| upstream.host_field())
+            .flatten();
         Ok(Self {
             client,
+            http1_host,
             upstream,
             settings,
             metrics,
@@ -275,6 +317,9 @@ impl Forwarder {
             original_host,
             self.settings.listener_tls,
         );
+        if let Some(host) = &self.http1_host {
+            parts.headers.insert(header::HOST, host.clone());
+        }
         parts.uri = uri;
         // The client's version is its connection's business; the upstream's is chosen here.
         parts.version = if self.settings.http2 {
@@ -356,6 +401,37 @@ mod tests {
                 .unwrap_err()
                 .contains("query")
         );
+    }
+
+    #[test]
+    fn the_host_field_carries_the_port_unless_it_is_the_schemes_own() {
+        for (url, host) in [
+            ("http://127.0.0.1:3000/base", "127.0.0.1:3000"),
+            ("http://example.com:80", "example.com"),
+            ("http://example.com", "example.com"),
+            ("http://[::1]:8080", "[::1]:8080"),
+            ("https://example.com:443", "example.com"),
+            ("https://example.com:80", "example.com:80"),
+        ] {
+            let upstream = Upstream::parse(url).expect("valid");
+            assert_eq!(upstream.host_field().expect("a field"), host, "{url}");
+        }
+    }
+
+    #[test]
+    fn addresses_are_written_as_display_writes_them() {
+        let mut addresses: Vec<std::net::IpAddr> = [0u8, 1, 9, 10, 99, 100, 199, 200, 255]
+            .iter()
+            .flat_map(|&a| [0u8, 7, 42, 255].map(|b| [a, b, 255 - a, a / 3]))
+            .map(std::net::IpAddr::from)
+            .collect();
+        addresses.push("2001:db8::1".parse().expect("valid"));
+        addresses.push("::ffff:10.0.0.1".parse().expect("valid"));
+        for address in addresses {
+            let mut text = String::from("x, ");
+            push_ip(&mut text, address);
+            assert_eq!(text, format!("x, {address}"));
+        }
     }
 
     #[test]
