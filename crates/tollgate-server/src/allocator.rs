@@ -32,31 +32,41 @@ fn plain(align: usize, size: usize) -> bool {
     align <= PLAIN_ALIGN && align <= size
 }
 
+/// A block for `layout` from `plain_fn` when its alignment covers the layout, else from
+/// `aligned_fn` (mimalloc's plain and aligned functions of one kind: malloc or zalloc).
+///
+/// # Safety
+///
+/// `layout` has a non-zero size, as `GlobalAlloc` promises.
+#[inline(always)]
+unsafe fn allocate(
+    layout: Layout,
+    plain_fn: unsafe extern "C" fn(usize) -> *mut c_void,
+    aligned_fn: unsafe extern "C" fn(usize, usize) -> *mut c_void,
+) -> *mut u8 {
+    // SAFETY: mimalloc's allocation functions take any size and a power-of-two alignment.
+    unsafe {
+        if plain(layout.align(), layout.size()) {
+            plain_fn(layout.size()).cast()
+        } else {
+            aligned_fn(layout.size(), layout.align()).cast()
+        }
+    }
+}
+
 // SAFETY: every pointer comes from mimalloc and goes back to it; a layout mimalloc's plain
 // allocation does not align is allocated with its alignment.
 unsafe impl GlobalAlloc for Allocator {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: mimalloc's allocation functions take any size and a power-of-two alignment.
-        unsafe {
-            if plain(layout.align(), layout.size()) {
-                mi_malloc(layout.size()).cast()
-            } else {
-                mi_malloc_aligned(layout.size(), layout.align()).cast()
-            }
-        }
+        // SAFETY: `GlobalAlloc` callers give a non-zero size.
+        unsafe { allocate(layout, mi_malloc, mi_malloc_aligned) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: as for `alloc`.
-        unsafe {
-            if plain(layout.align(), layout.size()) {
-                mi_zalloc(layout.size()).cast()
-            } else {
-                mi_zalloc_aligned(layout.size(), layout.align()).cast()
-            }
-        }
+        unsafe { allocate(layout, mi_zalloc, mi_zalloc_aligned) }
     }
 
     #[inline]
