@@ -213,17 +213,22 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, QuotaError> {
     Ok(std::time::Duration::from_micros(micros))
 }
 
-/// Writes a period in the largest unit that divides it.
-fn period_text(period: Micros) -> String {
+/// A period as the largest unit that divides it and how many of that unit: `(1, "s")` for a
+/// second, `(90, "s")` for a minute and a half.
+fn period_parts(period: Micros) -> (Micros, &'static str) {
     let (names, micros) = UNITS
         .iter()
         .rev()
         .find(|(_, micros)| period >= *micros && period.is_multiple_of(*micros))
         .unwrap_or(&UNITS[0]);
-    let short = names[0];
-    match period / micros {
-        1 => short.to_owned(),
-        n => format!("{n}{short}"),
+    (period / micros, names[0])
+}
+
+/// Writes a period in the largest unit that divides it.
+fn period_text(period: Micros) -> String {
+    match period_parts(period) {
+        (1, short) => short.to_owned(),
+        (n, short) => format!("{n}{short}"),
     }
 }
 
@@ -256,7 +261,14 @@ impl FromStr for Quota {
 
 impl fmt::Display for Quota {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.count, period_text(self.period))
+        // Piece by piece: every answer that names a quota writes it.
+        let (multiple, unit) = period_parts(self.period);
+        f.write_str(itoa::Buffer::new().format(self.count))?;
+        f.write_str("/")?;
+        if multiple != 1 {
+            f.write_str(itoa::Buffer::new().format(multiple))?;
+        }
+        f.write_str(unit)
     }
 }
 

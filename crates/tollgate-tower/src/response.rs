@@ -48,8 +48,28 @@ pub fn add_fields(headers: &mut http::HeaderMap, fields: Vec<(&'static str, Stri
     headers.reserve(fields.len());
     for (name, value) in fields {
         if let Ok(value) = HeaderValue::try_from(value) {
-            headers.append(HeaderName::from_static(name), value);
+            headers.append(field_name(name), value);
         }
+    }
+}
+
+/// The header name of a field. The renderers' names are made at compile time: made at run
+/// time, `HeaderName::from_static` checks every byte of the name on every answer.
+fn field_name(name: &'static str) -> HeaderName {
+    match name {
+        "ratelimit-policy" => const { HeaderName::from_static("ratelimit-policy") },
+        "ratelimit" => const { HeaderName::from_static("ratelimit") },
+        "x-ratelimit-limit" => const { HeaderName::from_static("x-ratelimit-limit") },
+        "x-ratelimit-remaining" => const { HeaderName::from_static("x-ratelimit-remaining") },
+        "x-ratelimit-used" => const { HeaderName::from_static("x-ratelimit-used") },
+        "x-ratelimit-reset" => const { HeaderName::from_static("x-ratelimit-reset") },
+        "x-ratelimit-resource" => const { HeaderName::from_static("x-ratelimit-resource") },
+        "ratelimit-limit" => const { HeaderName::from_static("ratelimit-limit") },
+        "ratelimit-remaining" => const { HeaderName::from_static("ratelimit-remaining") },
+        "ratelimit-reset" => const { HeaderName::from_static("ratelimit-reset") },
+        "retry-after" => http::header::RETRY_AFTER,
+        "cache-control" => http::header::CACHE_CONTROL,
+        _ => HeaderName::from_static(name),
     }
 }
 
@@ -165,5 +185,33 @@ pub(crate) fn effective_status<B>(response: &Response<B>) -> u16 {
     {
         None => response.status().as_u16(),
         Some(status) => grpc_status::http_class(status),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_field_name_is_the_name_it_reads() {
+        for name in [
+            "ratelimit-policy",
+            "ratelimit",
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-used",
+            "x-ratelimit-reset",
+            "x-ratelimit-resource",
+            "ratelimit-limit",
+            "ratelimit-remaining",
+            "ratelimit-reset",
+            "retry-after",
+            "cache-control",
+            "tollgate-near-limit",
+            "content-type",
+        ] {
+            assert_eq!(field_name(name), HeaderName::from_static(name), "{name}");
+            assert_eq!(field_name(name).as_str(), name);
+        }
     }
 }

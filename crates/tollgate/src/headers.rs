@@ -91,6 +91,11 @@ impl LimitView<'_> {
     }
 }
 
+/// A number as a field's text (every answer writes several).
+fn number(value: u64) -> String {
+    itoa::Buffer::new().format(value).to_owned()
+}
+
 /// Structured-field strings allow printable ASCII only; anything else becomes `?`.
 fn sf_string(text: &str) -> std::borrow::Cow<'_, str> {
     if text.bytes().all(|b| (b' '..=b'~').contains(&b)) {
@@ -152,7 +157,8 @@ pub fn rate_limit_fields(
     binding: Option<usize>,
     now: Micros,
 ) -> Vec<(&'static str, String)> {
-    let mut fields = Vec::new();
+    // Room for every family's fields and the two a decision adds, so the list never grows.
+    let mut fields = Vec::with_capacity(12);
     if views.is_empty() {
         return fields;
     }
@@ -170,9 +176,9 @@ pub fn rate_limit_fields(
                 }
             }
             HeaderFamily::Draft => {
-                fields.push(("ratelimit-limit", quota.to_string()));
-                fields.push(("ratelimit-remaining", remaining.to_string()));
-                fields.push(("ratelimit-reset", bound.seconds_until_more().to_string()));
+                fields.push(("ratelimit-limit", number(quota)));
+                fields.push(("ratelimit-remaining", number(remaining)));
+                fields.push(("ratelimit-reset", number(bound.seconds_until_more())));
                 if !families.contains(&HeaderFamily::Ietf) {
                     let policies: Vec<String> = views
                         .iter()
@@ -186,13 +192,10 @@ pub fn rate_limit_fields(
             }
             HeaderFamily::Legacy => {
                 let reset_at = seconds_up(now.saturating_add(bound.decision.reset_after_micros()));
-                fields.push(("x-ratelimit-limit", quota.to_string()));
-                fields.push(("x-ratelimit-remaining", remaining.to_string()));
-                fields.push((
-                    "x-ratelimit-used",
-                    quota.saturating_sub(remaining).to_string(),
-                ));
-                fields.push(("x-ratelimit-reset", reset_at.to_string()));
+                fields.push(("x-ratelimit-limit", number(quota)));
+                fields.push(("x-ratelimit-remaining", number(remaining)));
+                fields.push(("x-ratelimit-used", number(quota.saturating_sub(remaining))));
+                fields.push(("x-ratelimit-reset", number(reset_at)));
                 fields.push(("x-ratelimit-resource", sf_string(bound.label).into_owned()));
             }
         }
@@ -205,9 +208,9 @@ pub fn rate_limit_fields(
 /// seconds until its counter resets.
 pub fn envoy_fields(limit: u64, remaining: u64, reset_seconds: u64) -> [(&'static str, String); 3] {
     [
-        ("RateLimit-Limit", limit.to_string()),
-        ("RateLimit-Remaining", remaining.to_string()),
-        ("RateLimit-Reset", reset_seconds.to_string()),
+        ("RateLimit-Limit", number(limit)),
+        ("RateLimit-Remaining", number(remaining)),
+        ("RateLimit-Reset", number(reset_seconds)),
     ]
 }
 
@@ -250,7 +253,7 @@ pub fn decision_fields(
         Answer::Admitted { near_limit: false } => {}
         Answer::Refused { retry_after } => {
             if let Some(retry_after) = retry_after {
-                fields.push(("retry-after", retry_after_seconds(retry_after).to_string()));
+                fields.push(("retry-after", number(retry_after_seconds(retry_after))));
             }
             fields.push(("cache-control", "no-store".to_owned()));
         }

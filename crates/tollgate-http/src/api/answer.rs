@@ -8,15 +8,15 @@ use super::brief::Brief;
 use super::check::{CheckAnswer, DecisionView, PolicyView};
 
 /// Writes JSON values into a byte buffer.
-struct Json(Vec<u8>);
+pub(super) struct Json(pub(super) Vec<u8>);
 
 impl Json {
     /// Writes `text` as it is: keys and punctuation, which need no escaping.
-    fn raw(&mut self, text: &str) {
+    pub(super) fn raw(&mut self, text: &str) {
         self.0.extend_from_slice(text.as_bytes());
     }
 
-    fn string(&mut self, text: &str) {
+    pub(super) fn string(&mut self, text: &str) {
         // serde_json escapes control characters, `"` and `\` only: text without them is
         // written as it is, anything else the way serde_json writes it.
         if text.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
@@ -36,7 +36,7 @@ impl Json {
         self.raw(if value { "true" } else { "false" });
     }
 
-    fn option(&mut self, value: Option<u64>) {
+    pub(super) fn option(&mut self, value: Option<u64>) {
         match value {
             Some(value) => self.number(value),
             None => self.raw("null"),

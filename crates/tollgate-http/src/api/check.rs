@@ -50,25 +50,17 @@ pub(crate) struct Attributes {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckRequest {
-    policy: Option<String>,
-    attributes: Option<Attributes>,
+    pub(super) policy: Option<String>,
+    /// Boxed: most checks give none, and the request is moved several times while it is read.
+    pub(super) attributes: Option<Box<Attributes>>,
     pub(super) limits: Option<Vec<InlineLimit>>,
-    cost: Option<u64>,
+    pub(super) cost: Option<u64>,
     /// Refunds and settlements only: the charge token of the admitted check.
     pub(super) charge: Option<String>,
     /// Settlements only: what the work really cost.
     pub(super) actual: Option<u64>,
     /// Refused with a message that points at `charge`, which replaced it.
     pub(super) at: Option<Micros>,
-}
-
-/// What a check asks, and nothing else: the bytes a charge token binds.
-#[derive(Serialize)]
-struct Canonical<'a> {
-    policy: &'a Option<String>,
-    attributes: &'a Option<Attributes>,
-    limits: &'a Option<Vec<InlineLimit>>,
-    cost: &'a Option<u64>,
 }
 
 impl CheckRequest {
@@ -117,25 +109,7 @@ impl CheckRequest {
     pub(super) fn attributes(&self) -> &Attributes {
         static NONE: std::sync::LazyLock<Attributes> =
             std::sync::LazyLock::new(Attributes::default);
-        self.attributes.as_ref().unwrap_or(&NONE)
-    }
-
-    /// The body as a charge token binds it: the same check always reads the same.
-    fn canonical(&self) -> Vec<u8> {
-        let mut canonical = Vec::with_capacity(256);
-        let written = serde_json::to_writer(
-            &mut canonical,
-            &Canonical {
-                policy: &self.policy,
-                attributes: &self.attributes,
-                limits: &self.limits,
-                cost: &self.cost,
-            },
-        );
-        if written.is_err() {
-            canonical.clear();
-        }
-        canonical
+        self.attributes.as_deref().unwrap_or(&NONE)
     }
 
     /// The named policy, else every policy the attributes match.
@@ -287,7 +261,9 @@ pub(crate) struct CheckAnswer<'a> {
 
 fn with_fields(answer: &CheckAnswer<'_>, fields: Vec<(&'static str, String)>) -> Response {
     let mut response = Response::new(axum::body::Body::from(answer.to_json()));
+    // Sized once for every field: a map grown by `add_fields` rehashes what it holds.
     let headers = response.headers_mut();
+    *headers = axum::http::HeaderMap::with_capacity(fields.len() + 1);
     headers.insert(
         axum::http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

@@ -14,27 +14,27 @@ use super::problem::ApiError;
 #[serde(deny_unknown_fields)]
 pub(crate) struct InlineLimit {
     pub(super) key: String,
-    algorithm: Algorithm,
-    quota: Quota,
-    burst: Option<u64>,
-    mode: Option<String>,
-    delay_after: Option<u64>,
+    pub(super) algorithm: Algorithm,
+    pub(super) quota: Quota,
+    pub(super) burst: Option<u64>,
+    pub(super) mode: Option<String>,
+    pub(super) delay_after: Option<u64>,
     /// Where the limit counts: `region` (the default) or `global`.
-    scope: Option<tollgate::Scope>,
+    pub(super) scope: Option<tollgate::Scope>,
     /// The most units a settlement may leave owing beyond the capacity.
-    max_debt: Option<u64>,
+    pub(super) max_debt: Option<u64>,
     /// A fixed window's calendar periods (left out of a charge token's bytes when absent, so
     /// that tokens of limits without one read as before).
     #[serde(skip_serializing_if = "Option::is_none")]
-    calendar: Option<InlineCalendar>,
-    name: Option<String>,
+    pub(super) calendar: Option<InlineCalendar>,
+    pub(super) name: Option<String>,
     pub(super) cost: Option<u64>,
 }
 
 /// An inline limit's `calendar`, as a policy file writes it.
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-struct InlineCalendar {
+pub(super) struct InlineCalendar {
     tz: Option<String>,
     anchor_day: Option<u64>,
     first_day: Option<String>,

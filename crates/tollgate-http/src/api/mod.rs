@@ -2,6 +2,7 @@
 
 mod answer;
 mod brief;
+mod canonical;
 mod charge;
 pub(crate) mod check;
 mod envoy_json;

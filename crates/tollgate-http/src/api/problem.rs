@@ -1,5 +1,7 @@
 //! API errors as `application/problem+json` (RFC 9457).
 
+use std::task::Poll;
+
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -96,7 +98,14 @@ pub(crate) async fn read_body(
     body: axum::body::Body,
     limit: usize,
 ) -> Result<bytes::Bytes, ApiError> {
-    match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, limit)).await {
+    let mut read = std::pin::pin!(axum::body::to_bytes(body, limit));
+    // A small body has usually arrived with its head: take it then, without arming a timer.
+    let first = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
+    let outcome = match first {
+        Poll::Ready(read) => Ok(read),
+        Poll::Pending => tokio::time::timeout(BODY_TIMEOUT, read).await,
+    };
+    match outcome {
         Ok(Ok(bytes)) => Ok(bytes),
         Ok(Err(_)) => Err(ApiError {
             status: StatusCode::PAYLOAD_TOO_LARGE,
@@ -234,4 +243,32 @@ pub(crate) async fn problem_details(
         .headers
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
     Response::from_parts(parts, problem.into_body())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_has_arrived_is_read_at_once() {
+        let bytes = read_body(axum::body::Body::from("{\"a\":1}"), 64)
+            .await
+            .unwrap();
+        assert_eq!(&bytes[..], b"{\"a\":1}");
+        let error = read_body(axum::body::Body::from("x".repeat(65)), 64)
+            .await
+            .unwrap_err();
+        assert_eq!(error.status, StatusCode::PAYLOAD_TOO_LARGE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_does_not_come_times_out() {
+        let started = tokio::time::Instant::now();
+        let stalled = futures_util::stream::pending::<Result<bytes::Bytes, std::io::Error>>();
+        let error = read_body(axum::body::Body::from_stream(stalled), 64)
+            .await
+            .unwrap_err();
+        assert_eq!(error.status, StatusCode::REQUEST_TIMEOUT);
+        assert_eq!(started.elapsed(), BODY_TIMEOUT);
+    }
 }

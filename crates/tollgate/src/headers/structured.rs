@@ -12,16 +12,15 @@ const MAX_INTEGER: u64 = 999_999_999_999_999;
 /// makes it so); `"` and `\` are escaped.
 pub(super) fn push_string(field: &mut String, text: &str) {
     field.push('"');
-    for part in text.split_inclusive(['"', '\\']) {
-        match part.as_bytes().last() {
-            Some(b'"' | b'\\') => {
-                field.push_str(&part[..part.len() - 1]);
-                field.push('\\');
-                field.push_str(&part[part.len() - 1..]);
-            }
-            _ => field.push_str(part),
-        }
+    let mut rest = text;
+    // Byte by byte: both escaped characters are ASCII, so every split is a character boundary.
+    while let Some(at) = rest.bytes().position(|b| b == b'"' || b == b'\\') {
+        field.push_str(&rest[..at]);
+        field.push('\\');
+        field.push_str(&rest[at..=at]);
+        rest = &rest[at + 1..];
     }
+    field.push_str(rest);
     field.push('"');
 }
 
