@@ -19,6 +19,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use crate::api::ApiError;
+use crate::http1_pool::Http1Pool;
 
 /// Where requests go: `http://host:port/base` or `https://...`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,21 +80,34 @@ impl Upstream {
         HeaderValue::from_str(&field).ok()
     }
 
-    /// The upstream's URI for a request's path and query.
-    fn uri_for(&self, path_and_query: Option<&PathAndQuery>) -> Result<Uri, axum::http::Error> {
-        let path_and_query = match path_and_query {
+    /// The path and query a request goes to on the upstream: the base path, then its own.
+    fn path_for(
+        &self,
+        path_and_query: Option<&PathAndQuery>,
+    ) -> Result<PathAndQuery, axum::http::Error> {
+        Ok(match path_and_query {
             // Without a base path the request's own path and query go as they are.
             Some(path_and_query) if self.base_path.is_empty() => path_and_query.clone(),
             _ => {
                 let tail = path_and_query.map_or("/", PathAndQuery::as_str);
                 PathAndQuery::try_from(format!("{}{tail}", self.base_path))?
             }
-        };
+        })
+    }
+
+    /// The upstream's URI for a request's path and query.
+    fn uri_for(&self, path_and_query: Option<&PathAndQuery>) -> Result<Uri, axum::http::Error> {
         let mut parts = axum::http::uri::Parts::default();
         parts.scheme = Some(self.scheme.clone());
         parts.authority = Some(self.authority.clone());
-        parts.path_and_query = Some(path_and_query);
+        parts.path_and_query = Some(self.path_for(path_and_query)?);
         Ok(Uri::from_parts(parts)?)
+    }
+
+    /// Where to connect for plain HTTP: `host:port`.
+    fn address(&self) -> String {
+        let port = self.authority.port_u16().unwrap_or(80);
+        format!("{}:{port}", self.authority.host())
     }
 }
 
@@ -241,15 +255,24 @@ fn upstream_tls(
         .with_no_client_auth())
 }
 
+/// How requests reach the upstream.
+#[derive(Debug)]
+enum Route {
+    /// A plain `http://` upstream without `--upstream-http2`: every connection is HTTP/1, kept
+    /// in the proxy's own pool, and the `Host` field is made once.
+    Http1 {
+        pool: Arc<Http1Pool>,
+        host: Option<HeaderValue>,
+    },
+    /// Over TLS (where ALPN may pick HTTP/2) or HTTP/2: hyper-util's pooled client.
+    Client(Box<Client<HttpsConnector<HttpConnector>, Body>>),
+}
+
 /// The upstream client and where it sends requests.
 #[derive(Debug)]
 pub struct Forwarder {
-    client: Client<HttpsConnector<HttpConnector>, Body>,
+    route: Route,
     upstream: Upstream,
-    /// The `Host` field, written here when every connection to the upstream is HTTP/1 (plain
-    /// `http://`, not `--upstream-http2`), so that the client does not format it per request;
-    /// over TLS, ALPN may pick HTTP/2, where the client leaves `Host` out.
-    http1_host: Option<HeaderValue>,
     settings: ForwardSettings,
     metrics: Arc<crate::proxy_metrics::ProxyMetrics>,
 }
@@ -262,38 +285,80 @@ impl Forwarder {
         settings: ForwardSettings,
         metrics: Arc<crate::proxy_metrics::ProxyMetrics>,
     ) -> Result<Self, String> {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(settings.timeout));
-        connector.enforce_http(false);
         let tls = upstream_tls(&upstream, settings.upstream_ca.as_deref())?;
-        let connector = HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .enable_http2()
-            .wrap_connector(connector);
-        let client = Client::builder(TokioExecutor::new())
-            .http2_only(settings.http2)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build(connector);
-        let http1_host = (upstream.scheme == Scheme::HTTP && !settings.http2)
-            .then(|| upstream.host_field())
-            .flatten();
+        let route = if upstream.scheme == Scheme::HTTP && !settings.http2 {
+            Route::Http1 {
+                pool: Http1Pool::new(upstream.address()),
+                host: upstream.host_field(),
+            }
+        } else {
+            let mut connector = HttpConnector::new();
+            connector.set_nodelay(true);
+            connector.set_connect_timeout(Some(settings.timeout));
+            connector.enforce_http(false);
+            let connector = HttpsConnectorBuilder::new()
+                .with_tls_config(tls)
+                .https_or_http()
+                .enable_http1()
+                .enable_http2()
+                .wrap_connector(connector);
+            Route::Client(Box::new(
+                Client::builder(TokioExecutor::new())
+                    .http2_only(settings.http2)
+                    .pool_idle_timeout(crate::http1_pool::IDLE_TIMEOUT)
+                    .build(connector),
+            ))
+        };
         Ok(Self {
-            client,
-            http1_host,
+            route,
             upstream,
             settings,
             metrics,
         })
     }
 
+    /// The request's URI on the upstream in the form its route sends: the origin form on the
+    /// proxy's own HTTP/1 connections, the absolute form for hyper-util's client.
+    fn target(&self, path_and_query: Option<&PathAndQuery>) -> Result<Uri, axum::http::Error> {
+        match &self.route {
+            Route::Http1 { .. } => Ok(Uri::from(self.upstream.path_for(path_and_query)?)),
+            Route::Client(_) => self.upstream.uri_for(path_and_query),
+        }
+    }
+
+    /// Sends `parts` and `body` by the forwarder's route.
+    async fn send(
+        &self,
+        mut parts: axum::http::request::Parts,
+        body: Body,
+    ) -> Result<Response<Body>, Box<dyn std::error::Error + Send + Sync>> {
+        match &self.route {
+            Route::Http1 { pool, host } => {
+                if let Some(host) = host {
+                    parts.headers.insert(header::HOST, host.clone());
+                }
+                parts.version = axum::http::Version::HTTP_11;
+                Ok(pool.send(Request::from_parts(parts, body)).await?)
+            }
+            Route::Client(client) => {
+                // The client's version is its connection's business; the upstream's is chosen
+                // here.
+                parts.version = if self.settings.http2 {
+                    axum::http::Version::HTTP_2
+                } else {
+                    axum::http::Version::HTTP_11
+                };
+                let response = client.request(Request::from_parts(parts, body)).await?;
+                Ok(response.map(Body::new))
+            }
+        }
+    }
+
     /// Sends `request` upstream and streams the answer back; a failure to reach the upstream
     /// is a `502`, no answer within the timeout a `504`, both as problem details.
     pub async fn forward(self: Arc<Self>, request: Request<Body>) -> Response<Body> {
         let (mut parts, body) = request.into_parts();
-        let uri = match self.upstream.uri_for(parts.uri.path_and_query()) {
+        let target = match self.target(parts.uri.path_and_query()) {
             Ok(uri) => uri,
             Err(error) => {
                 return ApiError::bad_request(format!("cannot address the upstream: {error}"))
@@ -317,20 +382,9 @@ impl Forwarder {
             original_host,
             self.settings.listener_tls,
         );
-        if let Some(host) = &self.http1_host {
-            parts.headers.insert(header::HOST, host.clone());
-        }
-        parts.uri = uri;
-        // The client's version is its connection's business; the upstream's is chosen here.
-        parts.version = if self.settings.http2 {
-            axum::http::Version::HTTP_2
-        } else {
-            axum::http::Version::HTTP_11
-        };
-        let outgoing = Request::from_parts(parts, body);
+        parts.uri = target;
         let started = tokio::time::Instant::now();
-        let answered =
-            tokio::time::timeout(self.settings.timeout, self.client.request(outgoing)).await;
+        let answered = tokio::time::timeout(self.settings.timeout, self.send(parts, body)).await;
         let status = match &answered {
             Ok(Ok(response)) => Ok(response.status().as_u16()),
             Ok(Err(_)) => Err("error"),
@@ -339,11 +393,11 @@ impl Forwarder {
         self.metrics.upstream(status, started.elapsed());
         match answered {
             Ok(Ok(response)) => {
-                let (mut parts, incoming) = response.into_parts();
+                let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers, false);
                 // The client's connection has its own version.
                 parts.version = axum::http::Version::HTTP_11;
-                Response::from_parts(parts, Body::new(incoming))
+                Response::from_parts(parts, body)
             }
             Ok(Err(error)) => {
                 tracing::warn!(upstream = %self.upstream, "upstream request failed: {error}");

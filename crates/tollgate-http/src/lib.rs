@@ -50,6 +50,7 @@ pub mod api;
 pub mod exposition;
 pub mod forward;
 pub mod health;
+mod http1_pool;
 pub mod http_server;
 #[cfg(feature = "otel")]
 pub mod otel;
