@@ -315,14 +315,23 @@ fn http_apps(
     Ok((app, Some(admin_app)))
 }
 
-/// Envoy's rate limit service over gRPC, each call traced when OpenTelemetry is built in.
-fn rls_routes(rls: Arc<Rls>) -> tonic::service::Routes {
+/// The gRPC services: Envoy's rate limit service (each call traced when OpenTelemetry is built
+/// in) beside `others`. `ShouldRateLimit`, which every check calls, has a route of its own
+/// besides its service's: under the service's catch-all route axum records the rest of the
+/// path as a URL parameter on every call (about 1 500 instructions of some 60 000).
+fn grpc_router(rls: Arc<Rls>, others: tonic::service::Routes) -> axum::Router {
     #[cfg(feature = "otel")]
     let service = crate::otel::TracedRlsGrpc::server(rls);
     #[cfg(not(feature = "otel"))]
     let service = tollgate_envoy::rls::RlsGrpc::server(rls);
-    tonic::service::Routes::new(service)
+    others
+        .add_service(service.clone())
+        .into_axum_router()
+        .route_service(SHOULD_RATE_LIMIT, service)
 }
+
+/// The path of Envoy's `ShouldRateLimit` call.
+const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 /// Runs the server until SIGTERM or SIGINT.
 pub async fn run(args: ServeArgs) -> Result<(), String> {
@@ -370,10 +379,9 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     });
     // The gRPC services go through the same accept loop as HTTP, with the same bounds: a
     // connection cap, and a client that never sends its preface (or goes idle) is closed.
-    let grpc_app = rls_routes(rls)
-        .add_service(RlqsGrpc::server(Arc::clone(&quotas)))
-        .add_service(health)
-        .into_axum_router();
+    let others =
+        tonic::service::Routes::new(RlqsGrpc::server(Arc::clone(&quotas))).add_service(health);
+    let grpc_app = grpc_router(rls, others);
     let side = |listener: Option<tokio::net::TcpListener>, app: axum::Router| {
         listener.map(|listener| serve(listener, app, &connections, None, shutdown.wait()))
     };

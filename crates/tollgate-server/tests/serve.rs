@@ -822,6 +822,20 @@ async fn envoy_rate_limit_service_over_grpc_and_json_shares_the_counters() {
         .await
         .expect_err("refused");
     assert_eq!(error.code(), tonic::Code::InvalidArgument);
+
+    // A method the service does not have is still answered by it, as unimplemented.
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<String>();
+    let unknown = hyper::Request::post(format!(
+        "http://{}/envoy.service.ratelimit.v3.RateLimitService/Nope",
+        server.address("grpc")
+    ))
+    .header("content-type", "application/grpc")
+    .body(String::new())
+    .expect("a request");
+    let answer = client.request(unknown).await.expect("an answer");
+    assert_eq!(answer.headers()["grpc-status"], "12");
 }
 
 #[tokio::test]
