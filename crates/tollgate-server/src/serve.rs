@@ -318,7 +318,8 @@ fn http_apps(
 /// The gRPC services: Envoy's rate limit service (each call traced when OpenTelemetry is built
 /// in) beside `others`. `ShouldRateLimit`, which every check calls, has a route of its own
 /// besides its service's: under the service's catch-all route axum records the rest of the
-/// path as a URL parameter on every call (about 1 500 instructions of some 60 000).
+/// path as a URL parameter on every call (the exact route saves about 700 instructions of
+/// some 60 000 a call).
 fn grpc_router(rls: Arc<Rls>, others: tonic::service::Routes) -> axum::Router {
     #[cfg(feature = "otel")]
     let service = crate::otel::TracedRlsGrpc::server(rls);

@@ -36,6 +36,13 @@ impl Json {
         self.raw(if value { "true" } else { "false" });
     }
 
+    pub(super) fn optional_string(&mut self, text: Option<&str>) {
+        match text {
+            Some(text) => self.string(text),
+            None => self.raw("null"),
+        }
+    }
+
     pub(super) fn option(&mut self, value: Option<u64>) {
         match value {
             Some(value) => self.number(value),
@@ -141,10 +148,7 @@ impl Brief {
 impl PolicyView<'_> {
     fn write(&self, json: &mut Json) {
         json.raw(",\"detail\":");
-        match self.detail {
-            Some(detail) => json.string(detail),
-            None => json.raw("null"),
-        }
+        json.optional_string(self.detail);
         json.raw(",\"decided_by\":");
         json.string(self.decided_by);
         json.raw(",\"matched_policies\":");

@@ -23,15 +23,14 @@ impl CheckRequest {
     /// The body as a charge token binds it.
     pub(super) fn canonical(&self) -> Vec<u8> {
         let mut json = Json(Vec::with_capacity(256));
-        let direct = match (&self.policy, &self.attributes, &self.limits) {
-            (None, None, Some(limits)) => write_inline(&mut json, limits, self.cost),
-            _ => false,
-        };
-        if !direct {
-            json.0.clear();
-            let written = serde_json::to_writer(&mut json.0, &self.serde_form());
-            if written.is_err() {
-                json.0.clear();
+        match (&self.policy, &self.attributes, &self.limits) {
+            (None, None, Some(limits)) if limits.iter().all(|limit| limit.calendar.is_none()) => {
+                write_inline(&mut json, limits, self.cost);
+            }
+            _ => {
+                if serde_json::to_writer(&mut json.0, &self.serde_form()).is_err() {
+                    json.0.clear();
+                }
             }
         }
         json.0
@@ -47,14 +46,10 @@ impl CheckRequest {
     }
 }
 
-/// Writes a check of inline limits; `false` (with part of it written) when a limit has a
-/// calendar, which only serde writes.
-fn write_inline(json: &mut Json, limits: &[InlineLimit], cost: Option<u64>) -> bool {
+/// Writes a check of inline limits, none of them with a calendar.
+fn write_inline(json: &mut Json, limits: &[InlineLimit], cost: Option<u64>) {
     json.raw("{\"policy\":null,\"attributes\":null,\"limits\":[");
     for (index, limit) in limits.iter().enumerate() {
-        if limit.calendar.is_some() {
-            return false;
-        }
         if index > 0 {
             json.raw(",");
         }
@@ -63,7 +58,6 @@ fn write_inline(json: &mut Json, limits: &[InlineLimit], cost: Option<u64>) -> b
     json.raw("],\"cost\":");
     json.option(cost);
     json.raw("}");
-    true
 }
 
 /// One limit without a calendar, its fields in the order `InlineLimit` declares them.
@@ -77,7 +71,7 @@ fn write_limit(json: &mut Json, limit: &InlineLimit) {
     json.raw(",\"burst\":");
     json.option(limit.burst);
     json.raw(",\"mode\":");
-    optional_string(json, limit.mode.as_deref());
+    json.optional_string(limit.mode.as_deref());
     json.raw(",\"delay_after\":");
     json.option(limit.delay_after);
     json.raw(",\"scope\":");
@@ -90,17 +84,10 @@ fn write_limit(json: &mut Json, limit: &InlineLimit) {
     json.raw(",\"max_debt\":");
     json.option(limit.max_debt);
     json.raw(",\"name\":");
-    optional_string(json, limit.name.as_deref());
+    json.optional_string(limit.name.as_deref());
     json.raw(",\"cost\":");
     json.option(limit.cost);
     json.raw("}");
-}
-
-fn optional_string(json: &mut Json, text: Option<&str>) {
-    match text {
-        Some(text) => json.string(text),
-        None => json.raw("null"),
-    }
 }
 
 #[cfg(test)]
