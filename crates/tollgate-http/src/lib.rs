@@ -40,7 +40,7 @@
 //!     max_connection_age_grace: Duration::from_secs(30),
 //! };
 //! let (listener, _address) = listen("127.0.0.1:8080".parse().expect("an address"), "HTTP").await?;
-//! serve(listener, app, &limits, None, std::future::pending()).await;
+//! serve(listener, app.into(), &limits, None, std::future::pending()).await;
 //! # Ok(())
 //! # }
 //! ```

@@ -27,7 +27,14 @@ async fn a_cap_of_zero_connections_still_serves_one_at_a_time() {
         .expect("a listener");
     let app = Router::new().route("/", get(|| async { "ok" }));
     tokio::spawn(async move {
-        serve(listener, app, &limits(0), None, std::future::pending()).await;
+        serve(
+            listener,
+            app.into(),
+            &limits(0),
+            None,
+            std::future::pending(),
+        )
+        .await;
     });
     for _ in 0..2 {
         let mut stream = tokio::net::TcpStream::connect(address)

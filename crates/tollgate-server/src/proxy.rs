@@ -83,7 +83,7 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
     );
     let shutdown = crate::shutdown::Shutdown::after_signal(args.health.shutdown_delay);
     let proxy_metrics = Arc::new(tollgate_http::proxy_metrics::ProxyMetrics::new());
-    let app = tollgate_http::proxy::router(
+    let app = tollgate_http::proxy::app(
         &limiter,
         upstream,
         ForwardSettings {
@@ -127,7 +127,7 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
     );
     let admin_server = serve(
         admin,
-        admin_app,
+        admin_app.into(),
         &connections,
         tls_for(crate::tls_flags::Listener::Admin),
         shutdown.wait(),

@@ -7,14 +7,15 @@ use std::sync::Arc;
 use crate::reload::Reloader;
 use crate::serve_args::ServeArgs;
 use crate::store;
+use axum::http::Method;
 use tollgate::policy::FailureMode;
 use tollgate::{AnyStore, Limiter};
 use tollgate_envoy::rlqs::{Rlqs, RlqsGrpc};
 use tollgate_envoy::rls::{Rls, RlsConfig, RlsFailureMode};
 use tollgate_http::admin::AdminState;
-use tollgate_http::api::{AppState, router};
+use tollgate_http::api::{AppState, app};
 use tollgate_http::health::Readiness;
-use tollgate_http::http_server::{listen, serve};
+use tollgate_http::http_server::{App, Lane, listen, serve};
 
 /// The start-up lines: where each listener is, what it serves, the store and the policies.
 fn print_banner(args: &ServeArgs, bound: &Bound, store: &str, overrides: &str) {
@@ -281,13 +282,13 @@ fn http_apps(
     charges: Arc<tollgate_http::api::Charges>,
     readiness: Readiness,
     admin_bound: Option<Option<SocketAddr>>,
-) -> Result<(axum::Router, Option<axum::Router>), String> {
+) -> Result<(App, Option<axum::Router>), String> {
     let Served {
         limiter,
         rls,
         quotas,
     } = served;
-    let app = router(AppState::new(tollgate_http::api::Shared {
+    let app = app(AppState::new(tollgate_http::api::Shared {
         limiter: limiter.clone(),
         rls: Arc::clone(rls),
         quotas: Some(Arc::clone(quotas)),
@@ -316,19 +317,23 @@ fn http_apps(
 }
 
 /// The gRPC services: Envoy's rate limit service (each call traced when OpenTelemetry is built
-/// in) beside `others`. `ShouldRateLimit`, which every check calls, has a route of its own
-/// besides its service's: under the service's catch-all route axum records the rest of the
-/// path as a URL parameter on every call (the exact route saves about 700 instructions of
-/// some 60 000 a call).
-fn grpc_router(rls: Arc<Rls>, others: tonic::service::Routes) -> axum::Router {
+/// in) beside `others`. `ShouldRateLimit`, which every check calls, goes to the service in a
+/// lane of its own, past the router (see [`Lane`]); the service's other calls and the other
+/// services are routed.
+fn grpc_app(rls: Arc<Rls>, others: tonic::service::Routes) -> App {
     #[cfg(feature = "otel")]
     let service = crate::otel::TracedRlsGrpc::server(rls);
     #[cfg(not(feature = "otel"))]
     let service = tollgate_envoy::rls::RlsGrpc::server(rls);
-    others
-        .add_service(service.clone())
-        .into_axum_router()
-        .route_service(SHOULD_RATE_LIMIT, service)
+    let router = others.add_service(service.clone()).into_axum_router();
+    let should_rate_limit = Lane::exact(Method::POST, SHOULD_RATE_LIMIT, move |request| {
+        let mut service = service.clone();
+        Box::pin(async move {
+            let Ok(response) = tonic::codegen::Service::call(&mut service, request).await;
+            response.map(axum::body::Body::new)
+        })
+    });
+    App::new(router, [should_rate_limit])
 }
 
 /// The path of Envoy's `ShouldRateLimit` call.
@@ -376,15 +381,15 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     let connections = args.connections.limits();
     let admin_server = listeners.admin.zip(admin_app).map(|(admin, admin_app)| {
         let tls = tls_for(crate::tls_flags::Listener::Admin);
-        serve(admin, admin_app, &connections, tls, shutdown.wait())
+        serve(admin, admin_app.into(), &connections, tls, shutdown.wait())
     });
     // The gRPC services go through the same accept loop as HTTP, with the same bounds: a
     // connection cap, and a client that never sends its preface (or goes idle) is closed.
     let others =
         tonic::service::Routes::new(RlqsGrpc::server(Arc::clone(&quotas))).add_service(health);
-    let grpc_app = grpc_router(rls, others);
+    let grpc_app = grpc_app(rls, others);
     let side = |listener: Option<tokio::net::TcpListener>, app: axum::Router| {
-        listener.map(|listener| serve(listener, app, &connections, None, shutdown.wait()))
+        listener.map(|listener| serve(listener, app.into(), &connections, None, shutdown.wait()))
     };
     let main =
         |listener, app, which| serve(listener, app, &connections, tls_for(which), shutdown.wait());

@@ -15,7 +15,9 @@ mod usage;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::State;
 use axum::http::{Method, StatusCode, header};
+use axum::response::IntoResponse as _;
 use axum::routing::{MethodRouter, get, post};
 use tollgate::{AnyStore, Limiter};
 
@@ -24,6 +26,8 @@ pub use check::{CheckRequest, MAX_BODY_BYTES, MAX_HEADERS};
 pub use problem::ApiError;
 
 use tollgate_envoy::rls::Rls;
+
+use crate::http_server::{App, Lane};
 
 /// What the handlers share, behind one reference: axum clones the state for every request,
 /// so one reference count is touched per request however many parts there are.
@@ -81,7 +85,7 @@ async fn metrics(
 #[cfg_attr(not(feature = "otel"), allow(unused_variables))]
 fn traced(route: MethodRouter<AppState>, path: &'static str) -> MethodRouter<AppState> {
     #[cfg(feature = "otel")]
-    if crate::otel::enabled() {
+    if traced_checks() {
         return route.layer(crate::otel::TraceLayer::new(path));
     }
     route
@@ -115,6 +119,28 @@ where
     T: 'static,
 {
     taking(get(handler), "GET, HEAD")
+}
+
+/// The API's routes, with `POST /v1/check`, the call every client makes, in a lane of its own
+/// in front of the router (see [`Lane`]). When checks are traced they keep their route, and so
+/// the route's trace layer.
+pub fn app(state: AppState) -> App {
+    let check = (!traced_checks()).then(|| {
+        let state = state.clone();
+        Lane::exact(Method::POST, "/v1/check", move |request| {
+            let state = state.clone();
+            Box::pin(async move { check::check(State(state), request).await.into_response() })
+        })
+    });
+    App::new(router(state), check)
+}
+
+/// Whether the decision routes carry a trace layer (see [`traced`]).
+fn traced_checks() -> bool {
+    #[cfg(feature = "otel")]
+    return crate::otel::enabled();
+    #[cfg(not(feature = "otel"))]
+    false
 }
 
 /// The API's routes.

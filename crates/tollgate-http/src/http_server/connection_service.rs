@@ -11,7 +11,6 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, StatusCode, Uri};
@@ -20,6 +19,7 @@ use axum::routing::future::RouteFuture;
 use bytes::Bytes;
 use hyper::body::{Frame, Incoming, SizeHint};
 
+use super::lane::{App, LaneFuture};
 use super::registry::{ConnectionHandle, InFlight};
 use super::{LocalAddr, MAX_URI_BYTES};
 use crate::api::ApiError;
@@ -33,10 +33,10 @@ pub(super) struct HeadLimits {
     pub(super) fields: usize,
 }
 
-/// The router of one connection, with what its requests carry in and are counted by.
+/// The routes of one connection, with what its requests carry in and are counted by.
 #[derive(Clone)]
 pub(super) struct ConnectionService {
-    pub(super) app: Router,
+    pub(super) app: App,
     pub(super) peer: SocketAddr,
     pub(super) local: Option<LocalAddr>,
     pub(super) handle: ConnectionHandle,
@@ -49,7 +49,7 @@ impl tower::Service<axum::http::Request<Incoming>> for ConnectionService {
     type Future = Answer;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        tower::Service::<axum::http::Request<Incoming>>::poll_ready(&mut self.app, cx)
+        tower::Service::<axum::http::Request<Incoming>>::poll_ready(&mut self.app.router, cx)
     }
 
     fn call(&mut self, mut request: axum::http::Request<Incoming>) -> Answer {
@@ -63,19 +63,26 @@ impl tower::Service<axum::http::Request<Incoming>> for ConnectionService {
         if let Some(local) = self.local {
             extensions.insert(local);
         }
-        let in_flight = self.handle.begin();
+        let in_flight = Some(self.handle.begin());
+        if let Some(lane) = self.app.lane(&request) {
+            return Answer::Lane {
+                future: lane.answer(request.map(Body::new)),
+                in_flight,
+            };
+        }
         Answer::Routed {
-            future: self.app.call(request),
-            in_flight: Some(in_flight),
+            future: self.app.router.call(request),
+            in_flight,
         }
     }
 }
 
 pin_project_lite::pin_project! {
-    /// The answer to one request: refused for its head, or the router's.
+    /// The answer to one request: refused for its head, a lane's, or the router's.
     #[project = AnswerProjection]
     pub(super) enum Answer {
         Refused { response: Option<Response> },
+        Lane { future: LaneFuture, in_flight: Option<InFlight> },
         Routed {
             #[pin]
             future: RouteFuture<Infallible>,
@@ -90,6 +97,9 @@ impl Future for Answer {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let (response, in_flight) = match self.project() {
             AnswerProjection::Refused { response } => (response.take().unwrap_or_default(), None),
+            AnswerProjection::Lane { future, in_flight } => {
+                (ready!(future.as_mut().poll(cx)), in_flight.take())
+            }
             AnswerProjection::Routed { future, in_flight } => {
                 let Ok(response) = ready!(future.poll(cx));
                 (response, in_flight.take())

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use axum::Router;
 use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -31,10 +30,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::Instant;
 
 use connection_service::{ConnectionService, HeadLimits};
+pub use lane::{App, Lane, LaneFuture};
 use registry::{ConnectionHandle, Registry, Tracked};
 use stream_executor::{StreamExecutor, Streams};
 
 mod connection_service;
+mod lane;
 mod registry;
 mod stream_executor;
 
@@ -97,10 +98,11 @@ impl ConnectionLimits {
     }
 }
 
-/// Serves `app` on `listener` (over TLS with `tls`) until `shutdown` resolves, then drains.
+/// Serves `app` (a router, `router.into()`, or a router with lanes) on `listener` (over TLS
+/// with `tls`) until `shutdown` resolves, then drains.
 pub async fn serve(
     listener: TcpListener,
-    app: Router,
+    app: App,
     limits: &ConnectionLimits,
     tls: Option<&Tls>,
     shutdown: impl Future<Output = ()>,
