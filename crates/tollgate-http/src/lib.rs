@@ -52,6 +52,7 @@ pub mod forward;
 pub mod health;
 mod http1_pool;
 pub mod http_server;
+pub mod lane;
 #[cfg(feature = "otel")]
 pub mod otel;
 pub mod process_metrics;

@@ -11,7 +11,7 @@ use tollgate_tower::RateLimitLayer;
 use tower::ServiceExt as _;
 
 use crate::forward::{ForwardSettings, Forwarder, Upstream};
-use crate::http_server::{App, Lane};
+use crate::lane::{App, Lane};
 use crate::proxy_metrics::ProxyMetrics;
 
 /// The proxy's routes on `limiter`, forwarding to `upstream` as `settings` say, the answers

@@ -15,7 +15,8 @@ use tollgate_envoy::rls::{Rls, RlsConfig, RlsFailureMode};
 use tollgate_http::admin::AdminState;
 use tollgate_http::api::{AppState, app};
 use tollgate_http::health::Readiness;
-use tollgate_http::http_server::{App, Lane, listen, serve};
+use tollgate_http::http_server::{listen, serve};
+use tollgate_http::lane::{App, Lane};
 
 /// The start-up lines: where each listener is, what it serves, the store and the policies.
 fn print_banner(args: &ServeArgs, bound: &Bound, store: &str, overrides: &str) {

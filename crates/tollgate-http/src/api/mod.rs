@@ -27,7 +27,7 @@ pub use problem::ApiError;
 
 use tollgate_envoy::rls::Rls;
 
-use crate::http_server::{App, Lane};
+use crate::lane::{App, Lane};
 
 /// What the handlers share, behind one reference: axum clones the state for every request,
 /// so one reference count is touched per request however many parts there are.

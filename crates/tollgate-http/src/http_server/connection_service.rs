@@ -19,7 +19,7 @@ use axum::routing::future::RouteFuture;
 use bytes::Bytes;
 use hyper::body::{Frame, Incoming, SizeHint};
 
-use super::lane::{App, LaneFuture};
+use crate::lane::{App, LaneFuture};
 use super::registry::{ConnectionHandle, InFlight};
 use super::{LocalAddr, MAX_URI_BYTES};
 use crate::api::ApiError;

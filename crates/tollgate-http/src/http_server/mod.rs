@@ -25,17 +25,16 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
 use tokio_rustls::TlsAcceptor;
 
+use crate::lane::App;
 use crate::tls::Tls;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::Instant;
 
 use connection_service::{ConnectionService, HeadLimits};
-pub use lane::{App, Lane, LaneFuture};
 use registry::{ConnectionHandle, Registry, Tracked};
 use stream_executor::{StreamExecutor, Streams};
 
 mod connection_service;
-mod lane;
 mod registry;
 mod stream_executor;
 

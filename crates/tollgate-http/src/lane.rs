@@ -51,7 +51,7 @@ impl Lane {
     }
 
     /// The answer to `request`.
-    pub(super) fn answer(&self, request: Request) -> LaneFuture {
+    pub(crate) fn answer(&self, request: Request) -> LaneFuture {
         (self.answer)(request)
     }
 
@@ -74,7 +74,7 @@ impl fmt::Debug for Lane {
 /// What a listener serves: its lanes, tried in order, then its router.
 #[derive(Debug, Clone)]
 pub struct App {
-    pub(super) router: Router,
+    pub(crate) router: Router,
     lanes: Arc<[Lane]>,
 }
 
@@ -88,7 +88,7 @@ impl App {
     }
 
     /// The lane that takes `request`, if one does.
-    pub(super) fn lane<B>(&self, request: &axum::http::Request<B>) -> Option<&Lane> {
+    pub(crate) fn lane<B>(&self, request: &axum::http::Request<B>) -> Option<&Lane> {
         self.lanes.iter().find(|lane| lane.takes(request))
     }
 }
