@@ -1,9 +1,10 @@
-//! Routes taken before the router. A request through axum's router pays for the path match,
-//! the matched path and URL parameters it records in the request's extensions, a cloned route
-//! service and three layers of futures around the handler's: about 3 700 instructions of a
-//! 64 000-instruction check (callgrind). A lane answers one method and path (or every request)
-//! with one boxed future; everything else still goes through the router, so its answers (405
-//! with `Allow`, 404, the other routes) are unchanged.
+//! Routes taken before the router. Through axum's router a request pays for the path match,
+//! the matched path and URL parameters recorded in its extensions, a cloned route service and
+//! three layers of futures around the handler's. A lane answers one method and path (or every
+//! request) with one boxed future; everything else still goes through the router, so its
+//! answers (405 with `Allow`, 404, the other routes) are unchanged. In callgrind a lane saves
+//! about 2 600 of 64 000 instructions of a check and 2 200 of 57 000 of a `ShouldRateLimit`
+//! call (docs/benchmarks.md).
 
 use std::fmt;
 use std::future::Future;

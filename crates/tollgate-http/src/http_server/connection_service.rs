@@ -1,4 +1,5 @@
-//! What every request of a connection goes through before the router: the bounds on its head,
+//! What every request of a connection goes through before its lanes and router: the bounds on
+//! its head,
 //! the connection's addresses for the handlers, and the count of requests under way that keeps
 //! a connection with an answer still being sent from being closed as idle. One concrete
 //! service in front of the router, not a router layer: a layer wraps every route in a clone of
@@ -19,10 +20,10 @@ use axum::routing::future::RouteFuture;
 use bytes::Bytes;
 use hyper::body::{Frame, Incoming, SizeHint};
 
-use crate::lane::{App, LaneFuture};
 use super::registry::{ConnectionHandle, InFlight};
 use super::{LocalAddr, MAX_URI_BYTES};
 use crate::api::ApiError;
+use crate::lane::{App, LaneFuture};
 
 /// The bounds on a request head.
 #[derive(Debug, Clone, Copy)]
