@@ -1,7 +1,6 @@
 //! What every request of a connection goes through before its lanes and router: the bounds on
-//! its head,
-//! the connection's addresses for the handlers, and the count of requests under way that keeps
-//! a connection with an answer still being sent from being closed as idle. One concrete
+//! its head, the connection's addresses for the handlers, and the count of requests under way
+//! that keeps a connection with an answer still being sent from being closed as idle. One concrete
 //! service in front of the router, not a router layer: a layer wraps every route in a clone of
 //! the inner service and a boxed future, and the request in one more boxed extension, for
 //! every request.
