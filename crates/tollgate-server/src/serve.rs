@@ -11,6 +11,9 @@ use axum::http::Method;
 use tollgate::policy::FailureMode;
 use tollgate::{AnyStore, Limiter};
 use tollgate_envoy::rlqs::{Rlqs, RlqsGrpc};
+use tollgate_envoy::rls::proto::service::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
 use tollgate_envoy::rls::{Rls, RlsConfig, RlsFailureMode};
 use tollgate_http::admin::AdminState;
 use tollgate_http::api::{AppState, app};
@@ -317,15 +320,23 @@ fn http_apps(
     Ok((app, Some(admin_app)))
 }
 
-/// The gRPC services: Envoy's rate limit service (each call traced when OpenTelemetry is built
-/// in) beside `others`. `ShouldRateLimit`, which every check calls, goes to the service in a
-/// lane of its own, past the router (see [`Lane`]); the service's other calls and the other
-/// services are routed.
+/// The gRPC services: Envoy's rate limit service (each call traced when traces are exported)
+/// beside `others`.
 fn grpc_app(rls: Arc<Rls>, others: tonic::service::Routes) -> App {
     #[cfg(feature = "otel")]
-    let service = crate::otel::TracedRlsGrpc::server(rls);
-    #[cfg(not(feature = "otel"))]
-    let service = tollgate_envoy::rls::RlsGrpc::server(rls);
+    if tollgate_http::otel::enabled() {
+        return rls_beside(crate::otel::TracedRlsGrpc::server(rls), others);
+    }
+    rls_beside(tollgate_envoy::rls::RlsGrpc::server(rls), others)
+}
+
+/// The rate limit service `service` beside `others`. `ShouldRateLimit`, which every check
+/// calls, goes to the service in a lane of its own, past the router (see [`Lane`]); the
+/// service's other paths and the other services are routed.
+fn rls_beside<S: RateLimitService>(
+    service: RateLimitServiceServer<S>,
+    others: tonic::service::Routes,
+) -> App {
     let router = others.add_service(service.clone()).into_axum_router();
     let should_rate_limit = Lane::exact(Method::POST, SHOULD_RATE_LIMIT, move |request| {
         let mut service = service.clone();
