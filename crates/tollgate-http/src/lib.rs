@@ -11,7 +11,7 @@
 //! use tollgate::secret::Secret;
 //! use tollgate::{AnyStore, Limiter, MemoryStore, Policies};
 //! use tollgate_envoy::rls::{Rls, RlsConfig};
-//! use tollgate_http::api::{AppState, Charges, Shared, router};
+//! use tollgate_http::api::{AppState, Charges, Shared, app};
 //! use tollgate_http::health::{Readiness, Stopping};
 //! use tollgate_http::http_server::{ConnectionLimits, listen, serve};
 //!
@@ -23,7 +23,7 @@
 //!     needs_store: false,
 //!     rls_domains: None,
 //! };
-//! let app = router(AppState::new(Shared {
+//! let app = app(AppState::new(Shared {
 //!     rls: Arc::new(Rls::new(limiter.clone(), RlsConfig::default(), false)),
 //!     quotas: None,
 //!     charges: Arc::new(Charges::new(Secret::random(), Duration::from_secs(3_600))?),
@@ -40,7 +40,7 @@
 //!     max_connection_age_grace: Duration::from_secs(30),
 //! };
 //! let (listener, _address) = listen("127.0.0.1:8080".parse().expect("an address"), "HTTP").await?;
-//! serve(listener, app.into(), &limits, None, std::future::pending()).await;
+//! serve(listener, app, &limits, None, std::future::pending()).await;
 //! # Ok(())
 //! # }
 //! ```

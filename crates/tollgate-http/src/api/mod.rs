@@ -163,3 +163,56 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { ApiError::not_found("no such endpoint; see /openapi.json") })
         .with_state(state)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::body::Body;
+    use tollgate::secret::Secret;
+    use tollgate::{MemoryStore, Policies};
+    use tollgate_envoy::rls::RlsConfig;
+
+    use super::*;
+    use crate::health::{Readiness, Stopping};
+
+    #[tokio::test]
+    async fn a_check_takes_its_lane_and_nothing_else_does() {
+        let policies = Policies::from_yaml("inline", "policies: []").expect("policies");
+        let limiter = Limiter::with_policies(AnyStore::Memory(MemoryStore::new()), policies);
+        let readiness = Readiness {
+            stopping: Stopping::default(),
+            store: crate::store_health::watch(&limiter, Duration::from_secs(1), None),
+            needs_store: false,
+            rls_domains: None,
+        };
+        let app = app(AppState::new(Shared {
+            rls: Arc::new(Rls::new(limiter.clone(), RlsConfig::default(), false)),
+            quotas: None,
+            charges: Arc::new(
+                Charges::new(Secret::random(), Duration::from_secs(3_600)).expect("charges"),
+            ),
+            readiness,
+            limiter,
+        }));
+        let request = |method: Method, path: &str| {
+            axum::http::Request::builder()
+                .method(method)
+                .uri(path)
+                .body(Body::empty())
+                .expect("a request")
+        };
+        assert!(app.lane(&request(Method::POST, "/v1/check")).is_some());
+        for (method, path) in [
+            (Method::GET, "/v1/check"),
+            (Method::POST, "/v1/refund"),
+            (Method::POST, "/json"),
+            (Method::GET, "/healthz"),
+        ] {
+            assert!(
+                app.lane(&request(method.clone(), path)).is_none(),
+                "{method} {path}"
+            );
+        }
+    }
+}
