@@ -93,45 +93,13 @@ impl InlineLimit {
             .map_err(|error| ApiError::invalid(format!("limits[{index}]: {error}")))
     }
 
-    /// The limit, built once per spec and name: building formats its name and state name and
-    /// digests the latter, which costs more than the rest of a check on the memory store.
+    /// The limit, built once per spec and name (see [`super::compiled`]).
     fn compiled(&self, index: usize) -> Result<Limit, ApiError> {
-        let spec = self.spec(index)?;
-        if self
-            .name
-            .as_ref()
-            .is_some_and(|name| name.len() > MAX_CACHED_TEXT)
-        {
-            return self.build(index, &spec);
-        }
-        let key = (spec, self.name.clone());
-        let compiled = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(limit) = compiled.get(&key) {
-            return Ok(limit.clone());
-        }
-        drop(compiled);
-        let limit = self.build(index, &key.0)?;
-        let mut compiled = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
-        if compiled.len() >= MAX_COMPILED {
-            compiled.clear();
-        }
-        compiled.insert(key, limit.clone());
-        Ok(limit)
+        super::compiled::compiled(self.spec(index)?, self.name.as_ref(), |spec| {
+            self.build(index, spec)
+        })
     }
 }
-
-/// The most compiled inline limits kept; past it, the cache starts afresh.
-const MAX_COMPILED: usize = 4_096;
-/// Names longer than this are built every time, so the cache stays small.
-const MAX_CACHED_TEXT: usize = 128;
-
-/// An inline limit's spec and name: what its built form depends on.
-type CompiledKey = (LimitSpec, Option<String>);
-
-/// Inline limits as built, by spec and name (bounded: see [`MAX_COMPILED`]).
-static COMPILED: std::sync::LazyLock<
-    std::sync::Mutex<std::collections::HashMap<CompiledKey, Limit>>,
-> = std::sync::LazyLock::new(Default::default);
 
 pub(super) fn inline_check<'a>(
     limits: &'a [Limit],

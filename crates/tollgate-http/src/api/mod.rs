@@ -5,6 +5,7 @@ mod brief;
 mod canonical;
 mod charge;
 pub(crate) mod check;
+mod compiled;
 mod envoy_json;
 pub(crate) mod health;
 pub(crate) mod inline;
