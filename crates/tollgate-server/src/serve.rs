@@ -344,7 +344,8 @@ fn rls_beside<S: RateLimitService>(
             let Ok(response) = tonic::codegen::Service::call(&mut service, request).await;
             response.map(axum::body::Body::new)
         })
-    });
+    })
+    .without_addresses();
     App::new(router, [should_rate_limit])
 }
 

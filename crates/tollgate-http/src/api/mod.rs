@@ -132,6 +132,7 @@ pub fn app(state: AppState) -> App {
             let state = state.clone();
             Box::pin(async move { check::check(State(state), request).await.into_response() })
         })
+        .without_addresses()
     });
     App::new(router(state), check)
 }

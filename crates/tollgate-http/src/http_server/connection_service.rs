@@ -58,22 +58,34 @@ impl tower::Service<axum::http::Request<Incoming>> for ConnectionService {
                 response: Some(refusal),
             };
         }
-        let extensions = request.extensions_mut();
-        extensions.insert(ConnectInfo(self.peer));
-        if let Some(local) = self.local {
-            extensions.insert(local);
-        }
         let in_flight = Some(self.handle.begin());
         if let Some(lane) = self.app.lane(&request) {
+            if lane.wants_addresses() {
+                with_addresses(&mut request, self.peer, self.local);
+            }
             return Answer::Lane {
                 future: lane.answer(request.map(Body::new)),
                 in_flight,
             };
         }
+        with_addresses(&mut request, self.peer, self.local);
         Answer::Routed {
             future: self.app.router.call(request),
             in_flight,
         }
+    }
+}
+
+/// Hands the connection's addresses to the request's handler.
+fn with_addresses<B>(
+    request: &mut axum::http::Request<B>,
+    peer: SocketAddr,
+    local: Option<LocalAddr>,
+) {
+    let extensions = request.extensions_mut();
+    extensions.insert(ConnectInfo(peer));
+    if let Some(local) = local {
+        extensions.insert(local);
     }
 }
 
