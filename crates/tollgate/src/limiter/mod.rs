@@ -245,7 +245,10 @@ impl<S: Store> Limiter<S> {
         let watch = Stopwatch::start();
         let verdict = match self.inner.store.check_now(check) {
             Some(decided) => decided?,
-            None => self.inner.store.check(check, None).await?,
+            // Boxed: the guards' futures take kilobytes, which every check's future would
+            // otherwise reserve and every move of it copy, though the memory store never
+            // needs them.
+            None => Box::pin(self.inner.store.check(check, None)).await?,
         };
         self.inner
             .observers

@@ -95,18 +95,35 @@ impl<S: Store> Limiter<S> {
         }
         let enforced_check = check_of(&plan.enforced);
         let shadow_check = check_of(&plan.shadow);
-        // Shadow checks only report, so they skip a store that is resting, and its guards.
-        let shadow_future: OptionFuture<_> = (!plan.shadow.is_empty() && !self.breaker().is_open())
-            .then(|| self.store().check(&shadow_check, None))
-            .into();
-        let (enforced, shadow) =
-            join(self.inner.store.check(&enforced_check, None), shadow_future).await;
+        // Decided in process when the store can (the memory store, as for `check`); otherwise
+        // the store's futures are boxed, so that this one does not carry their kilobytes.
+        let decided_now = plan
+            .shadow
+            .is_empty()
+            .then(|| self.inner.store.check_now(&enforced_check))
+            .flatten();
+        let (enforced, shadow) = match decided_now {
+            Some(enforced) => (enforced, None),
+            None => {
+                // Shadow checks only report, so they skip a store that is resting, and its
+                // guards.
+                let shadow_future: OptionFuture<_> = (!plan.shadow.is_empty()
+                    && !self.breaker().is_open())
+                .then(|| self.store().check(&shadow_check, None))
+                .into();
+                Box::pin(join(
+                    self.inner.store.check(&enforced_check, None),
+                    shadow_future,
+                ))
+                .await
+            }
+        };
         let verdict = match enforced {
             Ok(verdict) => verdict,
             Err(error) if error.is_store_failure() => {
-                let mut evaluation = self
-                    .fail_over(&policies, &plan.enforced, &enforced_check, &error)
-                    .await?;
+                let mut evaluation =
+                    Box::pin(self.fail_over(&policies, &plan.enforced, &enforced_check, &error))
+                        .await?;
                 evaluation.matched = plan.matched;
                 return Ok(evaluation);
             }
@@ -130,7 +147,7 @@ impl<S: Store> Limiter<S> {
             && denied(&plan.enforced, &verdict, Role::PenaltyBox)
                 .next()
                 .is_none()
-            && let Some(block) = self.punish(&policies, &plan.enforced, &verdict).await?
+            && let Some(block) = Box::pin(self.punish(&policies, &plan.enforced, &verdict)).await?
             && let Action::Refuse(refusal) = &mut evaluation.action
         {
             // The block this refusal earned starts now: a client that waits as told finds it over.
