@@ -23,8 +23,9 @@ use serde_json::json;
 use tollgate::{AnyStore, Limiter, Store};
 
 use crate::api::ApiError;
+use crate::api::body::read_body;
 use crate::api::check::{Attributes, evaluation_answer, header_list, request_of};
-use crate::api::problem::{parse_json, read_body};
+use crate::api::problem::parse_json;
 pub use origin::AllowedHosts;
 use tollgate_envoy::rls::Rls;
 

@@ -13,7 +13,8 @@ use tollgate::overrides::{OverrideError, OverrideTarget, StoredOverride};
 use super::AdminState;
 use super::auth::Role;
 use crate::api::ApiError;
-use crate::api::problem::{parse_json_value, read_body};
+use crate::api::body::read_body;
+use crate::api::problem::parse_json_value;
 
 /// The largest single override request.
 const MAX_BODY_BYTES: usize = 64 * 1024;

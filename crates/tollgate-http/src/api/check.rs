@@ -14,11 +14,12 @@ use tollgate::policy::{ChargeSet, DecidedBy, HeaderFamily, QuotaUnit, Receipt, S
 use tollgate::{Decision, Evaluation, Limit, MAX_COST, Micros, Quota, Request, Verdict};
 
 use super::AppState;
+use super::body::read_body;
 use super::brief::Brief;
 use super::charge::Claim;
 use super::inline::{InlineLimit, build_limits, inline_check};
 use super::outcome::Outcome;
-use super::problem::{ApiError, from_value, parse_json, parse_json_value, read_body};
+use super::problem::{ApiError, from_value, parse_json, parse_json_value};
 
 /// The largest check request read, in bytes.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;

@@ -6,7 +6,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use super::problem::{ApiError, read_body};
+use super::body::read_body;
+use super::problem::ApiError;
 use tollgate_envoy::rls::RlsError;
 use tollgate_envoy::rls::json::{MAX_BODY_BYTES, parse_request, render_response};
 use tollgate_envoy::rls::proto::service::rate_limit_response::Code;

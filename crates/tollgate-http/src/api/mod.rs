@@ -1,6 +1,7 @@
 //! The HTTP API: the check API, Envoy's `/json`, health, and the OpenAPI document.
 
 mod answer;
+pub(crate) mod body;
 mod brief;
 mod canonical;
 mod charge;

@@ -1,7 +1,5 @@
 //! API errors as `application/problem+json` (RFC 9457).
 
-use std::task::Poll;
-
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -87,34 +85,6 @@ impl IntoResponse for ApiError {
             .headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         response
-    }
-}
-
-/// How long a client has to send a request body.
-pub(crate) const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Reads a request body of at most `limit` bytes, sent within [`BODY_TIMEOUT`].
-pub(crate) async fn read_body(
-    body: axum::body::Body,
-    limit: usize,
-) -> Result<bytes::Bytes, ApiError> {
-    let mut read = std::pin::pin!(axum::body::to_bytes(body, limit));
-    // A small body has usually arrived with its head: take it then, without arming a timer.
-    let first = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
-    let outcome = match first {
-        Poll::Ready(read) => Ok(read),
-        Poll::Pending => tokio::time::timeout(BODY_TIMEOUT, read).await,
-    };
-    match outcome {
-        Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(_)) => Err(ApiError {
-            status: StatusCode::PAYLOAD_TOO_LARGE,
-            detail: format!("the request body is larger than {limit} bytes, or could not be read"),
-        }),
-        Err(_) => Err(ApiError {
-            status: StatusCode::REQUEST_TIMEOUT,
-            detail: format!("the request body did not arrive within {BODY_TIMEOUT:?}"),
-        }),
     }
 }
 
@@ -243,32 +213,4 @@ pub(crate) async fn problem_details(
         .headers
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
     Response::from_parts(parts, problem.into_body())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn a_body_that_has_arrived_is_read_at_once() {
-        let bytes = read_body(axum::body::Body::from("{\"a\":1}"), 64)
-            .await
-            .unwrap();
-        assert_eq!(&bytes[..], b"{\"a\":1}");
-        let error = read_body(axum::body::Body::from("x".repeat(65)), 64)
-            .await
-            .unwrap_err();
-        assert_eq!(error.status, StatusCode::PAYLOAD_TOO_LARGE);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_body_that_does_not_come_times_out() {
-        let started = tokio::time::Instant::now();
-        let stalled = futures_util::stream::pending::<Result<bytes::Bytes, std::io::Error>>();
-        let error = read_body(axum::body::Body::from_stream(stalled), 64)
-            .await
-            .unwrap_err();
-        assert_eq!(error.status, StatusCode::REQUEST_TIMEOUT);
-        assert_eq!(started.elapsed(), BODY_TIMEOUT);
-    }
 }
