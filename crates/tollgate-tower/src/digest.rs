@@ -11,6 +11,7 @@ use std::task::{Context, Poll};
 use axum::body::Body;
 use bytes::Bytes;
 use futures_util::StreamExt;
+use futures_util::future::Either;
 use http::Request;
 use http_body::Frame;
 use http_body_util::{BodyExt, BodyStream, StreamBody};
@@ -80,15 +81,15 @@ where
 {
     type Response = Inner::Response;
     type Error = Inner::Error;
-    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+    /// The inner service's own future when there is no body to read first (no idempotency
+    /// key): no box, no layer of polling of its own.
+    type Future = Either<Inner::Future, BoxFuture<Result<Self::Response, Self::Error>>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let fresh = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, fresh);
         let wanted = self.limiter.policies().and_then(|policies| {
             let idempotency = policies.config().idempotency.as_ref()?;
             request
@@ -96,17 +97,20 @@ where
                 .contains_key(idempotency.header.as_str())
                 .then(|| usize::try_from(idempotency.max_body).unwrap_or(usize::MAX))
         });
-        Box::pin(async move {
-            let Some(max_body) = wanted else {
-                return inner.call(request).await;
-            };
+        let Some(max_body) = wanted else {
+            return Either::Left(self.inner.call(request));
+        };
+        // The clone that was driven to readiness takes the request; a fresh clone stays behind.
+        let fresh = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, fresh);
+        Either::Right(Box::pin(async move {
             let (mut parts, body) = request.into_parts();
             let (body, digest) = digested(body, max_body).await;
             if let Some(digest) = digest {
                 parts.extensions.insert(BodyDigest(digest));
             }
             inner.call(Request::from_parts(parts, body)).await
-        })
+        }))
     }
 }
 
