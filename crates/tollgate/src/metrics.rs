@@ -19,12 +19,14 @@ use crate::store::StoreError;
 
 mod global;
 mod histogram;
+mod labelled;
 mod latencies;
 mod memory;
 mod observe;
 
 use global::GlobalMetrics;
 use histogram::Histogram;
+use labelled::Labelled;
 use latencies::Latencies;
 use memory::MemoryMetrics;
 
@@ -135,6 +137,8 @@ pub struct Metrics {
     latencies: Latencies,
     registry: Registry,
     decisions: Family<DecisionLabels, Counter>,
+    /// The decisions counters of labelled checks, found without allocating.
+    labelled: Labelled,
     /// The counters of checks with inline limits (no policy, no limit label), by outcome,
     /// looked up once: every inline check counts one.
     unlabelled: [std::sync::OnceLock<Counter>; OUTCOMES],
@@ -276,6 +280,7 @@ impl Metrics {
             latencies: Latencies::new(),
             registry,
             decisions,
+            labelled: Labelled::default(),
             unlabelled: Default::default(),
             check_seconds,
             store_seconds,
@@ -300,12 +305,8 @@ impl Metrics {
         if policy.is_empty() && limit.is_empty() {
             self.unlabelled_decisions(outcome).inc();
         } else {
-            let labels = DecisionLabels {
-                policy: policy.to_owned(),
-                limit: limit.to_owned(),
-                outcome: outcome.as_str(),
-            };
-            self.decisions.get_or_create(&labels).inc();
+            self.labelled
+                .inc(&self.decisions, policy, limit, outcome.as_str());
         }
     }
 
