@@ -66,13 +66,13 @@ fuzz_target!(|input: Input| {
         decision,
         partition: None,
     }];
-    for (name, value) in rate_limit_fields(&families, &views, Some(0), input.now) {
+    for (name, value) in rate_limit_fields(&families, &views, Some(0), input.now).iter() {
         assert!(
-            axum::http::HeaderValue::from_str(&value).is_ok(),
+            axum::http::HeaderValue::from_str(value).is_ok(),
             "{name}: {value:?} is not a valid field value"
         );
         if name == "ratelimit" || name == "ratelimit-policy" {
-            sfv::Parser::new(&value)
+            sfv::Parser::new(value)
                 .parse::<sfv::List>()
                 .unwrap_or_else(|error| {
                     panic!("{name}: {value:?} is not a structured field: {error}")

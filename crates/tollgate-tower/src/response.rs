@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Response, StatusCode};
 use tollgate::Evaluation;
-use tollgate::headers::{Answer, HeaderFamily, decision_fields};
+use tollgate::headers::{Answer, Fields, HeaderFamily, decision_fields};
 use tollgate::policy::{Action, Reason, Refusal};
 use tollgate::problem::problem_json;
 
@@ -27,7 +27,7 @@ impl Answering<'_> {
     fn custom<B>(
         &self,
         refusal: &Refusal,
-        fields: &mut Vec<(&'static str, String)>,
+        fields: &mut Fields,
     ) -> Option<Response<RateLimitBody<B>>> {
         let hook = self.hook.filter(|_| !self.grpc)?;
         let (mut parts, body) = hook(&Refused {
@@ -35,19 +35,21 @@ impl Answering<'_> {
             request: self.request,
         })
         .into_parts();
-        fields.retain(|(name, _)| !parts.headers.contains_key(*name));
+        fields.retain(|name, _| !parts.headers.contains_key(name));
         add_fields(&mut parts.headers, std::mem::take(fields));
         Some(Response::from_parts(parts, RateLimitBody::full(body)))
     }
 }
 
 /// Adds `fields` (as the renderers in `tollgate::headers` give them) to a response's headers;
-/// each value's text becomes the header value without a copy, and values that are not valid
+/// every value is a slice of the fields' one text, not a copy, and values that are not valid
 /// header text are skipped. Every frontend writes its fields with this.
-pub fn add_fields(headers: &mut http::HeaderMap, fields: Vec<(&'static str, String)>) {
+pub fn add_fields(headers: &mut http::HeaderMap, fields: Fields) {
     headers.reserve(fields.len());
-    for (name, value) in fields {
-        if let Ok(value) = HeaderValue::try_from(value) {
+    let (text, entries) = fields.into_parts();
+    let text = Bytes::from(text);
+    for (name, range) in entries {
+        if let Ok(value) = HeaderValue::from_maybe_shared(text.slice(range)) {
             headers.append(field_name(name), value);
         }
     }
@@ -90,17 +92,17 @@ pub(crate) fn refusal<B>(
     if answering.grpc {
         let code = grpc_status::of_refusal(refusal.reason);
         let mut response = Response::new(RateLimitBody::full(Bytes::new()));
-        fields.push(("content-type", "application/grpc".to_owned()));
-        fields.push(("grpc-status", code.to_owned()));
-        fields.push((
+        fields.push("content-type", "application/grpc");
+        fields.push("grpc-status", code);
+        fields.push(
             "grpc-message",
-            refusal
+            &refusal
                 .detail
                 .replace(|c: char| !c.is_ascii_graphic() && c != ' ', "?"),
-        ));
+        );
         if let Some(retry_after) = refusal.retry_after {
             let millis = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX);
-            fields.push(("grpc-retry-pushback-ms", millis.to_string()));
+            fields.push_number("grpc-retry-pushback-ms", millis);
         }
         add_fields(response.headers_mut(), fields);
         return response;
@@ -109,7 +111,7 @@ pub(crate) fn refusal<B>(
     let mut response = Response::new(RateLimitBody::full(Bytes::from(body)));
     *response.status_mut() =
         StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
-    fields.push(("content-type", "application/problem+json".to_owned()));
+    fields.push("content-type", "application/problem+json");
     add_fields(response.headers_mut(), fields);
     response
 }
@@ -141,17 +143,11 @@ pub(crate) fn undecided<B>(
 ) -> Response<RateLimitBody<B>> {
     if answering.grpc {
         let mut response = Response::new(RateLimitBody::full(Bytes::new()));
-        add_fields(
-            response.headers_mut(),
-            vec![
-                ("content-type", "application/grpc".to_owned()),
-                (
-                    "grpc-status",
-                    grpc_status::of_refusal(refusal.reason).to_owned(),
-                ),
-                ("grpc-message", refusal.reason.as_str().to_owned()),
-            ],
-        );
+        let mut fields = Fields::with_capacity(3, 64);
+        fields.push("content-type", "application/grpc");
+        fields.push("grpc-status", grpc_status::of_refusal(refusal.reason));
+        fields.push("grpc-message", refusal.reason.as_str());
+        add_fields(response.headers_mut(), fields);
         return response;
     }
     let mut fields = decision_fields(
@@ -170,7 +166,7 @@ pub(crate) fn undecided<B>(
     let mut response = Response::new(RateLimitBody::full(Bytes::from(body)));
     *response.status_mut() =
         StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-    fields.insert(0, ("content-type", "application/problem+json".to_owned()));
+    fields.push("content-type", "application/problem+json");
     add_fields(response.headers_mut(), fields);
     response
 }

@@ -188,9 +188,9 @@ fn replay<B>(replays: &Replays, key: &str, answering: Answering<'_>) -> Response
             let mut response = Response::new(RateLimitBody::full(stored.body.clone()));
             *response.status_mut() = stored.status;
             *response.headers_mut() = stored.headers.clone();
-            add_fields(
-                response.headers_mut(),
-                vec![("idempotent-replayed", "true".to_owned())],
+            response.headers_mut().append(
+                http::HeaderName::from_static("idempotent-replayed"),
+                http::HeaderValue::from_static("true"),
             );
             return response;
         }

@@ -12,7 +12,10 @@ use tollgate_core::clock::{MICROS_PER_SECOND, Micros};
 use tollgate_core::decision::Decision;
 use tollgate_core::limit::Limit;
 
+mod fields;
 mod structured;
+
+pub use fields::Fields;
 
 /// A family of rate-limit response header fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -108,22 +111,28 @@ fn sf_string(text: &str) -> std::borrow::Cow<'_, str> {
 
 /// `RateLimit-Policy`: one item per limit, `"name";q=100;w=60`.
 pub fn ietf_policy_field(views: &[LimitView<'_>]) -> Option<String> {
-    ietf_list(views, |field, view| {
-        let (quota, window) = view.quota_and_window();
-        structured::push_integer_parameter(field, "q", quota);
-        structured::push_integer_parameter(field, "w", window);
-        if view.unit != QuotaUnit::Requests {
-            structured::push_string_parameter(field, "qu", view.unit.as_str());
-        }
-    })
+    ietf_list(views, policy_parameters)
 }
 
 /// `RateLimit`: one item per limit, `"name";r=50;t=30`.
 pub fn ietf_field(views: &[LimitView<'_>]) -> Option<String> {
-    ietf_list(views, |field, view| {
-        structured::push_integer_parameter(field, "r", view.decision.remaining());
-        structured::push_integer_parameter(field, "t", view.seconds_until_more());
-    })
+    ietf_list(views, room_parameters)
+}
+
+/// `q` and `w` (and `qu`) of one limit in `RateLimit-Policy`.
+fn policy_parameters(field: &mut String, view: &LimitView<'_>) {
+    let (quota, window) = view.quota_and_window();
+    structured::push_integer_parameter(field, "q", quota);
+    structured::push_integer_parameter(field, "w", window);
+    if view.unit != QuotaUnit::Requests {
+        structured::push_string_parameter(field, "qu", view.unit.as_str());
+    }
+}
+
+/// `r` and `t` of one limit in `RateLimit`.
+fn room_parameters(field: &mut String, view: &LimitView<'_>) {
+    structured::push_integer_parameter(field, "r", view.decision.remaining());
+    structured::push_integer_parameter(field, "t", view.seconds_until_more());
 }
 
 /// A list of one item per limit: its name, the parameters `write` appends, and its partition
@@ -136,17 +145,26 @@ fn ietf_list(
         return None;
     }
     let mut field = String::with_capacity(48 * views.len());
+    write_ietf_list(&mut field, views, write);
+    Some(field)
+}
+
+/// Appends the list [`ietf_list`] makes of `views` (at least one) to `field`.
+fn write_ietf_list(
+    field: &mut String,
+    views: &[LimitView<'_>],
+    write: impl Fn(&mut String, &LimitView<'_>),
+) {
     for (index, view) in views.iter().enumerate() {
         if index > 0 {
             field.push_str(", ");
         }
-        structured::push_string(&mut field, &sf_string(view.label));
-        write(&mut field, view);
+        structured::push_string(field, &sf_string(view.label));
+        write(field, view);
         if let Some(partition) = view.partition {
-            structured::push_bytes_parameter(&mut field, "pk", partition);
+            structured::push_bytes_parameter(field, "pk", partition);
         }
     }
-    Some(field)
 }
 
 /// The rate-limit header fields of `families` for the limits of a request. The older families
@@ -156,9 +174,9 @@ pub fn rate_limit_fields(
     views: &[LimitView<'_>],
     binding: Option<usize>,
     now: Micros,
-) -> Vec<(&'static str, String)> {
-    // Room for every family's fields and the two a decision adds, so the list never grows.
-    let mut fields = Vec::with_capacity(12);
+) -> Fields {
+    // Room for every family's fields and the two a decision adds, so nothing grows.
+    let mut fields = Fields::with_capacity(12, 96 + 64 * views.len());
     if views.is_empty() {
         return fields;
     }
@@ -168,35 +186,38 @@ pub fn rate_limit_fields(
     for family in families {
         match family {
             HeaderFamily::Ietf => {
-                if let Some(value) = ietf_policy_field(views) {
-                    fields.push(("ratelimit-policy", value));
-                }
-                if let Some(value) = ietf_field(views) {
-                    fields.push(("ratelimit", value));
-                }
+                fields.push_with("ratelimit-policy", |text| {
+                    write_ietf_list(text, views, policy_parameters);
+                });
+                fields.push_with("ratelimit", |text| {
+                    write_ietf_list(text, views, room_parameters);
+                });
             }
             HeaderFamily::Draft => {
-                fields.push(("ratelimit-limit", number(quota)));
-                fields.push(("ratelimit-remaining", number(remaining)));
-                fields.push(("ratelimit-reset", number(bound.seconds_until_more())));
+                fields.push_number("ratelimit-limit", quota);
+                fields.push_number("ratelimit-remaining", remaining);
+                fields.push_number("ratelimit-reset", bound.seconds_until_more());
                 if !families.contains(&HeaderFamily::Ietf) {
-                    let policies: Vec<String> = views
-                        .iter()
-                        .map(|view| {
+                    fields.push_with("ratelimit-policy", |text| {
+                        for (index, view) in views.iter().enumerate() {
+                            if index > 0 {
+                                text.push_str(", ");
+                            }
                             let (q, w) = view.quota_and_window();
-                            format!("{q};w={w}")
-                        })
-                        .collect();
-                    fields.push(("ratelimit-policy", policies.join(", ")));
+                            text.push_str(itoa::Buffer::new().format(q));
+                            text.push_str(";w=");
+                            text.push_str(itoa::Buffer::new().format(w));
+                        }
+                    });
                 }
             }
             HeaderFamily::Legacy => {
                 let reset_at = seconds_up(now.saturating_add(bound.decision.reset_after_micros()));
-                fields.push(("x-ratelimit-limit", number(quota)));
-                fields.push(("x-ratelimit-remaining", number(remaining)));
-                fields.push(("x-ratelimit-used", number(quota.saturating_sub(remaining))));
-                fields.push(("x-ratelimit-reset", number(reset_at)));
-                fields.push(("x-ratelimit-resource", sf_string(bound.label).into_owned()));
+                fields.push_number("x-ratelimit-limit", quota);
+                fields.push_number("x-ratelimit-remaining", remaining);
+                fields.push_number("x-ratelimit-used", quota.saturating_sub(remaining));
+                fields.push_number("x-ratelimit-reset", reset_at);
+                fields.push("x-ratelimit-resource", &sf_string(bound.label));
             }
         }
     }
@@ -239,7 +260,7 @@ pub fn decision_fields(
     binding: Option<usize>,
     now: Micros,
     answer: Answer,
-) -> Vec<(&'static str, String)> {
+) -> Fields {
     let mut fields = match answer {
         Answer::Refused {
             retry_after: Some(wait),
@@ -248,14 +269,14 @@ pub fn decision_fields(
     };
     match answer {
         Answer::Admitted { near_limit: true } => {
-            fields.push(("tollgate-near-limit", "1".to_owned()));
+            fields.push("tollgate-near-limit", "1");
         }
         Answer::Admitted { near_limit: false } => {}
         Answer::Refused { retry_after } => {
             if let Some(retry_after) = retry_after {
-                fields.push(("retry-after", number(retry_after_seconds(retry_after))));
+                fields.push_number("retry-after", retry_after_seconds(retry_after));
             }
-            fields.push(("cache-control", "no-store".to_owned()));
+            fields.push("cache-control", "no-store");
         }
     }
     fields

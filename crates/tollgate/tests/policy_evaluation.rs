@@ -180,10 +180,9 @@ policies:
     let field = |evaluation: &Evaluation| {
         evaluation
             .header_fields(&[tollgate::policy::HeaderFamily::Ietf])
-            .into_iter()
-            .find(|(name, _)| *name == "ratelimit")
+            .get("ratelimit")
             .expect("a RateLimit field")
-            .1
+            .to_owned()
     };
     let one = field(&limiter.evaluate(&request("203.0.113.7")).await.unwrap());
     let again = field(&limiter.evaluate(&request("203.0.113.7")).await.unwrap());

@@ -9,7 +9,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
-use tollgate::headers::{Answer, LimitView, decision_fields};
+use tollgate::headers::{Answer, Fields, LimitView, decision_fields};
 use tollgate::policy::{ChargeSet, DecidedBy, HeaderFamily, QuotaUnit, Receipt, Selection};
 use tollgate::{Decision, Evaluation, Limit, MAX_COST, Micros, Quota, Request, Verdict};
 
@@ -261,7 +261,7 @@ pub(crate) struct CheckAnswer<'a> {
     pub(super) decisions: Vec<DecisionView<'a>>,
 }
 
-fn with_fields(answer: &CheckAnswer<'_>, fields: Vec<(&'static str, String)>) -> Response {
+fn with_fields(answer: &CheckAnswer<'_>, fields: Fields) -> Response {
     let mut response = Response::new(axum::body::Body::from(answer.to_json()));
     // Sized once for every field: a map grown by `add_fields` rehashes what it holds.
     let headers = response.headers_mut();

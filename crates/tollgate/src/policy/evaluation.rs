@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::model::{StatusRange, UsageConfig};
 use super::plan::Role;
-use crate::headers::{Answer, HeaderFamily, LimitView, QuotaUnit, decision_fields};
+use crate::headers::{Answer, Fields, HeaderFamily, LimitView, QuotaUnit, decision_fields};
 use crate::problem::problem_json;
 pub use crate::refusal::{Reason, Refusal};
 use tollgate_core::check::{Check, Verdict};
@@ -268,7 +268,7 @@ impl Evaluation {
 
     /// Every response header field for this evaluation: the rate-limit families, and for a
     /// refusal `Retry-After` and `Cache-Control: no-store`; a near-limit request is marked.
-    pub fn header_fields(&self, families: &[HeaderFamily]) -> Vec<(&'static str, String)> {
+    pub fn header_fields(&self, families: &[HeaderFamily]) -> Fields {
         let answer = match &self.action {
             Action::Refuse(refusal) => Answer::Refused {
                 retry_after: refusal.retry_after,
