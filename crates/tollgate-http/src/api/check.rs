@@ -373,7 +373,12 @@ pub(crate) async fn check(
     if let Some(specs) = &request.limits {
         let limits = build_limits(specs)?;
         let check = inline_check(&limits, specs, cost);
-        let verdict = state.limiter.check(&check).await?;
+        // Decided at once when the store can; the store's future, kilobytes of it, is boxed
+        // for the checks that must wait for it.
+        let verdict = match state.limiter.check_now(&check) {
+            Some(verdict) => verdict?,
+            None => Box::pin(state.limiter.check(&check)).await?,
+        };
         if brief {
             return Ok(Brief::of_verdict(&verdict).response());
         }

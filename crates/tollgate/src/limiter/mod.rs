@@ -245,15 +245,28 @@ impl<S: Store> Limiter<S> {
         let watch = Stopwatch::start();
         let verdict = match self.inner.store.check_now(check) {
             Some(decided) => decided?,
-            // Boxed: the guards' futures take kilobytes, which every check's future would
-            // otherwise reserve and every move of it copy, though the memory store never
-            // needs them.
-            None => Box::pin(self.inner.store.check(check, None)).await?,
+            None => self.inner.store.check(check, None).await?,
         };
         self.inner
             .observers
             .checked(check, &verdict, watch.elapsed());
         Ok(verdict)
+    }
+
+    /// Decides a check as [`check`](Self::check) does, without waiting, when the store can
+    /// (the memory store can, but for leased and global limits); `None` when the check must
+    /// wait for its store. A caller that keeps [`check`](Self::check)'s future for that case
+    /// alone (boxed, say) keeps its own future small: the store's takes kilobytes.
+    pub fn check_now(&self, check: &Check<'_>) -> Option<Result<Verdict, Error>> {
+        let watch = Stopwatch::start();
+        let verdict = match self.inner.store.check_now(check)? {
+            Ok(verdict) => verdict,
+            Err(error) => return Some(Err(error.into())),
+        };
+        self.inner
+            .observers
+            .checked(check, &verdict, watch.elapsed());
+        Some(Ok(verdict))
     }
 
     /// Decides one limit on one key at a cost of 1.
@@ -436,6 +449,28 @@ mod tests {
             .clock(Arc::new(clock.clone()))
             .build();
         (Limiter::new(store), clock)
+    }
+
+    /// A check decided at once counts as one decided by `check`, on the same state, and one
+    /// that must wait for its store (a leased limit's) is left to `check`.
+    #[tokio::test]
+    async fn a_check_decided_at_once_is_a_check_like_any_other() {
+        let (limiter, _) = limiter();
+        let limit = Limit::new("w", Algorithm::FixedWindow, "2/m".parse().unwrap()).unwrap();
+        let check = Check::one("k", &limit);
+        let first = limiter.check_now(&check).expect("decided at once").unwrap();
+        assert!(first.is_allowed());
+        assert!(limiter.check(&check).await.unwrap().is_allowed());
+        let third = limiter.check_now(&check).expect("decided at once").unwrap();
+        assert!(third.is_denied());
+        let counted = limiter.telemetry().metrics().summary().decisions;
+        assert_eq!(counted[""]["allowed"], 2);
+        assert_eq!(counted[""]["denied"], 1);
+        let leased = Limit::builder("l", Algorithm::FixedWindow, "100/m".parse().unwrap())
+            .lease(10)
+            .build()
+            .unwrap();
+        assert!(limiter.check_now(&Check::one("k", &leased)).is_none());
     }
 
     #[tokio::test]
