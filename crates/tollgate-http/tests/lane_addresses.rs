@@ -1,16 +1,16 @@
 //! Which requests carry the connection's addresses: the router's always, a lane's unless it
 //! was made without them.
 
+mod common;
+
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{ConnectInfo, Request};
 use axum::http::Method;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tollgate_http::http_server::{ConnectionLimits, LocalAddr, listen, serve};
+use tollgate_http::http_server::{LocalAddr, listen, serve};
 use tollgate_http::lane::{App, Lane, LaneFuture};
 
 /// The addresses a request arrived with, as text: `peer=...;local=...` or `none`.
@@ -24,26 +24,14 @@ fn addresses(request: &Request) -> String {
     }
 }
 
+/// An answer's body.
+fn body(answer: &str) -> &str {
+    answer.split("\r\n\r\n").nth(1).unwrap_or_default()
+}
+
 fn telling(request: Request) -> LaneFuture {
     let text = addresses(&request);
     Box::pin(async move { text.into_response() })
-}
-
-async fn get_text(address: SocketAddr, path: &str) -> (String, SocketAddr) {
-    let mut stream = tokio::net::TcpStream::connect(address)
-        .await
-        .expect("connects");
-    let client = stream.local_addr().expect("a local address");
-    let head = format!("GET {path} HTTP/1.1\r\nhost: tollgate\r\nconnection: close\r\n\r\n");
-    stream.write_all(head.as_bytes()).await.expect("written");
-    let mut answer = String::new();
-    tokio::time::timeout(Duration::from_secs(30), stream.read_to_string(&mut answer))
-        .await
-        .expect("an answer")
-        .expect("read");
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
-    (body.to_owned(), client)
 }
 
 #[tokio::test]
@@ -62,22 +50,24 @@ async fn a_lane_without_addresses_gets_none_and_every_other_request_gets_both() 
             Lane::exact(Method::GET, "/told", telling),
         ],
     );
-    let limits = ConnectionLimits {
-        max_connections: 8,
-        header_timeout: Duration::from_secs(10),
-        max_header_bytes: 32 * 1024,
-        max_header_fields: 100,
-        shutdown_timeout: Duration::from_secs(1),
-        max_connection_age: Duration::ZERO,
-        max_connection_age_grace: Duration::from_secs(1),
-    };
     tokio::spawn(async move {
-        serve(listener, app, &limits, None, std::future::pending()).await;
+        serve(
+            listener,
+            app,
+            &common::limits(8),
+            None,
+            std::future::pending(),
+        )
+        .await;
     });
-    let (bare, _) = get_text(address, "/bare").await;
-    assert_eq!(bare, "none");
+    let (bare, _) = common::get(address, "/bare").await;
+    assert_eq!(body(&bare), "none");
     for path in ["/told", "/routed"] {
-        let (text, client) = get_text(address, path).await;
-        assert_eq!(text, format!("peer={client};local={address}"), "{path}");
+        let (answer, client) = common::get(address, path).await;
+        assert_eq!(
+            body(&answer),
+            format!("peer={client};local={address}"),
+            "{path}"
+        );
     }
 }

@@ -43,6 +43,9 @@ async fn collect(mut body: axum::body::Body, limit: usize) -> Option<Bytes> {
             // Trailers say nothing about the body's bytes.
             continue;
         };
+        if data.is_empty() {
+            continue;
+        }
         let held = joined.as_ref().map_or(first.len(), BytesMut::len);
         if held + data.len() > limit {
             return None;

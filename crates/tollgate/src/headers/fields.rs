@@ -4,8 +4,9 @@
 use std::fmt;
 use std::ops::Range;
 
-/// Named header field values, in order, their text held together.
-#[derive(Clone, Default, PartialEq, Eq)]
+/// Named header field values, in order, their text held together. Two are equal when they
+/// hold the same fields in the same order, whatever text a removed field left behind.
+#[derive(Clone, Default)]
 pub struct Fields {
     text: String,
     entries: Vec<(&'static str, Range<usize>)>,
@@ -81,6 +82,14 @@ impl Fields {
     }
 }
 
+impl PartialEq for Fields {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Fields {}
+
 impl fmt::Debug for Fields {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list().entries(self.iter()).finish()
@@ -110,6 +119,12 @@ mod tests {
         assert_eq!(fields.get("Retry-After"), Some("7"));
         fields.retain(|name, value| name != "x-ratelimit-limit" && !value.is_empty());
         assert_eq!(fields.len(), 2);
+        let mut kept = Fields::default();
+        kept.push("ratelimit", r#""a";r=1"#);
+        kept.push("retry-after", "7");
+        assert_eq!(fields, kept, "the same fields, though one text holds more");
+        kept.push("retry-after", "7");
+        assert_ne!(fields, kept);
         assert_eq!(
             format!("{fields:?}"),
             r#"[("ratelimit", "\"a\";r=1"), ("retry-after", "7")]"#

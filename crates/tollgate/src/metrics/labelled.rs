@@ -2,7 +2,6 @@
 //! their labels as borrowed text: the family itself is looked up by owned labels, which cost
 //! two allocations and a keyed hash on every decision.
 
-use std::hash::Hash;
 use std::sync::RwLock;
 
 use hashbrown::{Equivalent, HashMap};
