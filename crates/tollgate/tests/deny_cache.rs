@@ -92,6 +92,18 @@ async fn a_denied_check_is_denied_locally_until_it_could_pass_and_not_after() {
     assert!(verdict.is_admitted(), "{verdict:?}");
     assert_eq!(calls(), before + 2);
 
+    // The expired entry is gone; the next denial is remembered as the first was.
+    while limiter
+        .check(&check)
+        .await
+        .expect("an answer")
+        .is_admitted()
+    {}
+    let stored = calls();
+    let verdict = limiter.check(&check).await.expect("an answer");
+    assert!(verdict.is_denied() && verdict.is_replayed(), "{verdict:?}");
+    assert_eq!(calls(), stored, "the new denial is answered from the cache");
+
     // Turned off, every check asks the store (decided in process at once, which is no store
     // call the observers hear of): a denial is the store's own, never a replay.
     limiter.settings().set_deny_cache(false);

@@ -15,10 +15,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, JoinAll, join_all};
+use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use redis::cluster_routing::Slot;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
 use super::connection::{Connection, store_error};
 use super::program::{Entry, Program, crossed_slots};
@@ -97,11 +98,22 @@ pub(crate) fn spawn(
 }
 
 async fn run(mut queue: mpsc::Receiver<Job>, sending: Arc<Sending>, max_batch: usize) {
-    let rounds = Arc::new(Semaphore::new(ROUNDS_IN_FLIGHT));
-    while let Some(first) = queue.recv().await {
-        // Wait for room first: what arrives meanwhile joins this round.
-        let Ok(permit) = Arc::clone(&rounds).acquire_owned().await else {
-            return;
+    // The rounds under way are driven here, in the batcher's own task: a round needs no task
+    // of its own to be spawned, scheduled and woken, and its replies leave from where it ends.
+    let mut rounds = FuturesUnordered::new();
+    loop {
+        let first = if rounds.len() < ROUNDS_IN_FLIGHT {
+            tokio::select! {
+                job = queue.recv() => match job {
+                    Some(job) => job,
+                    None => break,
+                },
+                Some(_) = rounds.next(), if !rounds.is_empty() => continue,
+            }
+        } else {
+            // No room for another round: what arrives meanwhile joins the next one.
+            rounds.next().await;
+            continue;
         };
         let mut jobs = vec![first];
         while jobs.len() < max_batch {
@@ -112,19 +124,20 @@ async fn run(mut queue: mpsc::Receiver<Job>, sending: Arc<Sending>, max_batch: u
         }
         // A caller that gave up (timed out) no longer needs an answer: do not spend Redis on it.
         jobs.retain(|job| !job.reply.is_closed());
+        if jobs.is_empty() {
+            continue;
+        }
         sending
             .counters
             .checks
             .fetch_add(jobs.len() as u64, Ordering::Relaxed);
-        let round = calls(
+        rounds.push(calls(
             &sending,
             group_by_destination(jobs, sending.slot_map().as_deref()),
-        );
-        tokio::spawn(async move {
-            round.await;
-            drop(permit);
-        });
+        ));
     }
+    // Every sender is gone; the rounds under way still answer their callers.
+    while rounds.next().await.is_some() {}
 }
 
 impl Sending {
@@ -197,7 +210,7 @@ fn sort_by_slot(jobs: &mut [Job]) {
 }
 
 /// How many of `keys`, in order, each cluster slot has; empty when they are all of one slot.
-fn slot_sizes(keys: &[String]) -> Vec<usize> {
+fn slot_sizes(keys: &[&str]) -> Vec<usize> {
     let mut sizes: Vec<usize> = Vec::new();
     let mut last = None;
     for key in keys {

@@ -99,7 +99,7 @@ impl Program {
         &self,
         connection: &mut Connection,
         entry: Entry,
-        keys: &[String],
+        keys: &[&str],
         slots: &[usize],
         at: Option<Micros>,
         numbers: &str,
@@ -185,13 +185,13 @@ impl Program {
 /// A call's keys as Redis is given them: the declared ones (one hash slot), and the keys of
 /// further slots with their sizes as a JSON array, if any.
 struct CallKeys<'k> {
-    declared: &'k [String],
-    further: &'k [String],
+    declared: &'k [&'k str],
+    further: &'k [&'k str],
     further_sizes: Option<String>,
 }
 
 impl<'k> CallKeys<'k> {
-    fn new(keys: &'k [String], slots: &[usize]) -> Self {
+    fn new(keys: &'k [&'k str], slots: &[usize]) -> Self {
         match slots {
             [first, rest @ ..] if !rest.is_empty() => {
                 let sizes: Vec<String> = rest.iter().map(ToString::to_string).collect();

@@ -117,20 +117,21 @@ impl Numbers {
 /// touching the same key share its state inside the script) and the distinct limits, each
 /// with a 1-based Lua index.
 #[derive(Default)]
-struct Tables {
-    keys: Vec<String>,
-    key_index: HashMap<String, usize>,
+struct Tables<'p> {
+    /// Borrowed from the parts, which outlive the call.
+    keys: Vec<&'p str>,
+    key_index: HashMap<&'p str, usize>,
     limits: Vec<LimitParameters>,
     /// The call's time, if given, for calendar windows.
     now: Option<Micros>,
 }
 
-impl Tables {
+impl<'p> Tables<'p> {
     /// The 1-based Lua index of `key`.
-    fn key(&mut self, key: &str) -> u64 {
+    fn key(&mut self, key: &'p str) -> u64 {
         let next = self.keys.len();
-        let index = *self.key_index.entry(key.to_owned()).or_insert_with(|| {
-            self.keys.push(key.to_owned());
+        let index = *self.key_index.entry(key).or_insert_with(|| {
+            self.keys.push(key);
             next
         });
         index as u64 + 1
@@ -150,7 +151,7 @@ impl Tables {
     }
 
     /// KEYS and ARGV[2]: the limits, then `rest`.
-    fn finish(self, rest: &Numbers) -> (Vec<String>, String) {
+    fn finish(self, rest: &Numbers) -> (Vec<&'p str>, String) {
         let mut spec = Numbers(String::with_capacity(
             8 + 40 * self.limits.len() + rest.0.len(),
         ));
@@ -172,7 +173,7 @@ impl Tables {
 pub(crate) fn encode_checks<'p>(
     parts: impl ExactSizeIterator<Item = &'p Part>,
     now: Option<Micros>,
-) -> (Vec<String>, String) {
+) -> (Vec<&'p str>, String) {
     let mut tables = Tables {
         now,
         ..Tables::default()
@@ -192,11 +193,11 @@ pub(crate) fn encode_checks<'p>(
 
 /// KEYS and ARGV[2] (after the time) of one adjust-script call at `now` (`None`: the server's
 /// clock).
-pub(crate) fn encode_adjustments(
-    part: &Part,
+pub(crate) fn encode_adjustments<'p>(
+    part: &'p Part,
     adjustments: &[Adjustment],
     now: Option<Micros>,
-) -> (Vec<String>, String) {
+) -> (Vec<&'p str>, String) {
     let mut tables = Tables {
         now,
         ..Tables::default()

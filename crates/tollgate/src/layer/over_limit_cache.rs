@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -49,6 +49,9 @@ pub(crate) struct OverLimitCache<S> {
     enabled: AtomicBool,
     hasher: RandomState,
     shards: Vec<Mutex<HashMap<u64, Entry>>>,
+    /// Entries held across the shards: while there are none, as while nothing is denied, a
+    /// check is passed on without being identified.
+    entries: AtomicUsize,
     generations: Vec<AtomicU64>,
     /// Plain counters over their limit: the hash of the key, and when its window ends.
     counters: Vec<Mutex<HashMap<u64, Micros>>>,
@@ -85,6 +88,7 @@ impl<S: Store> OverLimitCache<S> {
             enabled: AtomicBool::new(enabled),
             hasher: RandomState::new(),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            entries: AtomicUsize::new(0),
             generations: (0..GENERATIONS).map(|_| AtomicU64::new(0)).collect(),
             counters: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hits: AtomicU64::new(0),
@@ -103,7 +107,9 @@ impl<S: Store> OverLimitCache<S> {
         self.enabled.store(enabled, Ordering::Release);
         if !enabled {
             for shard in &self.shards {
-                shard.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                let mut shard = shard.lock().unwrap_or_else(|e| e.into_inner());
+                self.entries.fetch_sub(shard.len(), Ordering::Relaxed);
+                shard.clear();
             }
         }
     }
@@ -113,8 +119,14 @@ impl<S: Store> OverLimitCache<S> {
         self.hits.load(Ordering::Relaxed)
     }
 
-    fn key_slot(&self, key: &str) -> usize {
-        (self.hasher.hash_one(key) % GENERATIONS as u64) as usize
+    /// The keyed hash of a key, which both names it in a check's identity and picks its
+    /// generation slot, so that a key is hashed once.
+    fn key_hash(&self, key: &str) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    fn generation(&self, key_hash: u64) -> &AtomicU64 {
+        &self.generations[(key_hash % GENERATIONS as u64) as usize]
     }
 
     /// The check's identity, and the sum of its keys' generations.
@@ -122,11 +134,12 @@ impl<S: Store> OverLimitCache<S> {
         let mut hasher = self.hasher.build_hasher();
         let mut generations = 0u64;
         for item in check.items() {
-            item.key.hash(&mut hasher);
+            let key_hash = self.key_hash(&item.key);
+            key_hash.hash(&mut hasher);
             hash_limit(item.limit, &mut hasher);
             item.cost.hash(&mut hasher);
-            generations = generations
-                .wrapping_add(self.generations[self.key_slot(&item.key)].load(Ordering::Acquire));
+            generations =
+                generations.wrapping_add(self.generation(key_hash).load(Ordering::Acquire));
         }
         (hasher.finish(), generations)
     }
@@ -139,7 +152,7 @@ impl<S: Store> OverLimitCache<S> {
 
     /// The cached denial of this check, aged to `now`, if one still holds.
     fn lookup(&self, check: &Check<'_>, now: Micros) -> Option<Verdict> {
-        if !self.enabled.load(Ordering::Acquire) {
+        if !self.enabled.load(Ordering::Acquire) || self.entries.load(Ordering::Relaxed) == 0 {
             return None;
         }
         let (id, generations) = self.identify(check);
@@ -147,6 +160,7 @@ impl<S: Store> OverLimitCache<S> {
         let entry = shard.get(&id)?;
         if now >= entry.until || entry.generations != generations {
             shard.remove(&id);
+            self.entries.fetch_sub(1, Ordering::Relaxed);
             return None;
         }
         let verdict = entry
@@ -168,20 +182,23 @@ impl<S: Store> OverLimitCache<S> {
         let (id, generations) = self.identify(check);
         let mut shard = self.shard(id);
         if shard.len() >= MAX_ENTRIES_PER_SHARD {
+            let held = shard.len();
             shard.retain(|_, entry| entry.until > now);
+            self.entries
+                .fetch_sub(held - shard.len(), Ordering::Relaxed);
             if shard.len() >= MAX_ENTRIES_PER_SHARD {
                 return;
             }
         }
-        shard.insert(
-            id,
-            Entry {
-                verdict: verdict.clone(),
-                cached_at: now,
-                until: now.saturating_add(duration_to_micros(wait.min(MAX_HOLD))),
-                generations,
-            },
-        );
+        let entry = Entry {
+            verdict: verdict.clone(),
+            cached_at: now,
+            until: now.saturating_add(duration_to_micros(wait.min(MAX_HOLD))),
+            generations,
+        };
+        if shard.insert(id, entry).is_none() {
+            self.entries.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn counter_shard(&self, id: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Micros>> {
@@ -226,7 +243,8 @@ impl<S: Store> OverLimitCache<S> {
     /// Invalidates every entry holding one of `check`'s keys (after a refund or a charge).
     fn forget_keys(&self, check: &Check<'_>) {
         for item in check.items() {
-            self.generations[self.key_slot(&item.key)].fetch_add(1, Ordering::AcqRel);
+            self.generation(self.key_hash(&item.key))
+                .fetch_add(1, Ordering::AcqRel);
         }
     }
 }
