@@ -357,6 +357,27 @@ async fn memory_per_key_is_small() {
     );
 }
 
+/// A store whose runtime has ended, its batcher with it, fails its checks saying so (not that
+/// its queue is full, which would send an operator after load).
+#[test]
+fn a_store_whose_runtime_ended_says_its_batcher_stopped() {
+    let limit = Limit::new("l", Algorithm::Gcra, "10/s".parse().unwrap()).unwrap();
+    let check = Check::one("k", &limit);
+    let first = tokio::runtime::Runtime::new().expect("a runtime");
+    let store = first.block_on(single_store());
+    let decided = first.block_on(store.check(&check, None));
+    assert!(decided.is_ok_and(|verdict| verdict.is_admitted()));
+    drop(first);
+    let second = tokio::runtime::Runtime::new().expect("a runtime");
+    let error = second
+        .block_on(store.check(&check, None))
+        .expect_err("no batcher to decide it");
+    assert!(
+        matches!(&error, StoreError::Failed(message) if message.contains("batcher stopped")),
+        "{error:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_refused_connection_is_a_typed_error() {
     // A port held by a socket that never listens: a connection is refused, and no other

@@ -11,6 +11,7 @@
 //! with the load by themselves. Nothing waits for a batch to fill or for a timer: a lone check
 //! goes out alone and at once.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -131,10 +132,13 @@ async fn run(mut queue: mpsc::Receiver<Job>, sending: Arc<Sending>, max_batch: u
             .counters
             .checks
             .fetch_add(jobs.len() as u64, Ordering::Relaxed);
-        rounds.push(calls(
+        // A round that panics drops its callers' replies (they fail as the batcher stopping)
+        // and ends alone, as a task of its own would: the batcher goes on.
+        let round = calls(
             &sending,
             group_by_destination(jobs, sending.slot_map().as_deref()),
-        ));
+        );
+        rounds.push(AssertUnwindSafe(round).catch_unwind());
     }
     // Every sender is gone; the rounds under way still answer their callers.
     while rounds.next().await.is_some() {}

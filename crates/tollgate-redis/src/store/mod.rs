@@ -409,7 +409,14 @@ impl RedisStore {
         self.shared
             .queue
             .try_send(job)
-            .map_err(|_| StoreError::Unavailable("the Redis store's queue is full".to_owned()))?;
+            .map_err(|error| match error {
+                mpsc::error::TrySendError::Full(_) => {
+                    StoreError::Unavailable("the Redis store's queue is full".to_owned())
+                }
+                mpsc::error::TrySendError::Closed(_) => {
+                    StoreError::Failed("the Redis batcher stopped".to_owned())
+                }
+            })?;
         let timeout = self.shared.config.timeout;
         match tokio::time::timeout(timeout, answer).await {
             Ok(Ok(reply)) => reply,
