@@ -258,6 +258,13 @@ impl Rls {
         let pending = self.pending_all(request, root)?;
         let domain = request.domain.as_str();
         let decided = match &self.upstream_keys {
+            // One descriptor, as most requests carry: decided without a vector of futures.
+            None if pending.len() == 1 => {
+                vec![
+                    self.decide(domain, pending[0].as_ref(), Deciding::Store)
+                        .await,
+                ]
+            }
             None => {
                 join_all(
                     pending
@@ -266,11 +273,14 @@ impl Rls {
                 )
                 .await
             }
-            Some(counting) => self.decide_counted(counting, domain, &pending).await,
+            // Counted on the store (Redis), and failed over: boxed, as the store's futures are.
+            Some(counting) => Box::pin(self.decide_counted(counting, domain, &pending)).await,
         };
         match statuses(decided) {
             Ok(statuses) => Ok(self.response(request, &pending, statuses)),
-            Err(RlsError::Unavailable(error)) => self.fail_over(request, &pending, error).await,
+            Err(RlsError::Unavailable(error)) => {
+                Box::pin(self.fail_over(request, &pending, error)).await
+            }
             Err(other) => Err(other),
         }
     }
@@ -335,9 +345,15 @@ impl Rls {
         let check = Check::new(pending.addend)
             .limit(pending.key.as_str(), limit)
             .labelled(domain, &label);
+        // Decided at once where the store can (the memory store); the store's and the local
+        // fallback's futures take kilobytes, so they are boxed rather than carried in this one,
+        // which each descriptor of a request allocates.
         let verdict = match deciding {
-            Deciding::Store => self.limiter.check(&check).await,
-            Deciding::Locally => self.limiter.check_local(&check, self.local_nodes).await,
+            Deciding::Store => match self.limiter.check_now(&check) {
+                Some(decided) => decided,
+                None => Box::pin(self.limiter.check(&check)).await,
+            },
+            Deciding::Locally => Box::pin(self.limiter.check_local(&check, self.local_nodes)).await,
         }
         .map_err(rls_error)?;
         let allowed = verdict.is_admitted();
@@ -345,7 +361,7 @@ impl Rls {
             // envoyproxy/ratelimit counts every hit, over the limit too (and a usage report
             // refused is usage all the same). The count changes no answer within the window,
             // and a failed count is no reason to fail the request.
-            let _ = self.limiter.charge(&check, verdict.at()).await;
+            let _ = Box::pin(self.limiter.charge(&check, verdict.at())).await;
         }
         let decision = verdict.decisions().first();
         let left = decision.map_or(0, |d| d.remaining());
@@ -474,4 +490,33 @@ fn passed_metadata(
         }
     }
     super::metadata::dynamic(request, passed)
+}
+
+/// The store's futures take kilobytes; a request's own future, and each descriptor's (which
+/// a request of several allocates), must not carry them.
+#[cfg(test)]
+mod future_sizes {
+    use super::{Deciding, Pending, RateLimitRequest, Rls};
+
+    fn size_of_output<T, R>(_call: impl FnOnce(T) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    #[test]
+    fn a_request_and_its_descriptors_keep_their_futures_small() {
+        let request = size_of_output(|(rls, request): (&Rls, &RateLimitRequest)| {
+            rls.should_rate_limit(request)
+        });
+        let descriptor = size_of_output(|(rls, pending): (&Rls, Option<&Pending>)| {
+            rls.decide("domain", pending, Deciding::Store)
+        });
+        assert!(
+            request <= 1024,
+            "should_rate_limit's future takes {request} bytes"
+        );
+        assert!(
+            descriptor <= 1024,
+            "decide's future takes {descriptor} bytes"
+        );
+    }
 }
