@@ -325,6 +325,7 @@ impl RuleLimit {
             stat_path: options.stat_path,
             detailed_metric: options.detailed_metric,
             stats: OnceLock::new(),
+            label: OnceLock::new(),
         })
     }
 }

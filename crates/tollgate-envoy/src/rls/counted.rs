@@ -88,7 +88,7 @@ impl Rls {
             MetricOutcome::Allowed
         };
         let metrics = self.limiter.telemetry().metrics();
-        metrics.record_decision(domain, &rule.metric_label(), outcome);
+        metrics.record_decision(domain, rule.metric_label(), outcome);
         metrics.record_policy(domain, outcome);
         let code = if over && !rule.shadow {
             Code::OverLimit

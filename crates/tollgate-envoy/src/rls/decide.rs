@@ -344,7 +344,7 @@ impl Rls {
         let label = rule.metric_label();
         let check = Check::new(pending.addend)
             .limit(pending.key.as_str(), limit)
-            .labelled(domain, &label);
+            .labelled(domain, label);
         // Decided at once where the store can (the memory store); the store's and the local
         // fallback's futures take kilobytes, so they are boxed rather than carried in this one,
         // which each descriptor of a request allocates.
@@ -468,7 +468,7 @@ fn declare(limiter: &Limiter<AnyStore>, config: &RlsConfig) {
                 limiter
                     .telemetry()
                     .metrics()
-                    .declare_limit(domain, &rule.metric_label());
+                    .declare_limit(domain, rule.metric_label());
             }
         });
     }

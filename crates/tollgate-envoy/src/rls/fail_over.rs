@@ -63,7 +63,7 @@ impl Rls {
     ) {
         let metrics = self.limiter.telemetry().metrics();
         for pending in pending.iter().flatten() {
-            metrics.record_decision(&request.domain, &pending.rule.metric_label(), outcome);
+            metrics.record_decision(&request.domain, pending.rule.metric_label(), outcome);
         }
         metrics.record_policy(&request.domain, outcome);
     }

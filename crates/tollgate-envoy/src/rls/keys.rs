@@ -11,15 +11,19 @@ use super::stats::StatKey;
 use super::tree::MetricValue;
 
 /// Writes `text` into a counter key with the characters that separate its parts escaped.
+/// Plain runs between them are copied whole.
 pub(crate) fn escape(key: &mut String, text: &str) {
-    for c in text.chars() {
-        match c {
-            '%' => key.push_str("%25"),
-            '|' => key.push_str("%7C"),
-            '=' => key.push_str("%3D"),
-            c => key.push(c),
-        }
+    let mut rest = text;
+    while let Some(at) = rest.find(['%', '|', '=']) {
+        key.push_str(&rest[..at]);
+        key.push_str(match rest.as_bytes()[at] {
+            b'%' => "%25",
+            b'|' => "%7C",
+            _ => "%3D",
+        });
+        rest = &rest[at + 1..];
     }
+    key.push_str(rest);
 }
 
 /// A counter key the store takes: the key itself, or, past the store's cap on key size, its
@@ -74,5 +78,25 @@ pub(super) fn detailed_key(
     StatKey {
         domain: domain.to_owned(),
         path,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn the_separators_are_escaped_and_the_rest_copied() {
+        for (text, escaped) in [
+            ("", ""),
+            ("plain/path", "plain/path"),
+            ("a%b|c=d", "a%25b%7Cc%3Dd"),
+            ("==", "%3D%3D"),
+            ("é|ü", "é%7Cü"),
+        ] {
+            let mut key = "domain|".to_owned();
+            escape(&mut key, text);
+            assert_eq!(key, format!("domain|{escaped}"), "{text:?}");
+        }
     }
 }

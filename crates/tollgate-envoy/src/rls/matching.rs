@@ -95,6 +95,7 @@ impl Rls {
             stat_path: Vec::new(),
             detailed_metric: false,
             stats: std::sync::OnceLock::new(),
+            label: std::sync::OnceLock::new(),
         };
         let path = descriptor
             .entries
@@ -205,7 +206,14 @@ impl Rls {
                 shared,
             ),
             _ => {
-                let mut key = request.domain.clone();
+                // Sized for the usual key, with nothing to escape: one allocation.
+                let parts: usize = descriptor
+                    .entries
+                    .iter()
+                    .map(|entry| entry.key.len() + entry.value.len() + 2)
+                    .sum();
+                let mut key = String::with_capacity(request.domain.len() + parts);
+                key.push_str(&request.domain);
                 for (entry, shared) in descriptor.entries.iter().zip(shared) {
                     key.push('|');
                     escape(&mut key, &entry.key);

@@ -110,6 +110,7 @@ fn unmatched(node: Yaml<'_, '_>, domain: &str) -> Option<Arc<Rule>> {
             stat_path: Vec::new(),
             detailed_metric: false,
             stats: std::sync::OnceLock::new(),
+            label: std::sync::OnceLock::new(),
         }))
     };
     if node.is_mapping() {

@@ -36,6 +36,8 @@ pub(crate) struct Rule {
     pub(crate) detailed_metric: bool,
     /// Its statistics under `stat_path`, attached when the configuration is put in force.
     pub(crate) stats: OnceLock<Arc<DescriptorStats>>,
+    /// [`metric_label`](Self::metric_label), joined once at its first use.
+    pub(crate) label: OnceLock<String>,
 }
 
 /// Calls `visit` with every rule under `root`.
@@ -72,11 +74,11 @@ impl Rule {
     /// What metrics call the rule under its domain: its name, else its place in the
     /// configuration (`key_value.key`, as upstream's statistics name it), else `override` for
     /// a request's own limit. From configuration only, so the label values stay bounded.
-    pub(crate) fn metric_label(&self) -> std::borrow::Cow<'_, str> {
+    pub(crate) fn metric_label(&self) -> &str {
         match (&self.name, self.stat_path.is_empty()) {
-            (Some(name), _) => std::borrow::Cow::Borrowed(name),
-            (None, false) => std::borrow::Cow::Owned(self.stat_path.join(".")),
-            (None, true) => std::borrow::Cow::Borrowed("override"),
+            (Some(name), _) => name,
+            (None, false) => self.label.get_or_init(|| self.stat_path.join(".")),
+            (None, true) => "override",
         }
     }
 }
