@@ -20,6 +20,7 @@ use hyper_util::rt::TokioExecutor;
 
 use crate::api::ApiError;
 use crate::http1_pool::Http1Pool;
+use crate::proxy_metrics::UpstreamFailure;
 
 /// Where requests go: `http://host:port/base` or `https://...`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -387,8 +388,8 @@ impl Forwarder {
         let answered = tokio::time::timeout(self.settings.timeout, self.send(parts, body)).await;
         let status = match &answered {
             Ok(Ok(response)) => Ok(response.status().as_u16()),
-            Ok(Err(_)) => Err("error"),
-            Err(_) => Err("timeout"),
+            Ok(Err(_)) => Err(UpstreamFailure::Error),
+            Err(_) => Err(UpstreamFailure::Timeout),
         };
         self.metrics.upstream(status, started.elapsed());
         match answered {

@@ -16,13 +16,28 @@ struct ClassLabels {
 /// The classes responses are counted by, each present from the start.
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
-/// The proxy's metrics, registered under `tollgate_proxy_`.
+/// The proxy's metrics, registered under `tollgate_proxy_`. Every label value is known from
+/// the start, so each counter is kept at hand: found in its family on every request, it took
+/// a hash of its labels and the family's lock, which every worker shares.
 #[derive(Debug)]
 pub struct ProxyMetrics {
     registry: Registry,
-    requests: Family<ClassLabels, Counter>,
-    upstream: Family<ClassLabels, Counter>,
+    /// By [`CLASSES`].
+    requests: [Counter; CLASSES.len()],
+    /// By [`CLASSES`].
+    upstream: [Counter; CLASSES.len()],
+    /// By [`UpstreamFailure`].
+    upstream_failed: [Counter; 2],
     upstream_seconds: Histogram,
+}
+
+/// Why a request sent upstream got no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamFailure {
+    /// The upstream could not be reached, or failed before its response head.
+    Error = 0,
+    /// No response head within the timeout.
+    Timeout = 1,
 }
 
 impl Default for ProxyMetrics {
@@ -54,17 +69,14 @@ impl ProxyMetrics {
             "Time until the upstream's response head",
             upstream_seconds.clone(),
         );
-        for class in CLASSES {
-            let _ = requests.get_or_create(&ClassLabels { class });
-            let _ = upstream.get_or_create(&ClassLabels { class });
-        }
-        for class in ["error", "timeout"] {
-            let _ = upstream.get_or_create(&ClassLabels { class });
-        }
+        let counter = |family: &Family<ClassLabels, Counter>, class| {
+            family.get_or_create(&ClassLabels { class }).clone()
+        };
         Self {
             registry,
-            requests,
-            upstream,
+            requests: CLASSES.map(|class| counter(&requests, class)),
+            upstream_failed: ["error", "timeout"].map(|class| counter(&upstream, class)),
+            upstream: CLASSES.map(|class| counter(&upstream, class)),
             upstream_seconds,
         }
     }
@@ -76,27 +88,60 @@ impl ProxyMetrics {
 
     /// Counts a response to a client.
     pub fn answered(&self, status: u16) {
-        self.requests
-            .get_or_create(&ClassLabels {
-                class: class_of(status),
-            })
-            .inc();
+        self.requests[class_of(status)].inc();
     }
 
-    /// Counts an upstream answer (`None`: `error` or `timeout` as `failure` says) after `took`.
-    pub fn upstream(&self, status: Result<u16, &'static str>, took: Duration) {
-        let class = status.map_or_else(|failure| failure, class_of);
-        self.upstream.get_or_create(&ClassLabels { class }).inc();
+    /// Counts an upstream answer, or the failure to get one, after `took`.
+    pub fn upstream(&self, status: Result<u16, UpstreamFailure>, took: Duration) {
+        match status {
+            Ok(status) => self.upstream[class_of(status)].inc(),
+            Err(failure) => self.upstream_failed[failure as usize].inc(),
+        };
         self.upstream_seconds.observe(took.as_secs_f64());
     }
 }
 
-fn class_of(status: u16) -> &'static str {
+/// The index in [`CLASSES`] of a status's class.
+fn class_of(status: u16) -> usize {
     match status {
-        100..=199 => "1xx",
-        200..=299 => "2xx",
-        300..=399 => "3xx",
-        400..=499 => "4xx",
-        _ => "5xx",
+        100..=199 => 0,
+        200..=299 => 1,
+        300..=399 => 2,
+        400..=499 => 3,
+        _ => 4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_answer_is_counted_under_its_class() {
+        let metrics = ProxyMetrics::new();
+        metrics.answered(200);
+        metrics.answered(204);
+        metrics.answered(429);
+        metrics.upstream(Ok(503), Duration::from_millis(2));
+        metrics.upstream(Err(UpstreamFailure::Error), Duration::ZERO);
+        metrics.upstream(Err(UpstreamFailure::Timeout), Duration::ZERO);
+        metrics.upstream(Err(UpstreamFailure::Timeout), Duration::ZERO);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, metrics.registry()).unwrap();
+        for line in [
+            r#"tollgate_proxy_requests_total{class="2xx"} 2"#,
+            r#"tollgate_proxy_requests_total{class="4xx"} 1"#,
+            r#"tollgate_proxy_requests_total{class="5xx"} 0"#,
+            r#"tollgate_proxy_upstream_requests_total{class="5xx"} 1"#,
+            r#"tollgate_proxy_upstream_requests_total{class="2xx"} 0"#,
+            r#"tollgate_proxy_upstream_requests_total{class="error"} 1"#,
+            r#"tollgate_proxy_upstream_requests_total{class="timeout"} 2"#,
+            "tollgate_proxy_upstream_duration_seconds_count 4",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from:\n{text}"
+            );
+        }
     }
 }

@@ -21,15 +21,31 @@ pub struct BodyDigest(pub [u8; 32]);
 /// An `http::HeaderMap` as Tollgate sees headers.
 pub(crate) struct Headers<'a>(pub(crate) &'a HeaderMap);
 
+impl Headers<'_> {
+    /// Every value of the field `name`. The forwarding fields, which policies read on every
+    /// request, are named at compile time; any other name is parsed and checked each time.
+    fn all(&self, name: &str) -> http::header::GetAll<'_, http::HeaderValue> {
+        match name {
+            "x-forwarded-for" => self
+                .0
+                .get_all(const { http::HeaderName::from_static("x-forwarded-for") }),
+            "forwarded" => self.0.get_all(http::header::FORWARDED),
+            _ => self.0.get_all(name),
+        }
+    }
+}
+
 impl HeaderSource for Headers<'_> {
     fn first(&self, name: &str) -> Option<&str> {
-        self.0.get(name).and_then(|value| value.to_str().ok())
+        self.all(name)
+            .iter()
+            .next()
+            .and_then(|value| value.to_str().ok())
     }
 
     fn joined(&self, name: &str) -> Option<Cow<'_, str>> {
         let mut values = self
-            .0
-            .get_all(name)
+            .all(name)
             .iter()
             .filter_map(|value| value.to_str().ok());
         let first = values.next()?;
@@ -75,13 +91,20 @@ pub(crate) fn attributes<'a>(
     headers: &'a Headers<'a>,
     body: &impl http_body::Body,
 ) -> Request<'a> {
+    // The standard fields by their constants: looked up by text, each name is parsed and
+    // hashed byte by byte on every request.
+    let field = |name| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|value: &http::HeaderValue| value.to_str().ok())
+    };
     let mut request = Request::new(parts.method.as_str(), parts.uri.path());
-    request.host = parts.uri.host().or_else(|| headers.first("host"));
+    request.host = parts.uri.host().or_else(|| field(http::header::HOST));
     request.route = route(&parts.extensions);
     request.peer = peer(&parts.extensions).map(|address| address.ip());
     request.headers = headers;
-    request.content_length = headers
-        .first("content-length")
+    request.content_length = field(http::header::CONTENT_LENGTH)
         .and_then(|value| value.trim().parse().ok())
         .or_else(|| body.size_hint().exact())
         .or_else(|| body.is_end_stream().then_some(0));
