@@ -91,8 +91,13 @@ fn parse_node(text: &str) -> Option<IpAddr> {
     if let Some(rest) = text.strip_prefix('[') {
         return rest.split_once(']')?.0.parse().ok();
     }
-    if let Ok(address) = text.parse::<IpAddr>() {
-        return Some(address);
+    // Without a colon it can only be IPv4; with one, IPv6 or IPv4 and a port. Parsed as what
+    // it can be, not tried as IPv4 first as `IpAddr`'s parser does.
+    if !text.contains(':') {
+        return text.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4);
+    }
+    if let Ok(address) = text.parse::<std::net::Ipv6Addr>() {
+        return Some(IpAddr::V6(address));
     }
     let (host, port) = text.rsplit_once(':')?;
     port.parse::<u16>().ok()?;
@@ -274,6 +279,28 @@ mod tests {
     fn mapped_addresses_are_their_ipv4_selves() {
         let client = client_ip(ip("::ffff:10.0.0.1"), Some("203.0.113.7"), XFF, &trusted());
         assert_eq!(client, ip("203.0.113.7"));
+    }
+
+    #[test]
+    fn a_bare_address_reads_as_the_standard_parser_reads_it() {
+        for text in [
+            "192.0.2.1",
+            "2001:db8::1",
+            "::ffff:192.0.2.1",
+            "::",
+            "1:2:3:4:5:6:7:8",
+            "192.0.2",
+            "192.0.2.1.5",
+            "2001:db8::1::2",
+            "2001:db8:zz::1",
+            "",
+        ] {
+            assert_eq!(parse_node(text), text.parse().ok(), "{text:?}");
+        }
+        assert_eq!(parse_node(" \"192.0.2.1:443\" "), Some(ip("192.0.2.1")));
+        assert_eq!(parse_node("[2001:db8::1]:443"), Some(ip("2001:db8::1")));
+        assert_eq!(parse_node("192.0.2.1:http"), None);
+        assert_eq!(parse_node("2001:db8::1:99999"), None);
     }
 
     #[test]
