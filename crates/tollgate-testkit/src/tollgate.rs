@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How long the binary has to start, or to stop once asked.
@@ -88,11 +89,12 @@ fn address_in(text: &str) -> SocketAddr {
         .unwrap_or_else(|_| panic!("no address in {text:?}"))
 }
 
-/// Collects everything `pipe` says into a string shared with the caller.
-fn collect(pipe: std::process::ChildStderr) -> Arc<Mutex<String>> {
+/// Collects everything `pipe` says into a string shared with the caller, until the pipe
+/// closes (when the thread returned ends).
+fn collect(pipe: std::process::ChildStderr) -> (Arc<Mutex<String>>, JoinHandle<()>) {
     let said = Arc::new(Mutex::new(String::new()));
     let collected = Arc::clone(&said);
-    std::thread::spawn(move || {
+    let reader = std::thread::spawn(move || {
         let mut reader = BufReader::new(pipe);
         let mut line = String::new();
         while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
@@ -100,7 +102,7 @@ fn collect(pipe: std::process::ChildStderr) -> Arc<Mutex<String>> {
             line.clear();
         }
     });
-    said
+    (said, reader)
 }
 
 /// The lines `pipe` prints, as they come.
@@ -124,6 +126,9 @@ pub struct Tollgate {
     /// What it printed at start-up, by label: `http`, `grpc`, `listen`, `store`, ...
     pub printed: HashMap<String, String>,
     stderr: Arc<Mutex<String>>,
+    /// The thread that collects stderr, joined once the process has exited, so that what it
+    /// said last is there to read.
+    stderr_reader: Option<JoinHandle<()>>,
 }
 
 impl Tollgate {
@@ -161,7 +166,7 @@ impl Tollgate {
             .stderr(Stdio::piped())
             .spawn()
             .expect("the tollgate binary starts");
-        let stderr = collect(child.stderr.take().expect("stderr is piped"));
+        let (stderr, stderr_reader) = collect(child.stderr.take().expect("stderr is piped"));
         let printed = lines(child.stdout.take().expect("stdout is piped"));
         let mut said = HashMap::new();
         let deadline = Instant::now() + PATIENCE;
@@ -186,6 +191,7 @@ impl Tollgate {
             child: Some(child),
             printed: said,
             stderr,
+            stderr_reader: Some(stderr_reader),
         }
     }
 
@@ -247,12 +253,16 @@ impl Tollgate {
         self.wait()
     }
 
-    /// Waits for the process to exit on its own.
+    /// Waits for the process to exit on its own; then [`stderr`](Self::stderr) holds
+    /// everything it said.
     pub fn wait(&mut self) -> ExitStatus {
         let mut child = self.child.take().expect("running");
         let deadline = Instant::now() + PATIENCE;
         loop {
             if let Some(status) = child.try_wait().expect("the child can be waited on") {
+                if let Some(reader) = self.stderr_reader.take() {
+                    let _ = reader.join();
+                }
                 return status;
             }
             if Instant::now() > deadline {
