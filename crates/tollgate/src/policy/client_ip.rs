@@ -91,13 +91,8 @@ fn parse_node(text: &str) -> Option<IpAddr> {
     if let Some(rest) = text.strip_prefix('[') {
         return rest.split_once(']')?.0.parse().ok();
     }
-    // Without a colon it can only be IPv4; with one, IPv6 or IPv4 and a port. Parsed as what
-    // it can be, not tried as IPv4 first as `IpAddr`'s parser does.
-    if !text.contains(':') {
-        return text.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4);
-    }
-    if let Ok(address) = text.parse::<std::net::Ipv6Addr>() {
-        return Some(IpAddr::V6(address));
+    if let Ok(address) = text.parse::<IpAddr>() {
+        return Some(address);
     }
     let (host, port) = text.rsplit_once(':')?;
     port.parse::<u16>().ok()?;
