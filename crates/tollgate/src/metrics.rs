@@ -3,8 +3,7 @@
 //! anything a client sends, so their number stays bounded.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -17,6 +16,7 @@ use prometheus_client::registry::Registry;
 use crate::layer::GlobalStats;
 use crate::store::StoreError;
 
+mod by_policy;
 mod global;
 mod histogram;
 mod labelled;
@@ -24,6 +24,7 @@ mod latencies;
 mod memory;
 mod observe;
 
+use by_policy::ByPolicy;
 use global::GlobalMetrics;
 use histogram::Histogram;
 use labelled::Labelled;
@@ -130,10 +131,10 @@ pub struct Summary {
 
 /// A limiter's metrics and the registry they are exposed through.
 pub struct Metrics {
-    by_policy: Mutex<BTreeMap<String, BTreeMap<&'static str, u64>>>,
+    by_policy: ByPolicy,
     /// The summary's counts of checks with inline limits (policy `""`), by outcome: every
     /// such check counts one, so they take no lock.
-    unlabelled_requests: [AtomicU64; OUTCOMES],
+    unlabelled_requests: by_policy::Counts,
     latencies: Latencies,
     registry: Registry,
     decisions: Family<DecisionLabels, Counter>,
@@ -275,7 +276,7 @@ impl Metrics {
         let memory = MemoryMetrics::register(&mut registry);
         let global = GlobalMetrics::register(&mut registry);
         Self {
-            by_policy: Mutex::new(BTreeMap::new()),
+            by_policy: ByPolicy::default(),
             unlabelled_requests: Default::default(),
             latencies: Latencies::new(),
             registry,
@@ -329,31 +330,13 @@ impl Metrics {
             self.unlabelled_requests[outcome as usize].fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let mut by_policy = self.by_policy.lock().unwrap_or_else(|e| e.into_inner());
-        // Policy names repeat: allocate one only the first time it is seen.
-        if !by_policy.contains_key(policy) {
-            by_policy.insert(policy.to_owned(), BTreeMap::new());
-        }
-        if let Some(outcomes) = by_policy.get_mut(policy) {
-            *outcomes.entry(outcome.as_str()).or_default() += 1;
-        }
+        self.by_policy.count(policy, outcome);
     }
 
     /// Decisions by policy and outcome, and latency quantiles.
     pub fn summary(&self) -> Summary {
-        let mut decisions = self
-            .by_policy
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let unlabelled: BTreeMap<&'static str, u64> = MetricOutcome::ALL
-            .iter()
-            .map(|&outcome| {
-                let count = self.unlabelled_requests[outcome as usize].load(Ordering::Relaxed);
-                (outcome.as_str(), count)
-            })
-            .filter(|&(_, count)| count > 0)
-            .collect();
+        let mut decisions = self.by_policy.snapshot();
+        let unlabelled = by_policy::seen(&self.unlabelled_requests);
         if !unlabelled.is_empty() {
             decisions.insert(String::new(), unlabelled);
         }
