@@ -321,7 +321,7 @@ fn http_apps(
 }
 
 /// The gRPC services: Envoy's rate limit service (each call traced when traces are exported)
-/// beside `others`.
+/// beside `others`, answered without a `Date` field (gRPC clients read none).
 fn grpc_app(rls: Arc<Rls>, others: tonic::service::Routes) -> App {
     #[cfg(feature = "otel")]
     if tollgate_http::otel::enabled() {
@@ -346,7 +346,7 @@ fn rls_beside<S: RateLimitService>(
         })
     })
     .without_addresses();
-    App::new(router, [should_rate_limit])
+    App::new(router, [should_rate_limit]).without_date()
 }
 
 /// The path of Envoy's `ShouldRateLimit` call.

@@ -141,7 +141,7 @@ pub async fn serve(
         });
         let executor = StreamExecutor::default();
         let streams = Streams::of(&executor);
-        let builder = connection_builder(limits, executor);
+        let builder = connection_builder(limits, executor, app.dated);
         let acceptor = tls.map(Tls::acceptor);
         let slot = Slot {
             registry: Arc::clone(&registry),
@@ -401,10 +401,11 @@ async fn sleep_until_some(at: Option<Instant>) {
 }
 
 /// The HTTP/1 and HTTP/2 builder of one connection, with the head bounds and the header
-/// timeout; its HTTP/2 streams run on `executor`.
+/// timeout; its HTTP/2 streams run on `executor`; answers get a `Date` field if `dated`.
 fn connection_builder(
     limits: &ConnectionLimits,
     executor: StreamExecutor,
+    dated: bool,
 ) -> auto::Builder<StreamExecutor> {
     let stack_head_bytes = limits.stack_head_bytes();
     let mut builder = auto::Builder::new(executor);
@@ -412,11 +413,13 @@ fn connection_builder(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
+        .auto_date_header(dated)
         .max_buf_size(stack_head_bytes.max(8192))
         .max_headers(limits.stack_header_fields());
     builder
         .http2()
         .timer(TokioTimer::new())
+        .auto_date_header(dated)
         .max_header_list_size(u32::try_from(stack_head_bytes).unwrap_or(u32::MAX));
     builder
 }
