@@ -163,22 +163,24 @@ impl Rls {
         for (index, descriptor) in request.descriptors.iter().enumerate() {
             rules.push(Self::rule_of(&request.domain, root, index, descriptor)?);
         }
-        // A matched rule named in another matched rule's `replaces` is dropped for this request.
-        let replaced: HashSet<&str> = rules
+        // A matched rule named in another matched rule's `replaces` is dropped for this request
+        // (the set is made only when a matched rule replaces any: most configurations have none).
+        let mut replacing = rules
             .iter()
             .flatten()
             .flat_map(|matched| matched.rule.replaces.iter().map(String::as_str))
-            .collect();
+            .peekable();
+        let replaced: Option<HashSet<&str>> =
+            replacing.peek().is_some().then(|| replacing.collect());
         let pending: Vec<Option<Pending>> = rules
             .iter()
             .zip(&request.descriptors)
             .map(|(rule, descriptor)| {
                 let matched = rule.as_ref()?;
-                let replaced_here = matched
-                    .rule
-                    .name
-                    .as_deref()
-                    .is_some_and(|name| replaced.contains(name));
+                let replaced_here =
+                    matched.rule.name.as_deref().is_some_and(|name| {
+                        replaced.as_ref().is_some_and(|set| set.contains(name))
+                    });
                 (!replaced_here).then(|| self.pending(request, descriptor, matched))
             })
             .collect();
