@@ -179,7 +179,7 @@ impl Completion {
         // says (a deadline the client set, a cancel, even a server error midway), nothing is
         // refunded.
         let failed = trailers
-            .get("grpc-status")
+            .get(crate::grpc_status::GRPC_STATUS)
             .and_then(|value| value.to_str().ok())
             .map(crate::grpc_status::http_class)
             .filter(|status| *status >= 500 && !self.delivered);

@@ -1,7 +1,12 @@
 //! gRPC statuses both ways, in one place: the status a refusal is answered with, and the HTTP
 //! status class a status from the service counts as for `refund_on`.
 
+use http::HeaderName;
 use tollgate::policy::Reason;
+
+/// The field a gRPC status travels in (in trailers, or in the head of a trailers-only
+/// answer): a name made once, where a lookup by text would parse it on every answer.
+pub(crate) const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 
 /// The gRPC status of a refusal for `reason`.
 pub(crate) fn of_refusal(reason: Reason) -> &'static str {

@@ -176,7 +176,7 @@ pub(crate) fn undecided<B>(
 pub(crate) fn effective_status<B>(response: &Response<B>) -> u16 {
     match response
         .headers()
-        .get("grpc-status")
+        .get(crate::grpc_status::GRPC_STATUS)
         .and_then(|v| v.to_str().ok())
     {
         None => response.status().as_u16(),
