@@ -189,6 +189,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_grpc_status_in_the_head_decides_the_effective_status() {
+        let answer = |status: Option<&'static str>| {
+            let mut response = Response::new(());
+            if let Some(status) = status {
+                response
+                    .headers_mut()
+                    .insert("grpc-status", http::HeaderValue::from_static(status));
+            }
+            effective_status(&response)
+        };
+        assert_eq!(answer(None), 200, "no gRPC status: the HTTP status");
+        assert_eq!(answer(Some("14")), 503, "a trailers-only UNAVAILABLE");
+        assert_eq!(answer(Some("0")), 200);
+        assert_eq!(answer(Some("4")), 400, "the client's own deadline");
+    }
+
+    #[test]
     fn every_field_name_is_the_name_it_reads() {
         for name in [
             "ratelimit-policy",
