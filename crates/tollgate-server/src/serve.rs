@@ -14,6 +14,7 @@ use tollgate_envoy::rlqs::{Rlqs, RlqsGrpc};
 use tollgate_envoy::rls::proto::service::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
+use tollgate_envoy::rls::unary::Unary;
 use tollgate_envoy::rls::{Rls, RlsConfig, RlsFailureMode};
 use tollgate_http::admin::AdminState;
 use tollgate_http::api::{AppState, app};
@@ -325,22 +326,36 @@ fn http_apps(
 fn grpc_app(rls: Arc<Rls>, others: tonic::service::Routes) -> App {
     #[cfg(feature = "otel")]
     if tollgate_http::otel::enabled() {
-        return rls_beside(crate::otel::TracedRlsGrpc::server(rls), others);
+        return rls_beside(crate::otel::TracedRlsGrpc::server(rls), others, None);
     }
-    rls_beside(tollgate_envoy::rls::RlsGrpc::server(rls), others)
+    let server = tollgate_envoy::rls::RlsGrpc::server(Arc::clone(&rls));
+    rls_beside(server, others, Some(rls))
 }
 
 /// The rate limit service `service` beside `others`. `ShouldRateLimit`, which every check
-/// calls, goes to the service in a lane of its own, past the router (see [`Lane`]); the
-/// service's other paths and the other services are routed.
+/// calls, goes to the service in a lane of its own, past the router (see [`Lane`]), and with
+/// `plain` (the service untraced) a plain call is answered there without tonic's streaming
+/// codec (`tollgate_envoy::rls::unary`); the service's other paths and the other services are
+/// routed.
 fn rls_beside<S: RateLimitService>(
     service: RateLimitServiceServer<S>,
     others: tonic::service::Routes,
+    plain: Option<Arc<Rls>>,
 ) -> App {
     let router = others.add_service(service.clone()).into_axum_router();
     let should_rate_limit = Lane::exact(Method::POST, SHOULD_RATE_LIMIT, move |request| {
         let mut service = service.clone();
+        let plain = plain.clone();
         Box::pin(async move {
+            let request = match plain {
+                Some(rls) => {
+                    match tollgate_envoy::rls::unary::should_rate_limit(&rls, request).await {
+                        Unary::Answered(response) => return response,
+                        Unary::Declined(request) => request,
+                    }
+                }
+                None => request,
+            };
             let Ok(response) = tonic::codegen::Service::call(&mut service, request).await;
             response.map(axum::body::Body::new)
         })

@@ -17,6 +17,7 @@ mod settings;
 mod stats;
 mod status;
 mod tree;
+pub mod unary;
 mod unit;
 mod upstream_keys;
 pub mod xds;
