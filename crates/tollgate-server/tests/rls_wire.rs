@@ -37,6 +37,11 @@ fn framed(flag: u8, message: &[u8]) -> Vec<u8> {
 }
 
 fn request(domain: &str, user: &str) -> Vec<u8> {
+    request_hits(domain, user, 0)
+}
+
+/// A request adding `hits` (0: one) to its descriptor.
+fn request_hits(domain: &str, user: &str, hits: u32) -> Vec<u8> {
     RateLimitRequest {
         domain: domain.to_owned(),
         descriptors: vec![RateLimitDescriptor {
@@ -47,7 +52,7 @@ fn request(domain: &str, user: &str) -> Vec<u8> {
             limit: None,
             hits_addend: None,
         }],
-        hits_addend: 0,
+        hits_addend: hits,
     }
     .encode_to_vec()
 }
@@ -112,8 +117,11 @@ async fn a_plain_call_is_answered_as_tonic_answers_and_every_other_call_by_tonic
     let server = Tollgate::serve(&["--rls-config", directory.path().to_str().expect("UTF-8")]);
 
     // Plain calls: the answer's message, then its status in trailers; no length declared.
-    for expected in [Code::Ok, Code::OverLimit] {
-        let answer = call(&server, &[GRPC], framed(0, &request("edge", "a"))).await;
+    // Each decided within one call (a second hit over the limit in its own call), so that no
+    // window boundary between calls can change the answer.
+    for (user, hits, expected) in [("a", 1, Code::Ok), ("z", 2, Code::OverLimit)] {
+        let message = request_hits("edge", user, hits);
+        let answer = call(&server, &[GRPC], framed(0, &message)).await;
         assert_eq!(answer.status(), "0");
         assert_eq!(answer.head["content-type"], "application/grpc");
         assert!(
