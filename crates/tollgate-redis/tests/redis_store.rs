@@ -491,6 +491,47 @@ async fn a_stalled_server_is_a_timeout_not_a_hang() {
     stalled.kill();
 }
 
+#[tokio::test]
+async fn checks_queued_behind_stalled_calls_time_out_too() {
+    let mut stalled = tollgate_testkit::RedisServer::start();
+    let config = RedisConfig {
+        timeout: Duration::from_millis(200),
+        ..fresh_config()
+    };
+    let store = RedisStore::connect(&stalled.url(), config).await.unwrap();
+    let limit = Limit::new("l", Algorithm::Gcra, "10/s".parse().unwrap()).unwrap();
+    assert!(store.check(&Check::one("k", &limit), None).await.is_ok());
+    stalled.signal("STOP");
+    // One check at a time enters the queue, so the first ones leave as calls of their own
+    // and fill every round; the rest wait in the queue for a round that never comes back.
+    let mut waiting = Vec::new();
+    for n in 0..6 {
+        let store = store.clone();
+        let limit = limit.clone();
+        waiting.push(tokio::spawn(async move {
+            store
+                .check(&Check::one(format!("k{n}"), &limit), None)
+                .await
+        }));
+        tokio::task::yield_now().await;
+    }
+    for check in waiting {
+        let answer = check.await.expect("the check ends");
+        assert_eq!(
+            answer.unwrap_err(),
+            StoreError::Timeout(Duration::from_millis(200))
+        );
+    }
+    stalled.signal("CONT");
+    // Redis first works through the calls it held; the store answers again after them.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while store.check(&Check::one("k", &limit), None).await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "never answered again");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stalled.kill();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_with_their_own_connections_never_over_admit_one_key() {
     const STORES: usize = 4;

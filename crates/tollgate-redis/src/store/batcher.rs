@@ -21,6 +21,7 @@ use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use redis::cluster_routing::Slot;
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 use super::connection::{Connection, store_error};
 use super::program::{Entry, Program, crossed_slots};
@@ -53,6 +54,9 @@ pub(crate) struct Job {
     pub(crate) part: Part,
     pub(crate) slot: Option<Slot>,
     pub(crate) at: Option<Micros>,
+    /// When the caller stops waiting: past it, the part is answered with a timeout, whether
+    /// it is still queued or its call is under way.
+    pub(crate) deadline: Instant,
     pub(crate) reply: oneshot::Sender<PartReply>,
 }
 
@@ -116,15 +120,24 @@ async fn run(mut queue: mpsc::Receiver<Job>, sending: Arc<Sending>, max_batch: u
             rounds.next().await;
             continue;
         };
-        let mut jobs = vec![first];
-        while jobs.len() < max_batch {
-            match queue.try_recv() {
-                Ok(job) => jobs.push(job),
-                Err(_) => break,
+        // A caller that gave up no longer needs an answer, and one whose deadline passed while
+        // the rounds before were out gets its timeout: neither is sent to Redis.
+        #[allow(clippy::disallowed_methods)] // Deadlines on tokio's timer, not decisions.
+        let now = Instant::now();
+        let mut jobs = Vec::new();
+        let mut next = Some(first);
+        while let Some(job) = next {
+            if job.deadline <= now {
+                let _ = job.reply.send(Err(StoreError::Timeout(sending.timeout)));
+            } else if !job.reply.is_closed() {
+                jobs.push(job);
             }
+            next = if jobs.len() < max_batch {
+                queue.try_recv().ok()
+            } else {
+                None
+            };
         }
-        // A caller that gave up (timed out) no longer needs an answer: do not spend Redis on it.
-        jobs.retain(|job| !job.reply.is_closed());
         if jobs.is_empty() {
             continue;
         }
@@ -242,25 +255,28 @@ async fn call(sending: Arc<Sending>, jobs: Vec<Job>) {
     };
     let counts: Vec<usize> = jobs.iter().map(|job| job.part.items.len()).collect();
     let mut connection = sending.connection.clone();
-    let outcome = match sending
-        .program
-        .call::<Vec<u8>>(
-            &mut connection,
-            Entry::Check,
-            &keys,
-            &slots,
-            jobs[0].at,
-            &spec,
-        )
-        .await
-    {
-        Ok(reply) => {
+    // One timer for the call, at its earliest caller's deadline, in place of one a check.
+    let deadline = jobs
+        .iter()
+        .map(|job| job.deadline)
+        .fold(jobs[0].deadline, Instant::min);
+    let call = sending.program.call::<Vec<u8>>(
+        &mut connection,
+        Entry::Check,
+        &keys,
+        &slots,
+        jobs[0].at,
+        &spec,
+    );
+    let outcome = match tokio::time::timeout_at(deadline, call).await {
+        Err(_) => Err(StoreError::Timeout(sending.timeout)),
+        Ok(Ok(reply)) => {
             decode_checks(&reply, &counts).map_err(|error| StoreError::Failed(error.to_string()))
         }
-        Err(error) if !slots.is_empty() && crossed_slots(&error) => {
+        Ok(Err(error)) if !slots.is_empty() && crossed_slots(&error) => {
             return regroup(sending, jobs).await;
         }
-        Err(error) => Err(store_error(&error, sending.timeout)),
+        Ok(Err(error)) => Err(store_error(&error, sending.timeout)),
     };
     match outcome {
         Ok((now, decisions)) => {

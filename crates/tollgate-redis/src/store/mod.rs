@@ -397,13 +397,18 @@ impl RedisStore {
         (parts, positions)
     }
 
-    /// Queues one part and waits for its decisions, never longer than the store's timeout.
+    /// Queues one part and waits for its decisions, never longer than the store's timeout: the
+    /// batcher answers a part whose deadline passes, in the queue or in its call, with a
+    /// timeout, so no check pays for a timer of its own.
     async fn submit(&self, slot: Option<Slot>, part: Part, at: Option<Micros>) -> PartReply {
+        #[allow(clippy::disallowed_methods)] // A deadline on tokio's timer, not a decision.
+        let deadline = tokio::time::Instant::now() + self.shared.config.timeout;
         let (reply, answer) = oneshot::channel();
         let job = Job {
             part,
             slot,
             at,
+            deadline,
             reply,
         };
         self.shared
@@ -417,12 +422,9 @@ impl RedisStore {
                     StoreError::Failed("the Redis batcher stopped".to_owned())
                 }
             })?;
-        let timeout = self.shared.config.timeout;
-        match tokio::time::timeout(timeout, answer).await {
-            Ok(Ok(reply)) => reply,
-            Ok(Err(_)) => Err(StoreError::Failed("the Redis batcher stopped".to_owned())),
-            Err(_) => Err(StoreError::Timeout(timeout)),
-        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err(StoreError::Failed("the Redis batcher stopped".to_owned())))
     }
 
     /// Runs the adjust script for one part.

@@ -174,8 +174,11 @@ pub(crate) fn encode_checks<'p>(
     parts: impl ExactSizeIterator<Item = &'p Part>,
     now: Option<Micros>,
 ) -> (Vec<&'p str>, String) {
+    // Room for a key a part, the usual call, so the key table grows only for larger checks.
     let mut tables = Tables {
         now,
+        keys: Vec::with_capacity(parts.len()),
+        key_index: HashMap::with_capacity(parts.len()),
         ..Tables::default()
     };
     let mut rest = Numbers::default();
