@@ -471,39 +471,46 @@ async fn a_store_opened_while_redis_is_down_connects_by_itself_when_it_comes_up(
     );
 }
 
-#[tokio::test]
-async fn a_stalled_server_is_a_timeout_not_a_hang() {
-    let mut stalled = tollgate_testkit::RedisServer::start();
+/// How long a check waits for the stopped Redis below.
+const STALLED_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// A store that has checked once on a Redis now stopped (`SIGSTOP`): it holds what it
+/// receives and answers nothing until continued.
+async fn store_on_a_stopped_redis() -> (tollgate_testkit::RedisServer, RedisStore, Limit) {
+    let stalled = tollgate_testkit::RedisServer::start();
     let config = RedisConfig {
-        timeout: Duration::from_millis(200),
+        timeout: STALLED_TIMEOUT,
         ..fresh_config()
     };
-    let store = RedisStore::connect(&stalled.url(), config).await.unwrap();
-    let limit = Limit::new("l", Algorithm::Gcra, "10/s".parse().unwrap()).unwrap();
+    let store = RedisStore::connect(&stalled.url(), config)
+        .await
+        .expect("the store connects");
+    let quota = "10/s".parse().expect("a quota");
+    let limit = Limit::new("l", Algorithm::Gcra, quota).expect("a limit");
     assert!(store.check(&Check::one("k", &limit), None).await.is_ok());
     stalled.signal("STOP");
+    (stalled, store, limit)
+}
+
+#[tokio::test]
+async fn a_stalled_server_is_a_timeout_not_a_hang() {
+    let (mut stalled, store, limit) = store_on_a_stopped_redis().await;
     let error = store
         .check(&Check::one("k", &limit), None)
         .await
         .unwrap_err();
     stalled.signal("CONT");
-    assert_eq!(error, StoreError::Timeout(Duration::from_millis(200)));
+    assert_eq!(error, StoreError::Timeout(STALLED_TIMEOUT));
     stalled.kill();
 }
 
 #[tokio::test]
-async fn checks_queued_behind_stalled_calls_time_out_too() {
-    let mut stalled = tollgate_testkit::RedisServer::start();
-    let config = RedisConfig {
-        timeout: Duration::from_millis(200),
-        ..fresh_config()
-    };
-    let store = RedisStore::connect(&stalled.url(), config).await.unwrap();
-    let limit = Limit::new("l", Algorithm::Gcra, "10/s".parse().unwrap()).unwrap();
-    assert!(store.check(&Check::one("k", &limit), None).await.is_ok());
-    stalled.signal("STOP");
-    // One check at a time enters the queue, so the first ones leave as calls of their own
-    // and fill every round; the rest wait in the queue for a round that never comes back.
+async fn checks_queued_behind_stalled_calls_time_out_without_being_sent() {
+    let (mut stalled, store, limit) = store_on_a_stopped_redis().await;
+    let sent_before = store.stats().checks;
+    // Tokio's clock stands still from here: every check below gets the same deadline, and the
+    // clock moves only when nothing can run, straight to that deadline.
+    tokio::time::pause();
     let mut waiting = Vec::new();
     for n in 0..6 {
         let store = store.clone();
@@ -513,15 +520,24 @@ async fn checks_queued_behind_stalled_calls_time_out_too() {
                 .check(&Check::one(format!("k{n}"), &limit), None)
                 .await
         }));
-        tokio::task::yield_now().await;
+        // The check reaches the batcher, and the batcher sends what it may, before the next
+        // one comes: the first checks fill every round, the rest wait in the queue.
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
     }
     for check in waiting {
         let answer = check.await.expect("the check ends");
-        assert_eq!(
-            answer.unwrap_err(),
-            StoreError::Timeout(Duration::from_millis(200))
-        );
+        assert_eq!(answer.unwrap_err(), StoreError::Timeout(STALLED_TIMEOUT));
     }
+    // The rounds' calls ended at the deadline the queued checks share: those were answered
+    // with their timeout, and Redis was never asked to decide (and count) them.
+    assert_eq!(
+        store.stats().checks - sent_before,
+        2,
+        "only the two rounds' checks were sent"
+    );
+    tokio::time::resume();
     stalled.signal("CONT");
     // Redis first works through the calls it held; the store answers again after them.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
