@@ -99,3 +99,33 @@ fn the_load_generator_reports_throughput_percentiles_and_the_split() {
     assert!(!status.success());
     assert!(stderr.contains("no request was answered"), "{stderr}");
 }
+
+/// A call the rate limit service refuses counts as failed, with the status and message it gave.
+#[test]
+fn a_refused_grpc_call_is_reported_with_its_status() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    write(&directory.path().join("edge.yaml"), RLS_CONFIG);
+    let server = Tollgate::serve(&["--rls-config", directory.path().to_str().expect("UTF-8")]);
+    let grpc = server.address("grpc").to_string();
+    let (status, _, stderr) = run(&[
+        "bench",
+        "--target",
+        "grpc",
+        "--url",
+        &grpc,
+        "--domain",
+        "",
+        "--duration",
+        "100ms",
+        "--keys",
+        "1",
+        "--json",
+    ]);
+    assert!(!status.success());
+    assert!(
+        stderr.contains(
+            "no request was answered: gRPC status 3: rate limit domain must not be empty"
+        ),
+        "{stderr}"
+    );
+}

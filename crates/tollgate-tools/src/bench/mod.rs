@@ -6,6 +6,7 @@
 //! measured from when its request was due, so a stall shows in the percentiles instead of
 //! silently slowing the load.
 
+mod grpc;
 mod pace;
 mod report;
 mod target;

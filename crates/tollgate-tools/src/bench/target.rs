@@ -8,13 +8,8 @@ use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use tonic::transport::{Channel, Endpoint};
 
-use tollgate_envoy::rls::proto::common::RateLimitDescriptor;
-use tollgate_envoy::rls::proto::common::rate_limit_descriptor::Entry;
-use tollgate_envoy::rls::proto::service::rate_limit_response::Code;
-use tollgate_envoy::rls::proto::service::rate_limit_service_client::RateLimitServiceClient;
-use tollgate_envoy::rls::proto::service::{RateLimitRequest, RateLimitResponse};
+use super::grpc::RlsClient;
 
 /// Where `{key}` in a body or descriptor becomes a key number.
 pub const KEY_PLACEHOLDER: &str = "{key}";
@@ -75,12 +70,7 @@ pub enum Target {
         keys: u64,
     },
     /// `ShouldRateLimit` with a descriptor per key.
-    Grpc {
-        /// Channels, each one HTTP/2 connection.
-        channels: Vec<RateLimitServiceClient<Channel>>,
-        /// One request per key.
-        requests: Vec<RateLimitRequest>,
-    },
+    Grpc(RlsClient),
 }
 
 fn http_client() -> Client<HttpConnector, Full<Bytes>> {
@@ -145,7 +135,7 @@ impl Target {
     }
 
     /// The rate limit service at `address`, `domain` and per key one request of `descriptors`
-    /// (each `key=value,...`).
+    /// (each `key=value,...`), over `connections` HTTP/2 connections.
     pub async fn grpc(
         address: &str,
         domain: &str,
@@ -153,55 +143,9 @@ impl Target {
         keys: u64,
         connections: usize,
     ) -> Result<Self, String> {
-        let url = if address.contains("://") {
-            address.to_owned()
-        } else {
-            format!("http://{address}")
-        };
-        let endpoint = Endpoint::from_shared(url.clone())
-            .map_err(|error| format!("--url {url:?}: {error}"))?
-            .tcp_nodelay(true);
-        let mut channels = Vec::with_capacity(connections);
-        for _ in 0..connections.max(1) {
-            let channel = endpoint
-                .connect()
-                .await
-                .map_err(|error| format!("cannot connect to {url}: {error}"))?;
-            channels.push(RateLimitServiceClient::new(channel));
-        }
-        let descriptors: Vec<Vec<(&str, &str)>> = descriptors
-            .iter()
-            .map(|descriptor| {
-                descriptor
-                    .split(',')
-                    .map(|pair| {
-                        pair.split_once('=')
-                            .ok_or_else(|| format!("--descriptor: {pair:?} is not key=value"))
-                    })
-                    .collect::<Result<_, _>>()
-            })
-            .collect::<Result<_, _>>()?;
-        let requests = (0..keys)
-            .map(|key| RateLimitRequest {
-                domain: domain.to_owned(),
-                descriptors: descriptors
-                    .iter()
-                    .map(|pairs| RateLimitDescriptor {
-                        entries: pairs
-                            .iter()
-                            .map(|(name, value)| Entry {
-                                key: (*name).to_owned(),
-                                value: fill(value, key),
-                            })
-                            .collect(),
-                        limit: None,
-                        hits_addend: None,
-                    })
-                    .collect(),
-                hits_addend: 0,
-            })
-            .collect();
-        Ok(Self::Grpc { channels, requests })
+        RlsClient::connect(address, domain, descriptors, keys, connections)
+            .await
+            .map(Self::Grpc)
     }
 
     /// Sends request number `n` over HTTP (check API and GET targets) and returns the
@@ -239,7 +183,7 @@ impl Target {
                 }
                 (client, request.body(Full::new(Bytes::new())))
             }
-            Self::Grpc { .. } => return Err("a gRPC answer has no HTTP body".to_owned()),
+            Self::Grpc(_) => return Err("a gRPC answer has no HTTP body".to_owned()),
         };
         exchange(client, request.map_err(|error| error.to_string())?).await
     }
@@ -249,11 +193,7 @@ impl Target {
         match self {
             Self::Check { uri, .. } => format!("POST {uri}"),
             Self::Get { uri, .. } => format!("GET {uri}"),
-            Self::Grpc { channels, requests } => format!(
-                "ShouldRateLimit, domain {:?}, {} connections",
-                requests.first().map_or("", |r| r.domain.as_str()),
-                channels.len()
-            ),
+            Self::Grpc(client) => client.describe(),
         }
     }
 
@@ -272,14 +212,7 @@ impl Target {
                 Ok((status, _)) => Answer::Failed(format!("HTTP {}", status.as_u16())),
                 Err(reason) => Answer::Failed(reason),
             },
-            Self::Grpc { channels, requests } => {
-                let mut client = channels[worker % channels.len()].clone();
-                let request = requests[(n % requests.len() as u64) as usize].clone();
-                match client.should_rate_limit(request).await {
-                    Ok(response) => grpc_answer(&response.into_inner()),
-                    Err(status) => Answer::Failed(format!("gRPC {}", status.code())),
-                }
-            }
+            Self::Grpc(client) => client.send(worker, n).await,
         }
     }
 }
@@ -311,14 +244,6 @@ pub fn check_answer(status: StatusCode, body: &[u8]) -> Answer {
         StatusCode::OK if body.starts_with(br#"{"allowed":false"#) => Answer::Denied,
         StatusCode::OK => Answer::Failed("an answer without `allowed`".to_owned()),
         status => Answer::Failed(format!("HTTP {}", status.as_u16())),
-    }
-}
-
-fn grpc_answer(response: &RateLimitResponse) -> Answer {
-    match Code::try_from(response.overall_code) {
-        Ok(Code::Ok) => Answer::Allowed,
-        Ok(Code::OverLimit) => Answer::Denied,
-        _ => Answer::Failed(format!("overall code {}", response.overall_code)),
     }
 }
 
