@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    fresh_config, never_over_admits, queued_together, replay_both, server, single_store, workload,
+    Step, fresh_config, never_over_admits, queued_together, replay_both, server, single_store,
+    workload,
 };
 use proptest::test_runner::TestRunner;
 use tollgate_core::{Adjustment, Algorithm, Check, Limit, Micros, Store, StoreError};
@@ -40,6 +41,35 @@ fn redis_and_memory_agree_on_calendar_windows() {
     common::agree_on_calendar_windows("redis_calendar", single_store, |_, expected, actual| {
         expected == actual
     });
+}
+
+/// A one-item check goes to the script as one number when its key, limit and cost fit their
+/// fields (a cost below 1 024) and as four otherwise: both forms decide as the memory store does,
+/// admitted and denied, on every algorithm.
+#[tokio::test]
+async fn one_item_checks_of_any_cost_decide_as_in_memory() {
+    let quota = "5000/s".parse().unwrap();
+    let limits: Vec<Limit> = [
+        Algorithm::TokenBucket,
+        Algorithm::Gcra,
+        Algorithm::FixedWindow,
+    ]
+    .into_iter()
+    .map(|algorithm| Limit::new("bulk", algorithm, quota).unwrap())
+    .collect();
+    let mut steps = Vec::new();
+    for limit in 0..limits.len() {
+        for cost in [1, 1_023, 1_024, 2_900, 1, 5_001, 0, 1_000] {
+            steps.push((0, Step::Check(vec![(limit, limit, cost)])));
+        }
+        steps.push((1_000_000, Step::Check(vec![(limit, limit, 4_999)])));
+    }
+    let redis = single_store().await;
+    replay_both(&redis, &limits, &steps, |_, expected, actual| {
+        expected == actual
+    })
+    .await
+    .unwrap();
 }
 
 /// Alternating algorithms (or quotas) under one limit name used to read and reset the other's

@@ -31,8 +31,9 @@ const ADJUST: &str = include_str!("scripts/adjust.lua");
 /// number of distinct limits, each limit's algorithm (1-6, 7 for a fixed window with a calendar),
 /// count, period, capacity, interval, delay_after and debt (and a calendar window's five period
 /// starts), then the number of checks, and per check its item count and per item: key
-/// index, limit index, cost. Returns one string: the time, then six numbers per item, each a
-/// big-endian `i64`.
+/// index, limit index, cost (a one-item check may instead be the one negative number
+/// `-(key index * 2^20 + limit index * 2^10 + cost)`). Returns one string: the time, then six
+/// numbers per item, each a big-endian `i64`.
 pub const CHECK_SCRIPT: &str = concat!(
     include_str!("scripts/algorithms.lua"),
     include_str!("scripts/check.lua"),

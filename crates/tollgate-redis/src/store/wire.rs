@@ -168,6 +168,16 @@ impl<'p> Tables<'p> {
     }
 }
 
+/// A one-item check as the check script reads it in one number where its key index, limit
+/// index and cost fit their fields: `-(key * 2^20 + limit * 2^10 + cost)`, negative so that it
+/// cannot be an item count. cjson reads a number for about 900 of Redis's instructions, so one
+/// in place of four (the count, key, limit and cost) spares a decision about 3 000 of its
+/// 50 000 (`scripts/redis-script-cost --rev REV --batch 1,8,16`).
+fn packed_item(key: u64, limit: u64, cost: u64) -> Option<i64> {
+    (key < 1 << 16 && limit < 1 << 10 && cost < 1 << 10)
+        .then(|| -i64::try_from(key << 20 | limit << 10 | cost).unwrap_or(i64::MAX))
+}
+
 /// KEYS and ARGV[2] (after the time) of one check-script call for `parts` at `now` (`None`:
 /// the server's clock).
 pub(crate) fn encode_checks<'p>(
@@ -184,6 +194,15 @@ pub(crate) fn encode_checks<'p>(
     let mut rest = Numbers::default();
     rest.push(parts.len() as u64);
     for part in parts {
+        if let [item] = part.items.as_slice() {
+            let key = tables.key(&part.keys[item.key]);
+            let limit = tables.limit(&item.limit);
+            match packed_item(key, limit, item.cost) {
+                Some(packed) => rest.extend_signed([packed]),
+                None => rest.extend([1, key, limit, item.cost]),
+            }
+            continue;
+        }
         rest.push(part.items.len() as u64);
         for item in &part.items {
             let key = tables.key(&part.keys[item.key]);
@@ -293,17 +312,32 @@ mod tests {
                 })
                 .collect(),
         };
-        let parts = [part(&["a", "b"]), part(&["b"])];
+        let mut costly = part(&["a"]);
+        costly.items[0].cost = 1_024;
+        let parts = [part(&["a", "b"]), part(&["b"]), costly];
         let (keys, spec) = encode_checks(parts.iter(), None);
         assert_eq!(keys, ["a", "b"]);
         // One distinct limit (GCRA 10/s: alg, count, period, capacity, interval, delay_after,
         // debt);
-        // 2 checks; the first: 2 items (key 1, key 2); the second: 1 item on key 2; every
-        // item under limit 1 at cost 1.
+        // 3 checks; the first: 2 items (key 1, key 2), each under limit 1 at cost 1; the
+        // second: one item on key 2, packed as -(2 * 2^20 + 1 * 2^10 + 1); the third: one item
+        // on key 1 whose cost does not fit the packed form, as an item count and its three.
         assert_eq!(
             spec,
-            "[1,6,10,1000000,10,100000,0,22517998126,2,2,1,1,1,2,1,1,1,2,1,1]"
+            "[1,6,10,1000000,10,100000,0,22517998126,3,2,1,1,1,2,1,1,-2098177,1,1,1,1024]"
         );
+    }
+
+    #[test]
+    fn an_item_is_packed_only_where_every_field_fits() {
+        assert_eq!(packed_item(1, 1, 0), Some(-(1 << 20 | 1 << 10)));
+        assert_eq!(
+            packed_item((1 << 16) - 1, 1_023, 1_023),
+            Some(-((1 << 36) - 1))
+        );
+        assert_eq!(packed_item(1 << 16, 1, 1), None);
+        assert_eq!(packed_item(1, 1 << 10, 1), None);
+        assert_eq!(packed_item(1, 1, 1 << 10), None);
     }
 
     fn packed(numbers: &[i64]) -> Vec<u8> {
