@@ -143,7 +143,10 @@ fn redis_benchmark_run(
         .args(["EVALSHA", sha, "1", "tg:{user:__rand_int__}:rate"])
         // The limit (GCRA 1000/s), then one check of one item, key 1, limit 1, cost 1, packed
         // into one number as the store sends it: -(1 * 2^20 + 1 * 2^10 + 1).
-        .args(["", "[1,6,1000,1000000,1000,1000,0,1099511627776,1,-1049601]"])
+        .args([
+            "",
+            "[1,6,1000,1000000,1000,1000,0,1099511627776,1,-1049601]",
+        ])
         .output()
         .expect("redis-benchmark (installed with redis-server)");
     let csv = String::from_utf8_lossy(&output.stdout);
