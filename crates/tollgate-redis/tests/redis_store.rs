@@ -45,24 +45,28 @@ fn redis_and_memory_agree_on_calendar_windows() {
 
 /// A one-item check goes to the script as one number when its key, limit and cost fit their
 /// fields (a cost below 1 024) and as four otherwise: both forms decide as the memory store does,
-/// admitted and denied, on every algorithm.
+/// admitted and denied, on every algorithm (the keys shared by two limits each).
 #[tokio::test]
 async fn one_item_checks_of_any_cost_decide_as_in_memory() {
     let quota = "5000/s".parse().unwrap();
     let limits: Vec<Limit> = [
-        Algorithm::TokenBucket,
-        Algorithm::Gcra,
         Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+        Algorithm::SlidingWindow,
+        Algorithm::TokenBucket,
+        Algorithm::LeakyBucket,
+        Algorithm::Gcra,
     ]
     .into_iter()
-    .map(|algorithm| Limit::new("bulk", algorithm, quota).unwrap())
+    .map(|algorithm| Limit::new(format!("bulk-{algorithm}"), algorithm, quota).unwrap())
     .collect();
     let mut steps = Vec::new();
     for limit in 0..limits.len() {
+        let key = limit % 3;
         for cost in [1, 1_023, 1_024, 2_900, 1, 5_001, 0, 1_000] {
-            steps.push((0, Step::Check(vec![(limit, limit, cost)])));
+            steps.push((0, Step::Check(vec![(key, limit, cost)])));
         }
-        steps.push((1_000_000, Step::Check(vec![(limit, limit, 4_999)])));
+        steps.push((1_000_000, Step::Check(vec![(key, limit, 4_999)])));
     }
     let redis = single_store().await;
     replay_both(&redis, &limits, &steps, |_, expected, actual| {

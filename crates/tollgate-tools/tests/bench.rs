@@ -129,3 +129,36 @@ fn a_refused_grpc_call_is_reported_with_its_status() {
         "{stderr}"
     );
 }
+
+/// A server that asks its connections to go away (here every 200 ms, their maximum age) does
+/// not fail the run: the generator opens them again.
+#[test]
+fn grpc_connections_the_server_closes_are_opened_again() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    write(&directory.path().join("edge.yaml"), RLS_CONFIG);
+    let server = Tollgate::serve(&[
+        "--rls-config",
+        directory.path().to_str().expect("UTF-8"),
+        "--max-connection-age",
+        "200ms",
+    ]);
+    let grpc = server.address("grpc").to_string();
+    let (status, stdout, stderr) = run(&[
+        "bench",
+        "--target",
+        "grpc",
+        "--url",
+        &grpc,
+        "--connections",
+        "2",
+        "--concurrency",
+        "4",
+        "--duration",
+        "1500ms",
+        "--json",
+    ]);
+    assert!(status.success(), "{stderr}");
+    let summary: Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(summary["failed"], 0, "{summary}");
+    assert!(summary["requests"].as_u64().expect("a count") > 0);
+}

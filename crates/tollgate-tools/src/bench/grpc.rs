@@ -7,9 +7,12 @@
 //! drove; here a worker opens its stream on the connection itself, and the connection's own
 //! task is the only other one a call wakes.
 
+use std::sync::Mutex;
+
 use bytes::Bytes;
+use h2::RecvStream;
 use hyper::header::{CONTENT_TYPE, HeaderMap, HeaderValue, TE};
-use hyper::{Method, Request, StatusCode, Uri};
+use hyper::{Method, Request, Response, StatusCode, Uri};
 use percent_encoding::percent_decode;
 use prost::Message;
 use tokio::net::TcpStream;
@@ -30,7 +33,7 @@ const MAX_ANSWER_BYTES: usize = 1 << 20;
 /// Connections to one rate limit service and the request of every key.
 #[derive(Debug)]
 pub struct RlsClient {
-    connections: Vec<h2::client::SendRequest<Bytes>>,
+    connections: Vec<Connection>,
     uri: Uri,
     /// Per key, the request as it goes in the stream's body: gRPC's five-byte prefix and the
     /// encoded message.
@@ -48,15 +51,7 @@ impl RlsClient {
         keys: u64,
         connections: usize,
     ) -> Result<Self, String> {
-        let authority = match address.split_once("://") {
-            None => address,
-            Some(("http", rest)) => rest.trim_end_matches('/'),
-            Some((scheme, _)) => {
-                return Err(format!(
-                    "--url {address:?}: {scheme}:// is not supported; give host:port or http://host:port"
-                ));
-            }
-        };
+        let authority = authority(address)?;
         let uri: Uri = format!("http://{authority}{PATH}")
             .parse()
             .map_err(|error| format!("--url {address:?}: not an address: {error}"))?;
@@ -66,7 +61,7 @@ impl RlsClient {
             .collect();
         let mut opened = Vec::with_capacity(connections.max(1));
         for _ in 0..connections.max(1) {
-            opened.push(open(authority).await?);
+            opened.push(Connection::open(&authority).await?);
         }
         Ok(Self {
             connections: opened,
@@ -98,25 +93,14 @@ impl RlsClient {
     }
 
     async fn call(&self, worker: usize, n: u64) -> Result<RateLimitResponse, String> {
-        let connection = self.connections[worker % self.connections.len()].clone();
-        let mut connection = connection
-            .ready()
-            .await
-            .map_err(|error| format!("connection: {error}"))?;
-        let mut request = Request::new(());
-        *request.method_mut() = Method::POST;
-        *request.uri_mut() = self.uri.clone();
-        let headers = request.headers_mut();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-        headers.insert(TE, HeaderValue::from_static("trailers"));
-        let (response, mut stream) = connection
-            .send_request(request, false)
-            .map_err(|error| format!("request: {error}"))?;
-        let body = self.bodies[(n % self.bodies.len() as u64) as usize].clone();
-        stream
-            .send_data(body, true)
-            .map_err(|error| format!("request body: {error}"))?;
-        let response = response.await.map_err(|error| format!("answer: {error}"))?;
+        let connection = &self.connections[worker % self.connections.len()];
+        // A stream that the server's GOAWAY left out (its id above the last one the server
+        // took) was never processed: it goes again once, on the connection opened anew.
+        let response = match self.open_stream(connection, n).await {
+            Err(Failure::Refused(_)) => self.open_stream(connection, n).await,
+            answered => answered,
+        }
+        .map_err(|(Failure::Refused(reason) | Failure::Failed(reason))| reason)?;
         if response.status() != StatusCode::OK {
             return Err(format!("HTTP {}", response.status().as_u16()));
         }
@@ -143,10 +127,131 @@ impl RlsClient {
         grpc_status(&trailers)?;
         unframed(&message)
     }
+
+    /// Sends request number `n` on `connection` and waits for the answer's head.
+    async fn open_stream(
+        &self,
+        connection: &Connection,
+        n: u64,
+    ) -> Result<Response<RecvStream>, Failure> {
+        let mut ready = connection.ready().await.map_err(Failure::Failed)?;
+        let mut request = Request::new(());
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = self.uri.clone();
+        let headers = request.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        headers.insert(TE, HeaderValue::from_static("trailers"));
+        let (response, mut stream) = ready
+            .send_request(request, false)
+            .map_err(|error| Failure::of("request", &error))?;
+        let body = self.bodies[(n % self.bodies.len() as u64) as usize].clone();
+        stream
+            .send_data(body, true)
+            .map_err(|error| Failure::of("request body", &error))?;
+        response
+            .await
+            .map_err(|error| Failure::of("answer", &error))
+    }
 }
 
-/// One HTTP/2 connection, driven by a task of its own until it closes.
-async fn open(authority: &str) -> Result<h2::client::SendRequest<Bytes>, String> {
+/// Why a call got no answer.
+enum Failure {
+    /// The server's GOAWAY left the stream out: it was not processed and may go again.
+    Refused(String),
+    Failed(String),
+}
+
+impl Failure {
+    fn of(stage: &str, error: &h2::Error) -> Self {
+        let reason = format!("{stage}: {error}");
+        if error.is_go_away() && error.is_remote() {
+            Self::Refused(reason)
+        } else {
+            Self::Failed(reason)
+        }
+    }
+}
+
+/// `host:port` of `--url` (`host:port` or `http://host:port`; port 80 when none is given).
+fn authority(address: &str) -> Result<String, String> {
+    let url = if address.contains("://") {
+        address.to_owned()
+    } else {
+        format!("http://{address}")
+    };
+    let uri: Uri = url
+        .parse()
+        .map_err(|error| format!("--url {address:?}: not an address: {error}"))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(format!(
+            "--url {address:?}: only plain-text HTTP/2 is supported; give host:port or http://host:port"
+        ));
+    }
+    if uri
+        .path_and_query()
+        .is_some_and(|path| path.as_str() != "/")
+    {
+        return Err(format!(
+            "--url {address:?}: give the service's address alone, without a path"
+        ));
+    }
+    let host = uri
+        .host()
+        .ok_or_else(|| format!("--url {address:?}: no host"))?;
+    Ok(format!("{host}:{}", uri.port_u16().unwrap_or(80)))
+}
+
+/// One HTTP/2 connection, opened again when the server has closed it (a connection's maximum
+/// age, an idle timeout, a restart), as a long run meets.
+#[derive(Debug)]
+struct Connection {
+    authority: String,
+    current: Mutex<h2::client::SendRequest<Bytes>>,
+    /// Held while the connection is opened again, so that the calls that find it closed
+    /// together open one.
+    reopening: tokio::sync::Mutex<()>,
+}
+
+impl Connection {
+    async fn open(authority: &str) -> Result<Self, String> {
+        Ok(Self {
+            authority: authority.to_owned(),
+            current: Mutex::new(handshake(authority).await?),
+            reopening: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The connection, ready for a new stream: the current one, or a new one where the server
+    /// has closed it (or told it to go away).
+    async fn ready(&self) -> Result<h2::client::SendRequest<Bytes>, String> {
+        if let Ok(ready) = self.current().ready().await {
+            return Ok(ready);
+        }
+        let _reopening = self.reopening.lock().await;
+        if let Ok(ready) = self.current().ready().await {
+            return Ok(ready);
+        }
+        let fresh = handshake(&self.authority).await?;
+        *self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = fresh.clone();
+        fresh
+            .ready()
+            .await
+            .map_err(|error| format!("connection: {error}"))
+    }
+
+    fn current(&self) -> h2::client::SendRequest<Bytes> {
+        self.current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// Opens an HTTP/2 connection, driven by a task of its own until it closes.
+async fn handshake(authority: &str) -> Result<h2::client::SendRequest<Bytes>, String> {
     let tcp = TcpStream::connect(authority)
         .await
         .map_err(|error| format!("cannot connect to {authority}: {error}"))?;
@@ -295,6 +400,23 @@ mod tests {
         assert_eq!(
             grpc_status(&fields).unwrap_err(),
             "gRPC status 14: not ready"
+        );
+    }
+
+    #[test]
+    fn an_address_is_a_host_and_port() {
+        assert_eq!(authority("127.0.0.1:8081").unwrap(), "127.0.0.1:8081");
+        assert_eq!(authority("http://rls.local").unwrap(), "rls.local:80");
+        assert_eq!(authority("http://[::1]:9/").unwrap(), "[::1]:9");
+        assert!(
+            authority("https://rls.local:443")
+                .unwrap_err()
+                .contains("plain-text")
+        );
+        assert!(
+            authority("http://rls.local:8081/x")
+                .unwrap_err()
+                .contains("without a path")
         );
     }
 
