@@ -49,17 +49,10 @@ fn redis_and_memory_agree_on_calendar_windows() {
 #[tokio::test]
 async fn one_item_checks_of_any_cost_decide_as_in_memory() {
     let quota = "5000/s".parse().unwrap();
-    let limits: Vec<Limit> = [
-        Algorithm::FixedWindow,
-        Algorithm::SlidingLog,
-        Algorithm::SlidingWindow,
-        Algorithm::TokenBucket,
-        Algorithm::LeakyBucket,
-        Algorithm::Gcra,
-    ]
-    .into_iter()
-    .map(|algorithm| Limit::new(format!("bulk-{algorithm}"), algorithm, quota).unwrap())
-    .collect();
+    let limits: Vec<Limit> = Algorithm::ALL
+        .into_iter()
+        .map(|algorithm| Limit::new(format!("bulk-{algorithm}"), algorithm, quota).unwrap())
+        .collect();
     let mut steps = Vec::new();
     for limit in 0..limits.len() {
         let key = limit % 3;

@@ -18,11 +18,28 @@ fn write(path: &std::path::Path, text: &str) {
     std::fs::write(path, text).expect("the file is written");
 }
 
-#[test]
-fn the_load_generator_reports_throughput_percentiles_and_the_split() {
+/// A `tollgate serve` of [`RLS_CONFIG`] with `flags` and `env`; the directory holds its
+/// configuration for as long as it runs.
+fn rls_server(flags: &[&str], env: &[(&str, &str)]) -> (tempfile::TempDir, Tollgate) {
     let directory = tempfile::tempdir().expect("a temporary directory");
     write(&directory.path().join("edge.yaml"), RLS_CONFIG);
-    let server = Tollgate::serve(&["--rls-config", directory.path().to_str().expect("UTF-8")]);
+    let mut args = vec!["--rls-config", directory.path().to_str().expect("UTF-8")];
+    args.extend_from_slice(flags);
+    let server = Tollgate::start_with_env(&tollgate_testkit::tollgate::serve_args(&args), env);
+    (directory, server)
+}
+
+/// `tollgate-tools bench --target grpc` against `server` with `flags`, as JSON.
+fn bench_grpc(server: &Tollgate, flags: &[&str]) -> (std::process::ExitStatus, String, String) {
+    let grpc = server.address("grpc").to_string();
+    let mut args = vec!["bench", "--target", "grpc", "--url", &grpc, "--json"];
+    args.extend_from_slice(flags);
+    run(&args)
+}
+
+#[test]
+fn the_load_generator_reports_throughput_percentiles_and_the_split() {
+    let (_directory, server) = rls_server(&[], &[]);
     let base = server.http_url();
     let body = r#"{"limits":[{"key":"k{key}","algorithm":"fixed_window","quota":"10/h"}]}"#;
     let (status, stdout, stderr) = run(&[
@@ -47,19 +64,7 @@ fn the_load_generator_reports_throughput_percentiles_and_the_split() {
         assert!(stdout.contains(field), "{field}: {stdout}");
     }
 
-    let grpc = server.address("grpc").to_string();
-    let (status, stdout, stderr) = run(&[
-        "bench",
-        "--target",
-        "grpc",
-        "--url",
-        &grpc,
-        "--duration",
-        "300ms",
-        "--keys",
-        "1",
-        "--json",
-    ]);
+    let (status, stdout, stderr) = bench_grpc(&server, &["--duration", "300ms", "--keys", "1"]);
     assert!(status.success(), "{stderr}");
     let summary: Value = serde_json::from_str(&stdout).expect("JSON");
     assert_eq!(
@@ -103,24 +108,11 @@ fn the_load_generator_reports_throughput_percentiles_and_the_split() {
 /// A call the rate limit service refuses counts as failed, with the status and message it gave.
 #[test]
 fn a_refused_grpc_call_is_reported_with_its_status() {
-    let directory = tempfile::tempdir().expect("a temporary directory");
-    write(&directory.path().join("edge.yaml"), RLS_CONFIG);
-    let server = Tollgate::serve(&["--rls-config", directory.path().to_str().expect("UTF-8")]);
-    let grpc = server.address("grpc").to_string();
-    let (status, _, stderr) = run(&[
-        "bench",
-        "--target",
-        "grpc",
-        "--url",
-        &grpc,
-        "--domain",
-        "",
-        "--duration",
-        "100ms",
-        "--keys",
-        "1",
-        "--json",
-    ]);
+    let (_directory, server) = rls_server(&[], &[]);
+    let (status, _, stderr) = bench_grpc(
+        &server,
+        &["--domain", "", "--duration", "100ms", "--keys", "1"],
+    );
     assert!(!status.success());
     assert!(
         stderr.contains(
@@ -134,31 +126,28 @@ fn a_refused_grpc_call_is_reported_with_its_status() {
 /// not fail the run: the generator opens them again.
 #[test]
 fn grpc_connections_the_server_closes_are_opened_again() {
-    let directory = tempfile::tempdir().expect("a temporary directory");
-    write(&directory.path().join("edge.yaml"), RLS_CONFIG);
-    let server = Tollgate::serve(&[
-        "--rls-config",
-        directory.path().to_str().expect("UTF-8"),
-        "--max-connection-age",
-        "200ms",
-    ]);
-    let grpc = server.address("grpc").to_string();
-    let (status, stdout, stderr) = run(&[
-        "bench",
-        "--target",
-        "grpc",
-        "--url",
-        &grpc,
-        "--connections",
-        "2",
-        "--concurrency",
-        "4",
-        "--duration",
-        "1500ms",
-        "--json",
-    ]);
+    let (_directory, server) = rls_server(
+        &["--max-connection-age", "200ms"],
+        &[("TOLLGATE_LOG", "tollgate_http=debug")],
+    );
+    let (status, stdout, stderr) = bench_grpc(
+        &server,
+        &[
+            "--connections",
+            "2",
+            "--concurrency",
+            "4",
+            "--duration",
+            "1500ms",
+        ],
+    );
     assert!(status.success(), "{stderr}");
     let summary: Value = serde_json::from_str(&stdout).expect("JSON");
     assert_eq!(summary["failed"], 0, "{summary}");
-    assert!(summary["requests"].as_u64().expect("a count") > 0);
+    // Both connections the run opened first were asked to go away during it.
+    let aged = server
+        .stderr()
+        .matches("closing a connection at its maximum age")
+        .count();
+    assert!(aged >= 2, "{aged} connections closed at their age");
 }

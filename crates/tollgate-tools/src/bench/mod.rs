@@ -21,6 +21,8 @@ use std::time::Instant;
 
 pub(crate) use pace::Pacer;
 
+pub use grpc::RlsClient;
+
 pub use report::Summary;
 pub(crate) use report::thousands;
 pub use target::{
@@ -131,16 +133,15 @@ impl BenchArgs {
                 &self.header,
                 self.keys,
             ),
-            TargetKind::Grpc => {
-                Target::grpc(
-                    self.url.as_deref().unwrap_or("127.0.0.1:8081"),
-                    &self.domain,
-                    &self.descriptor,
-                    self.keys,
-                    self.connections,
-                )
-                .await
-            }
+            TargetKind::Grpc => RlsClient::connect(
+                self.url.as_deref().unwrap_or("127.0.0.1:8081"),
+                &self.domain,
+                &self.descriptor,
+                self.keys,
+                self.connections,
+            )
+            .await
+            .map(Target::Grpc),
         }
     }
 

@@ -9,7 +9,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use super::grpc::RlsClient;
+use super::RlsClient;
 
 /// Where `{key}` in a body or descriptor becomes a key number.
 pub const KEY_PLACEHOLDER: &str = "{key}";
@@ -132,20 +132,6 @@ impl Target {
             headers: parse_headers(headers)?,
             keys,
         })
-    }
-
-    /// The rate limit service at `address`, `domain` and per key one request of `descriptors`
-    /// (each `key=value,...`), over `connections` HTTP/2 connections.
-    pub async fn grpc(
-        address: &str,
-        domain: &str,
-        descriptors: &[String],
-        keys: u64,
-        connections: usize,
-    ) -> Result<Self, String> {
-        RlsClient::connect(address, domain, descriptors, keys, connections)
-            .await
-            .map(Self::Grpc)
     }
 
     /// Sends request number `n` over HTTP (check API and GET targets) and returns the
