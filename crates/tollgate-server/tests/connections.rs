@@ -380,21 +380,67 @@ async fn grpc_connections_are_closed_at_their_age_after_a_grace_for_their_stream
     .await;
 }
 
-/// A keep-alive HTTP/1 connection past its age is closed once its answer is sent.
+/// An HTTP/1 connection idle at its age is not closed under a request its client may be
+/// sending on it (a proxy's keep-alive pool would answer that request with a 502 or 503): its
+/// next request is answered, with `Connection: close`, and then it closes.
 #[tokio::test]
-async fn keep_alive_connections_are_closed_at_their_age() {
-    let server = Tollgate::serve(&["--max-connection-age", "1s", "--header-timeout", "1h"]);
+async fn http1_connections_idle_at_their_age_close_with_their_next_answer() {
+    let server = Tollgate::start_with_env(
+        &support::serve_args(&["--max-connection-age", "1s", "--header-timeout", "1h"]),
+        &[DEBUG_LOG],
+    );
     let mut stream = TcpStream::connect(server.address("http"))
         .await
         .expect("connects");
+    logged(
+        &server,
+        "a connection at its maximum age is idle: its next request closes it",
+    )
+    .await;
     stream
         .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
         .await
         .expect("writes");
-    let received = closed_by_server(stream, "a keep-alive connection past its age").await;
-    assert!(
-        received.starts_with(b"HTTP/1.1 200"),
-        "{}",
-        String::from_utf8_lossy(&received)
+    let received = closed_by_server(stream, "an HTTP/1 connection past its age").await;
+    let received = String::from_utf8_lossy(&received).to_ascii_lowercase();
+    assert!(received.starts_with("http/1.1 200"), "{received}");
+    assert!(received.contains("\r\nconnection: close\r\n"), "{received}");
+}
+
+/// An HTTP/2 connection idle at its age is asked to close (GOAWAY) when its next stream comes,
+/// and that stream is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_connections_idle_at_their_age_close_when_next_used() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+
+    let server = Tollgate::start_with_env(
+        &support::serve_args(&["--max-connection-age", "1s", "--header-timeout", "1h"]),
+        &[DEBUG_LOG],
     );
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", server.address("grpc")))
+            .expect("a URL")
+            .connect()
+            .await
+            .expect("gRPC connects");
+    logged(
+        &server,
+        "a connection at its maximum age is idle: its next request closes it",
+    )
+    .await;
+    assert!(
+        !server
+            .stderr()
+            .contains("closing a connection at its maximum age"),
+        "an idle connection is kept until it is used"
+    );
+    let answer = HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: "ratelimit".to_owned(),
+        })
+        .await
+        .expect("the stream that found the connection past its age is answered");
+    assert_eq!(answer.into_inner().status, 1, "SERVING");
+    logged(&server, "closing a connection at its maximum age").await;
 }

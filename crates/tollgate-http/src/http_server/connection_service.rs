@@ -1,6 +1,7 @@
 //! What every request of a connection goes through before its lanes and router: the bounds on
 //! its head, the connection's addresses for the handlers, and the count of requests under way
-//! that keeps a connection with an answer still being sent from being closed as idle. One concrete
+//! that keeps a connection with an answer still being sent from being closed as idle; past its
+//! age, the answer that closes an HTTP/1 connection. One concrete
 //! service in front of the router, not a router layer: a layer wraps every route in a clone of
 //! the inner service and a boxed future, and the request in one more boxed extension, for
 //! every request.
@@ -9,11 +10,13 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, ready};
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::header::CONNECTION;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, Version};
 use axum::response::{IntoResponse, Response};
 use axum::routing::future::RouteFuture;
 use bytes::Bytes;
@@ -53,7 +56,11 @@ impl tower::Service<axum::http::Request<Incoming>> for ConnectionService {
     }
 
     fn call(&mut self, mut request: axum::http::Request<Incoming>) -> Answer {
-        if let Some(refusal) = head_over_limits(self.heads, request.uri(), request.headers()) {
+        let closes = self.closes_with(&request);
+        if let Some(mut refusal) = head_over_limits(self.heads, request.uri(), request.headers()) {
+            if closes {
+                say_close(&mut refusal);
+            }
             return Answer::Refused {
                 response: Some(refusal),
             };
@@ -66,14 +73,42 @@ impl tower::Service<axum::http::Request<Incoming>> for ConnectionService {
             return Answer::Lane {
                 future: lane.answer(request.map(Body::new)),
                 in_flight,
+                closes,
             };
         }
         with_addresses(&mut request, self.peer, self.local);
         Answer::Routed {
             future: self.app.router.call(request),
             in_flight,
+            closes,
         }
     }
+}
+
+impl ConnectionService {
+    /// Whether `request`'s answer is to close its HTTP/1 connection, past its age. An HTTP/2
+    /// request on a connection past its age wakes the connection's task to send GOAWAY,
+    /// which leaves this stream to finish.
+    fn closes_with<B>(&self, request: &axum::http::Request<B>) -> bool {
+        let tracked = &self.handle.tracked;
+        if !tracked.past_age.load(Ordering::Relaxed) {
+            return false;
+        }
+        if request.version() >= Version::HTTP_2 {
+            tracked.used_past_age.notify_one();
+            return false;
+        }
+        true
+    }
+}
+
+/// Makes `response` close its HTTP/1 connection once sent: the client reads the field and opens
+/// a new connection for its next request, where closing an idle connection could meet a
+/// request the client is sending on it.
+fn say_close<B>(response: &mut Response<B>) {
+    response
+        .headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
 }
 
 /// Hands the connection's addresses to the request's handler.
@@ -94,11 +129,12 @@ pin_project_lite::pin_project! {
     #[project = AnswerProjection]
     pub(super) enum Answer {
         Refused { response: Option<Response> },
-        Lane { future: LaneFuture, in_flight: Option<InFlight> },
+        Lane { future: LaneFuture, in_flight: Option<InFlight>, closes: bool },
         Routed {
             #[pin]
             future: RouteFuture<Infallible>,
             in_flight: Option<InFlight>,
+            closes: bool,
         },
     }
 }
@@ -107,16 +143,27 @@ impl Future for Answer {
     type Output = Result<Response<CountedBody>, Infallible>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let (response, in_flight) = match self.project() {
-            AnswerProjection::Refused { response } => (response.take().unwrap_or_default(), None),
-            AnswerProjection::Lane { future, in_flight } => {
-                (ready!(future.as_mut().poll(cx)), in_flight.take())
+        let (mut response, in_flight, closes) = match self.project() {
+            AnswerProjection::Refused { response } => {
+                (response.take().unwrap_or_default(), None, false)
             }
-            AnswerProjection::Routed { future, in_flight } => {
+            AnswerProjection::Lane {
+                future,
+                in_flight,
+                closes,
+            } => (ready!(future.as_mut().poll(cx)), in_flight.take(), *closes),
+            AnswerProjection::Routed {
+                future,
+                in_flight,
+                closes,
+            } => {
                 let Ok(response) = ready!(future.poll(cx));
-                (response, in_flight.take())
+                (response, in_flight.take(), *closes)
             }
         };
+        if closes {
+            say_close(&mut response);
+        }
         Poll::Ready(Ok(response.map(|body| CountedBody {
             body,
             _in_flight: in_flight,

@@ -8,6 +8,9 @@
 //!   closed, HTTP/1.1 and HTTP/2 alike (an HTTP/2 client that never sends its preface too);
 //! - request heads are held to `max_header_bytes` and `max_header_fields`, answered with a 431
 //!   problem detail (the HTTP stack's own limits sit above these, so it rarely answers first);
+//! - a connection past `max_connection_age` is asked to close: at once when it has requests
+//!   under way, else with its next request (an idle HTTP/1 connection closed at once could
+//!   meet a request its client is already sending);
 //! - shutdown lets requests under way finish for at most `shutdown_timeout`.
 
 use std::future::Future;
@@ -263,7 +266,8 @@ impl Watch {
     }
 
     /// Serves `connection` to its end: closed gracefully when idle past the header timeout,
-    /// when asked to make room at the cap, at its age, or at shutdown, and dropped if it does
+    /// when asked to make room at the cap, at its age (one idle then, with its next request),
+    /// or at shutdown, and dropped if it does
     /// not close within the grace period (for its age, once requests under way have had
     /// the age's grace).
     async fn drive<C>(mut self, connection: C, mut streams: Streams)
@@ -283,6 +287,8 @@ impl Watch {
         let mut deadline = Instant::now() + header_timeout;
         // Past its age and its grace, the connection goes, requests under way or not.
         let mut cut_at: Option<Instant> = None;
+        // Set once the connection, idle at its age, waits for a request to close with.
+        let mut past_age = false;
         loop {
             // The timers and signals in a set of their own, which polls them only when one of
             // them woke the task: polled beside the connection, they would each be polled
@@ -293,7 +299,8 @@ impl Watch {
                 &mut self.stopping,
                 deadline,
                 cut_at,
-                self.aged_at.filter(|_| closing.is_none()),
+                self.aged_at.filter(|_| closing.is_none() && !past_age),
+                past_age && closing.is_none(),
                 closing.is_some(),
             ));
             let event = tokio::select! {
@@ -338,7 +345,15 @@ impl Watch {
                     connection.as_mut().graceful_shutdown();
                     deadline = now + grace;
                 }
-                Event::Aged => {
+                Event::Aged if self.tracked.in_flight.load(Ordering::Acquire) == 0 => {
+                    // Closed now, an idle HTTP/1 connection could meet a request its client
+                    // is sending on it, lost to the client: its next answer closes it instead
+                    // (an HTTP/2 one is closed when its next stream comes).
+                    tracing::debug!(peer = %self.peer, "a connection at its maximum age is idle: its next request closes it");
+                    self.tracked.past_age.store(true, Ordering::Relaxed);
+                    past_age = true;
+                }
+                Event::Aged | Event::UsedPastAge => {
                     tracing::debug!(peer = %self.peer, "closing a connection at its maximum age");
                     closing = Some(now);
                     cut_at = Some(now + self.age_grace);
@@ -368,18 +383,22 @@ enum Event {
     Reclaim,
     /// At its maximum age.
     Aged,
+    /// An HTTP/2 stream came on a connection that was idle at its age.
+    UsedPastAge,
     /// The server is stopping.
     Stopping,
 }
 
 /// The first of a connection's timers and signals; those of a connection already asked to
-/// close (`closing`) are left out, but for its deadline and cut.
+/// close (`closing`) are left out, but for its deadline and cut. A stream on a connection past
+/// its age is waited for only while it is (`past_age`).
 async fn next_event(
     tracked: &Tracked,
     stopping: &mut watch::Receiver<bool>,
     deadline: Instant,
     cut_at: Option<Instant>,
     aged_at: Option<Instant>,
+    past_age: bool,
     closing: bool,
 ) -> Event {
     tokio::select! {
@@ -388,6 +407,7 @@ async fn next_event(
         () = tokio::time::sleep_until(deadline) => Event::Deadline,
         () = tracked.reclaim.notified(), if !closing => Event::Reclaim,
         () = sleep_until_some(aged_at), if aged_at.is_some() => Event::Aged,
+        () = tracked.used_past_age.notified(), if past_age => Event::UsedPastAge,
         _ = stopping.changed(), if !closing => Event::Stopping,
     }
 }

@@ -23,6 +23,11 @@ pub(super) struct Tracked {
     pub(super) reclaimed: AtomicBool,
     /// Wakes the connection's task to close it.
     pub(super) reclaim: Notify,
+    /// Set once the connection, idle at its age, is to close with its next request: an
+    /// HTTP/1 answer then says `Connection: close`, an HTTP/2 stream wakes `used_past_age`.
+    pub(super) past_age: AtomicBool,
+    /// Wakes the connection's task to close an HTTP/2 connection used past its age.
+    pub(super) used_past_age: Notify,
 }
 
 /// Marks a request under way on its connection until dropped.
@@ -104,6 +109,8 @@ impl Registry {
             idle_at: AtomicU64::new(self.micros_since_epoch()),
             reclaimed: AtomicBool::new(false),
             reclaim: Notify::new(),
+            past_age: AtomicBool::new(false),
+            used_past_age: Notify::new(),
         });
         if let Ok(mut connections) = self.connections.lock() {
             connections.insert(id, Arc::clone(&tracked));
