@@ -394,7 +394,7 @@ async fn http1_connections_idle_at_their_age_close_with_their_next_answer() {
         .expect("connects");
     logged(
         &server,
-        "a connection at its maximum age is idle: its next request closes it",
+        "a connection at its maximum age: its next answer closes it",
     )
     .await;
     stream
@@ -407,10 +407,63 @@ async fn http1_connections_idle_at_their_age_close_with_their_next_answer() {
     assert!(received.contains("\r\nconnection: close\r\n"), "{received}");
 }
 
-/// An HTTP/2 connection idle at its age is asked to close (GOAWAY) when its next stream comes,
-/// and that stream is answered.
+/// An HTTP/1 request under way when its connection reaches its age is answered with
+/// `Connection: close`, and the connection closes after it: closed after an answer that did
+/// not say so, the client could send its next request into the close.
+#[tokio::test]
+async fn http1_requests_under_way_at_their_connections_age_close_it_with_their_answer() {
+    static RELEASE: Semaphore = Semaphore::const_new(0);
+    let (arrived, mut arrivals) = mpsc::unbounded_channel();
+    let upstream = held_upstream(arrived, &RELEASE).await;
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let config = directory.path().join("policies.yaml");
+    std::fs::write(&config, POLICIES).expect("written");
+    let upstream = format!("http://{upstream}");
+    let proxy = Tollgate::start_with_env(
+        &proxy_args(&[
+            "--config",
+            config.to_str().expect("UTF-8"),
+            "--upstream",
+            &upstream,
+            "--upstream-timeout",
+            "1h",
+            "--max-connection-age",
+            "1s",
+            "--max-connection-age-grace",
+            "1h",
+            "--header-timeout",
+            "1h",
+        ]),
+        &[DEBUG_LOG],
+    );
+    let mut stream = TcpStream::connect(proxy.address("listen"))
+        .await
+        .expect("connects");
+    stream
+        .write_all(b"GET /held HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .expect("writes");
+    tokio::time::timeout(PATIENCE, arrivals.recv())
+        .await
+        .expect("the request reaches the upstream")
+        .expect("the upstream runs");
+    logged(
+        &proxy,
+        "a connection at its maximum age: its next answer closes it",
+    )
+    .await;
+    RELEASE.add_permits(1);
+    let received = closed_by_server(stream, "an HTTP/1 connection past its age").await;
+    let received = String::from_utf8_lossy(&received).to_ascii_lowercase();
+    assert!(received.starts_with("http/1.1 200"), "{received}");
+    assert!(received.contains("\r\nconnection: close\r\n"), "{received}");
+    assert!(received.ends_with("done"), "{received}");
+}
+
+/// An HTTP/2 connection that has sent no request by its age (so not yet known to be HTTP/2) is
+/// asked to close (GOAWAY) when its first stream comes, and that stream is answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http2_connections_idle_at_their_age_close_when_next_used() {
+async fn http2_connections_unused_at_their_age_close_when_first_used() {
     use tonic_health::pb::HealthCheckRequest;
     use tonic_health::pb::health_client::HealthClient;
 
@@ -426,7 +479,7 @@ async fn http2_connections_idle_at_their_age_close_when_next_used() {
             .expect("gRPC connects");
     logged(
         &server,
-        "a connection at its maximum age is idle: its next request closes it",
+        "a connection at its maximum age: its next answer closes it",
     )
     .await;
     assert!(

@@ -56,9 +56,9 @@ impl tower::Service<axum::http::Request<Incoming>> for ConnectionService {
     }
 
     fn call(&mut self, mut request: axum::http::Request<Incoming>) -> Answer {
-        let closes = self.closes_with(&request);
+        let http1 = self.note_version(&request);
         if let Some(mut refusal) = head_over_limits(self.heads, request.uri(), request.headers()) {
-            if closes {
+            if http1 && self.handle.tracked.past_age.load(Ordering::Relaxed) {
                 say_close(&mut refusal);
             }
             return Answer::Refused {
@@ -73,38 +73,40 @@ impl tower::Service<axum::http::Request<Incoming>> for ConnectionService {
             return Answer::Lane {
                 future: lane.answer(request.map(Body::new)),
                 in_flight,
-                closes,
+                http1,
             };
         }
         with_addresses(&mut request, self.peer, self.local);
         Answer::Routed {
             future: self.app.router.call(request),
             in_flight,
-            closes,
+            http1,
         }
     }
 }
 
 impl ConnectionService {
-    /// Whether `request`'s answer is to close its HTTP/1 connection, past its age. An HTTP/2
-    /// request on a connection past its age wakes the connection's task to send GOAWAY,
-    /// which leaves this stream to finish.
-    fn closes_with<B>(&self, request: &axum::http::Request<B>) -> bool {
+    /// Whether `request` came over HTTP/1; an HTTP/2 one marks its connection as HTTP/2,
+    /// and, on a connection past its age, wakes the connection's task to send GOAWAY (which
+    /// leaves this stream to finish).
+    fn note_version<B>(&self, request: &axum::http::Request<B>) -> bool {
+        if request.version() < Version::HTTP_2 {
+            return true;
+        }
         let tracked = &self.handle.tracked;
-        if !tracked.past_age.load(Ordering::Relaxed) {
-            return false;
+        if !tracked.http2.load(Ordering::Relaxed) {
+            tracked.http2.store(true, Ordering::Relaxed);
         }
-        if request.version() >= Version::HTTP_2 {
+        if tracked.past_age.load(Ordering::Relaxed) {
             tracked.used_past_age.notify_one();
-            return false;
         }
-        true
+        false
     }
 }
 
 /// Makes `response` close its HTTP/1 connection once sent: the client reads the field and opens
-/// a new connection for its next request, where closing an idle connection could meet a
-/// request the client is sending on it.
+/// a new connection for its next request, where closing the connection after an answer that
+/// did not say so could meet a request the client is already sending on it.
 fn say_close<B>(response: &mut Response<B>) {
     response
         .headers_mut()
@@ -129,12 +131,12 @@ pin_project_lite::pin_project! {
     #[project = AnswerProjection]
     pub(super) enum Answer {
         Refused { response: Option<Response> },
-        Lane { future: LaneFuture, in_flight: Option<InFlight>, closes: bool },
+        Lane { future: LaneFuture, in_flight: Option<InFlight>, http1: bool },
         Routed {
             #[pin]
             future: RouteFuture<Infallible>,
             in_flight: Option<InFlight>,
-            closes: bool,
+            http1: bool,
         },
     }
 }
@@ -143,25 +145,30 @@ impl Future for Answer {
     type Output = Result<Response<CountedBody>, Infallible>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let (mut response, in_flight, closes) = match self.project() {
+        let (mut response, in_flight, http1) = match self.project() {
             AnswerProjection::Refused { response } => {
                 (response.take().unwrap_or_default(), None, false)
             }
             AnswerProjection::Lane {
                 future,
                 in_flight,
-                closes,
-            } => (ready!(future.as_mut().poll(cx)), in_flight.take(), *closes),
+                http1,
+            } => (ready!(future.as_mut().poll(cx)), in_flight.take(), *http1),
             AnswerProjection::Routed {
                 future,
                 in_flight,
-                closes,
+                http1,
             } => {
                 let Ok(response) = ready!(future.poll(cx));
-                (response, in_flight.take(), *closes)
+                (response, in_flight.take(), *http1)
             }
         };
-        if closes {
+        // Decided as the head is made, so that a request under way when its connection
+        // reached its age closes it too.
+        if http1
+            && let Some(in_flight) = &in_flight
+            && in_flight.past_age()
+        {
             say_close(&mut response);
         }
         Poll::Ready(Ok(response.map(|body| CountedBody {

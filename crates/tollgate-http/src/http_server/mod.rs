@@ -8,9 +8,9 @@
 //!   closed, HTTP/1.1 and HTTP/2 alike (an HTTP/2 client that never sends its preface too);
 //! - request heads are held to `max_header_bytes` and `max_header_fields`, answered with a 431
 //!   problem detail (the HTTP stack's own limits sit above these, so it rarely answers first);
-//! - a connection past `max_connection_age` is asked to close: at once when it has requests
-//!   under way, else with its next request (an idle HTTP/1 connection closed at once could
-//!   meet a request its client is already sending);
+//! - a connection past `max_connection_age` is asked to close: HTTP/2 with GOAWAY, HTTP/1 with
+//!   `Connection: close` on its next answer (an HTTP/1 connection closed otherwise could meet
+//!   a request its client is already sending); requests under way get the age's grace;
 //! - shutdown lets requests under way finish for at most `shutdown_timeout`.
 
 use std::future::Future;
@@ -266,8 +266,8 @@ impl Watch {
     }
 
     /// Serves `connection` to its end: closed gracefully when idle past the header timeout,
-    /// when asked to make room at the cap, at its age (one idle then, with its next request),
-    /// or at shutdown, and dropped if it does
+    /// when asked to make room at the cap, at its age (HTTP/1 with its next answer), or at
+    /// shutdown, and dropped if it does
     /// not close within the grace period (for its age, once requests under way have had
     /// the age's grace).
     async fn drive<C>(mut self, connection: C, mut streams: Streams)
@@ -287,7 +287,8 @@ impl Watch {
         let mut deadline = Instant::now() + header_timeout;
         // Past its age and its grace, the connection goes, requests under way or not.
         let mut cut_at: Option<Instant> = None;
-        // Set once the connection, idle at its age, waits for a request to close with.
+        // Set once the connection, not known to be HTTP/2 at its age, closes with its next
+        // answer.
         let mut past_age = false;
         loop {
             // The timers and signals in a set of their own, which polls them only when one of
@@ -321,7 +322,11 @@ impl Watch {
             let now = Instant::now();
             match event {
                 Event::Cut => {
-                    tracing::debug!(peer = %self.peer, "connection dropped: requests still under way past its age's grace");
+                    if self.tracked.in_flight.load(Ordering::Acquire) > 0 {
+                        tracing::debug!(peer = %self.peer, "connection dropped: requests still under way past its age's grace");
+                    } else {
+                        tracing::debug!(peer = %self.peer, "connection closed: unused through its age's grace");
+                    }
                     break;
                 }
                 Event::Deadline => {
@@ -345,21 +350,25 @@ impl Watch {
                     connection.as_mut().graceful_shutdown();
                     deadline = now + grace;
                 }
-                Event::Aged if self.tracked.in_flight.load(Ordering::Acquire) == 0 => {
-                    // Closed now, an idle HTTP/1 connection could meet a request its client
-                    // is sending on it, lost to the client: its next answer closes it instead
-                    // (an HTTP/2 one is closed when its next stream comes).
-                    tracing::debug!(peer = %self.peer, "a connection at its maximum age is idle: its next request closes it");
+                Event::Aged if !self.tracked.http2.load(Ordering::Relaxed) => {
+                    // HTTP/1 has no way to say "closing" but on an answer: closed after one
+                    // that did not say so, or while idle, the connection could meet a request
+                    // its client is already sending on it, lost to the client. The next answer
+                    // made says `Connection: close` instead (an HTTP/2 stream on a connection
+                    // that had none before wakes this task for GOAWAY). Requests under way
+                    // still get only the age's grace.
+                    tracing::debug!(peer = %self.peer, "a connection at its maximum age: its next answer closes it");
                     self.tracked.past_age.store(true, Ordering::Relaxed);
                     past_age = true;
+                    cut_at = Some(now + self.age_grace);
                 }
                 Event::Aged | Event::UsedPastAge => {
                     tracing::debug!(peer = %self.peer, "closing a connection at its maximum age");
                     closing = Some(now);
-                    cut_at = Some(now + self.age_grace);
+                    cut_at = cut_at.or(Some(now + self.age_grace));
                     connection.as_mut().graceful_shutdown();
-                    // Streams answered but still sending (a gRPC stream) are not counted as
-                    // under way: they too get the age's grace.
+                    // Requests under way, gRPC streams still sending included, get the age's
+                    // grace.
                     deadline = now + self.age_grace;
                 }
                 Event::Stopping => {
@@ -383,7 +392,7 @@ enum Event {
     Reclaim,
     /// At its maximum age.
     Aged,
-    /// An HTTP/2 stream came on a connection that was idle at its age.
+    /// An HTTP/2 stream came on a connection past its age not known to be HTTP/2 then.
     UsedPastAge,
     /// The server is stopping.
     Stopping,

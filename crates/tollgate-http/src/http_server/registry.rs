@@ -23,10 +23,13 @@ pub(super) struct Tracked {
     pub(super) reclaimed: AtomicBool,
     /// Wakes the connection's task to close it.
     pub(super) reclaim: Notify,
-    /// Set once the connection, idle at its age, is to close with its next request: an
-    /// HTTP/1 answer then says `Connection: close`, an HTTP/2 stream wakes `used_past_age`.
+    /// Set once a request on it came over HTTP/2.
+    pub(super) http2: AtomicBool,
+    /// Set once a connection not known to be HTTP/2 is past its age: its next HTTP/1 answer
+    /// says `Connection: close`, an HTTP/2 stream wakes `used_past_age`.
     pub(super) past_age: AtomicBool,
-    /// Wakes the connection's task to close an HTTP/2 connection used past its age.
+    /// Wakes the connection's task to send GOAWAY on a connection found to be HTTP/2 past
+    /// its age.
     pub(super) used_past_age: Notify,
 }
 
@@ -34,6 +37,13 @@ pub(super) struct Tracked {
 pub(super) struct InFlight {
     tracked: Arc<Tracked>,
     registry: Arc<Registry>,
+}
+
+impl InFlight {
+    /// Whether its connection is past its age, to be closed with this answer.
+    pub(super) fn past_age(&self) -> bool {
+        self.tracked.past_age.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for InFlight {
@@ -109,6 +119,7 @@ impl Registry {
             idle_at: AtomicU64::new(self.micros_since_epoch()),
             reclaimed: AtomicBool::new(false),
             reclaim: Notify::new(),
+            http2: AtomicBool::new(false),
             past_age: AtomicBool::new(false),
             used_past_age: Notify::new(),
         });
