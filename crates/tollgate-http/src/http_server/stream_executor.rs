@@ -14,6 +14,7 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
@@ -22,10 +23,18 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 
 type StreamFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// The streams hyper handed over and not yet taken, and whether there are any: an HTTP/1
+/// connection never has one, and its task looks at the flag alone on every wake-up.
+#[derive(Default)]
+struct Queue {
+    streams: Mutex<Vec<StreamFuture>>,
+    any: AtomicBool,
+}
+
 /// The executor given to hyper for one connection: it queues the streams for [`Streams`].
 #[derive(Clone, Default)]
 pub(super) struct StreamExecutor {
-    queued: Arc<Mutex<Vec<StreamFuture>>>,
+    queued: Arc<Queue>,
 }
 
 impl<F> hyper::rt::Executor<F> for StreamExecutor
@@ -36,16 +45,19 @@ where
     /// and not its connection with every other stream on it.
     fn execute(&self, future: F) {
         let isolated = AssertUnwindSafe(future).catch_unwind().map(drop);
-        self.queued
+        let mut streams = self
+            .queued
+            .streams
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Box::pin(isolated));
+            .unwrap_or_else(PoisonError::into_inner);
+        streams.push(Box::pin(isolated));
+        self.queued.any.store(true, Ordering::Release);
     }
 }
 
 /// The streams of one connection, polled by the connection's task after the connection.
 pub(super) struct Streams {
-    queued: Arc<Mutex<Vec<StreamFuture>>>,
+    queued: Arc<Queue>,
     running: FuturesUnordered<StreamFuture>,
 }
 
@@ -70,23 +82,27 @@ impl Streams {
 
     fn poll_streams(&mut self, cx: &mut Context<'_>) {
         loop {
+            if self.running.is_empty() && !self.queued.any.load(Ordering::Acquire) {
+                return;
+            }
             self.running.extend(self.take_queued());
             // Ready(None) once none is left; Pending while the rest wait (or after a long pass).
             while let Poll::Ready(Some(())) = self.running.poll_next_unpin(cx) {}
             // A stream may have queued another (an upgraded stream's sender) while polled.
-            if self
-                .queued
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .is_empty()
-            {
+            if !self.queued.any.load(Ordering::Acquire) {
                 return;
             }
         }
     }
 
     fn take_queued(&self) -> Vec<StreamFuture> {
-        std::mem::take(&mut *self.queued.lock().unwrap_or_else(PoisonError::into_inner))
+        let mut streams = self
+            .queued
+            .streams
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.queued.any.store(false, Ordering::Relaxed);
+        std::mem::take(&mut *streams)
     }
 
     /// Lets the streams still under way finish on a task of their own once the connection is
