@@ -265,6 +265,15 @@ impl Watch {
         (now < since + wait).then_some(since + wait)
     }
 
+    /// Says why a connection past its age and its grace goes.
+    fn log_cut(&self) {
+        if self.tracked.in_flight.load(Ordering::Acquire) > 0 {
+            tracing::debug!(peer = %self.peer, "connection dropped: requests still under way past its age's grace");
+        } else {
+            tracing::debug!(peer = %self.peer, "connection closed: unused through its age's grace");
+        }
+    }
+
     /// Serves `connection` to its end: closed gracefully when idle past the header timeout,
     /// when asked to make room at the cap, at its age (HTTP/1 with its next answer), or at
     /// shutdown, and dropped if it does
@@ -322,11 +331,7 @@ impl Watch {
             let now = Instant::now();
             match event {
                 Event::Cut => {
-                    if self.tracked.in_flight.load(Ordering::Acquire) > 0 {
-                        tracing::debug!(peer = %self.peer, "connection dropped: requests still under way past its age's grace");
-                    } else {
-                        tracing::debug!(peer = %self.peer, "connection closed: unused through its age's grace");
-                    }
+                    self.log_cut();
                     break;
                 }
                 Event::Deadline => {
