@@ -12,7 +12,7 @@ use axum::Router;
 use axum::routing::get;
 use reqwest::StatusCode;
 use support::{Tollgate, proxy_args};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc};
 
@@ -27,7 +27,7 @@ const DEBUG_LOG: (&str, &str) = ("TOLLGATE_LOG", "info,tollgate_http::http_serve
 
 /// Reads until the server closes `stream`, and returns what it sent; fails the test if it
 /// keeps the connection open for [`PATIENCE`].
-async fn closed_by_server(mut stream: TcpStream, what: &str) -> Vec<u8> {
+async fn closed_by_server(mut stream: impl AsyncRead + Unpin, what: &str) -> Vec<u8> {
     let mut received = Vec::new();
     let read = tokio::time::timeout(PATIENCE, stream.read_to_end(&mut received)).await;
     match read {
@@ -83,7 +83,25 @@ async fn silent_connections_are_closed_after_the_header_timeout() {
             .expect("writes");
         stream
     };
-    let (silent, preface_only, half_preface, keep_alive) = tokio::join!(
+    // A head that never ends, a byte at a time (a slow-loris client): it is due within the
+    // timeout however it trickles in.
+    let trickling = {
+        let stream = TcpStream::connect(address).await.expect("connects");
+        let (reader, mut writer) = stream.into_split();
+        tokio::spawn(async move {
+            let _ = writer
+                .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")
+                .await;
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if writer.write_all(b"x").await.is_err() {
+                    break;
+                }
+            }
+        });
+        reader
+    };
+    let (silent, preface_only, half_preface, keep_alive, trickling) = tokio::join!(
         closed_by_server(silent, "a connection that sends nothing"),
         closed_by_server(
             h2_preface_only,
@@ -91,7 +109,9 @@ async fn silent_connections_are_closed_after_the_header_timeout() {
         ),
         closed_by_server(h2_half_preface, "an HTTP/2 connection with half a preface"),
         closed_by_server(keep_alive, "an idle keep-alive connection"),
+        closed_by_server(trickling, "a connection trickling its head in"),
     );
+    assert!(trickling.is_empty(), "{trickling:?}");
     assert!(silent.is_empty(), "{silent:?}");
     assert!(half_preface.is_empty(), "{half_preface:?}");
     // The server's SETTINGS frame (type 4), perhaps a GOAWAY (type 7), nothing else.

@@ -434,8 +434,10 @@ async fn sleep_until_some(at: Option<Instant>) {
     }
 }
 
-/// The HTTP/1 and HTTP/2 builder of one connection, with the head bounds and the header
-/// timeout; its HTTP/2 streams run on `executor`; answers get a `Date` field if `dated`.
+/// The HTTP/1 and HTTP/2 builder of one connection, with the head bounds; its HTTP/2 streams
+/// run on `executor`; answers get a `Date` field if `dated`. The header timeout is the
+/// connection's task's ([`Watch::drive`]), not hyper's: hyper's armed a timer of its own for
+/// every request head, a clock read, an allocation and a timer wheel entry made and removed.
 fn connection_builder(
     limits: &ConnectionLimits,
     executor: StreamExecutor,
@@ -445,8 +447,7 @@ fn connection_builder(
     let mut builder = auto::Builder::new(executor);
     builder
         .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
+        .header_read_timeout(None)
         .auto_date_header(dated)
         .max_buf_size(stack_head_bytes.max(8192))
         .max_headers(limits.stack_header_fields());
