@@ -48,6 +48,23 @@ async fn logged(server: &Tollgate, text: &str) {
     .await;
 }
 
+/// Connects to `address` and sends `head`, then one more byte of a header name every 100 ms
+/// until the server closes the connection (a slow-loris client); returns the reading half.
+async fn trickle(address: SocketAddr, head: &'static [u8]) -> tokio::net::tcp::OwnedReadHalf {
+    let stream = TcpStream::connect(address).await.expect("connects");
+    let (reader, mut writer) = stream.into_split();
+    tokio::spawn(async move {
+        let _ = writer.write_all(head).await;
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if writer.write_all(b"x").await.is_err() {
+                break;
+            }
+        }
+    });
+    reader
+}
+
 /// Waits until the server logs that it accepted a connection from `peer`.
 async fn accepted(server: &Tollgate, peer: SocketAddr) {
     logged(server, &format!("connection accepted peer={peer}")).await;
@@ -84,24 +101,14 @@ async fn silent_connections_are_closed_after_the_header_timeout() {
         stream
     };
     // A head that never ends, a byte at a time (a slow-loris client): it is due within the
-    // timeout however it trickles in.
-    let trickling = {
-        let stream = TcpStream::connect(address).await.expect("connects");
-        let (reader, mut writer) = stream.into_split();
-        tokio::spawn(async move {
-            let _ = writer
-                .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")
-                .await;
-            loop {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                if writer.write_all(b"x").await.is_err() {
-                    break;
-                }
-            }
-        });
-        reader
-    };
-    let (silent, preface_only, half_preface, keep_alive, trickling) = tokio::join!(
+    // timeout however it trickles in, the first on a connection and one after an answer.
+    let trickling = trickle(address, b"GET /healthz HTTP/1.1\r\nhost: x\r\n").await;
+    let trickling_next = trickle(
+        address,
+        b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\nGET /healthz HTTP/1.1\r\nhost: x\r\n",
+    )
+    .await;
+    let (silent, preface_only, half_preface, keep_alive, trickling, trickling_next) = tokio::join!(
         closed_by_server(silent, "a connection that sends nothing"),
         closed_by_server(
             h2_preface_only,
@@ -110,8 +117,14 @@ async fn silent_connections_are_closed_after_the_header_timeout() {
         closed_by_server(h2_half_preface, "an HTTP/2 connection with half a preface"),
         closed_by_server(keep_alive, "an idle keep-alive connection"),
         closed_by_server(trickling, "a connection trickling its head in"),
+        closed_by_server(trickling_next, "a connection trickling its next head in"),
     );
     assert!(trickling.is_empty(), "{trickling:?}");
+    assert!(
+        trickling_next.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&trickling_next)
+    );
     assert!(silent.is_empty(), "{silent:?}");
     assert!(half_preface.is_empty(), "{half_preface:?}");
     // The server's SETTINGS frame (type 4), perhaps a GOAWAY (type 7), nothing else.

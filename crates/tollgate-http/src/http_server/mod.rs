@@ -5,7 +5,8 @@
 //!   connection has a request under way;
 //! - a connection must send a complete request head within `header_timeout` of being accepted,
 //!   and again within `header_timeout` of its last answer (keep-alive); one that does not is
-//!   closed, HTTP/1.1 and HTTP/2 alike (an HTTP/2 client that never sends its preface too);
+//!   closed, HTTP/1.1 and HTTP/2 alike (an HTTP/2 client that never sends its preface too),
+//!   and dropped [`CLOSE_GRACE`] later if it is still sending its head then;
 //! - request heads are held to `max_header_bytes` and `max_header_fields`, answered with a 431
 //!   problem detail (the HTTP stack's own limits sit above these, so it rarely answers first);
 //! - a connection past `max_connection_age` is asked to close: HTTP/2 with GOAWAY, HTTP/1 with
