@@ -22,6 +22,9 @@ const PATIENCE: Duration = Duration::from_secs(30);
 /// The HTTP/2 client connection preface.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/// What the accept loop logs when a connection not known to be HTTP/2 reaches its age.
+const PAST_AGE: &str = "a connection at its maximum age: its next answer closes it";
+
 /// Logs that show what the accept loop does with each connection.
 const DEBUG_LOG: (&str, &str) = ("TOLLGATE_LOG", "info,tollgate_http::http_server=debug");
 
@@ -46,6 +49,17 @@ async fn logged(server: &Tollgate, text: &str) {
         server.stderr().contains(text)
     })
     .await;
+}
+
+/// What an HTTP/1 connection past its age sent before the server closed it, lower-cased; fails
+/// the test unless it is one `200` answer that says `Connection: close`.
+async fn answered_then_closed(stream: TcpStream) -> String {
+    let received = closed_by_server(stream, "an HTTP/1 connection past its age").await;
+    let received = String::from_utf8_lossy(&received).to_ascii_lowercase();
+    assert!(received.starts_with("http/1.1 200"), "{received}");
+    assert_eq!(received.matches("http/1.1 ").count(), 1, "{received}");
+    assert!(received.contains("\r\nconnection: close\r\n"), "{received}");
+    received
 }
 
 /// Connects to `address` and sends `head`, then one more byte of a header name every 100 ms
@@ -219,31 +233,39 @@ async fn held_upstream(
     address
 }
 
-#[tokio::test]
-async fn a_client_waits_at_the_cap_only_while_every_connection_is_busy() {
-    static RELEASE: Semaphore = Semaphore::const_new(0);
-    let (arrived, mut arrivals) = mpsc::unbounded_channel();
-    let upstream = held_upstream(arrived, &RELEASE).await;
+/// `tollgate proxy` with [`POLICIES`], debug logs and `flags` in front of a [`held_upstream`]
+/// that waits for `release`, and the channel that says when a request reached it; the
+/// directory holds the proxy's policy file.
+async fn held_proxy(
+    release: &'static Semaphore,
+    flags: &[&str],
+) -> (Tollgate, mpsc::UnboundedReceiver<()>, tempfile::TempDir) {
+    let (arrived, arrivals) = mpsc::unbounded_channel();
+    let upstream = format!("http://{}", held_upstream(arrived, release).await);
     let directory = tempfile::tempdir().expect("a temporary directory");
     let config = directory.path().join("policies.yaml");
     std::fs::write(&config, POLICIES).expect("written");
-    let config = config.to_str().expect("UTF-8");
-    let upstream = format!("http://{upstream}");
-    let proxy = Tollgate::start_with_env(
-        &proxy_args(&[
-            "--config",
-            config,
-            "--upstream",
-            &upstream,
-            "--upstream-timeout",
-            "1h",
-            "--max-connections",
-            "1",
-            "--header-timeout",
-            "1h",
-        ]),
-        &[DEBUG_LOG],
-    );
+    let mut args = vec![
+        "--config",
+        config.to_str().expect("UTF-8"),
+        "--upstream",
+        &upstream,
+        "--upstream-timeout",
+        "1h",
+    ];
+    args.extend_from_slice(flags);
+    let proxy = Tollgate::start_with_env(&proxy_args(&args), &[DEBUG_LOG]);
+    (proxy, arrivals, directory)
+}
+
+#[tokio::test]
+async fn a_client_waits_at_the_cap_only_while_every_connection_is_busy() {
+    static RELEASE: Semaphore = Semaphore::const_new(0);
+    let (proxy, mut arrivals, _config) = held_proxy(
+        &RELEASE,
+        &["--max-connections", "1", "--header-timeout", "1h"],
+    )
+    .await;
     let url = format!("{}/held", proxy.http_url());
     let client = reqwest::Client::builder()
         .timeout(PATIENCE)
@@ -425,19 +447,12 @@ async fn http1_connections_idle_at_their_age_close_with_their_next_answer() {
     let mut stream = TcpStream::connect(server.address("http"))
         .await
         .expect("connects");
-    logged(
-        &server,
-        "a connection at its maximum age: its next answer closes it",
-    )
-    .await;
+    logged(&server, PAST_AGE).await;
     stream
         .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
         .await
         .expect("writes");
-    let received = closed_by_server(stream, "an HTTP/1 connection past its age").await;
-    let received = String::from_utf8_lossy(&received).to_ascii_lowercase();
-    assert!(received.starts_with("http/1.1 200"), "{received}");
-    assert!(received.contains("\r\nconnection: close\r\n"), "{received}");
+    answered_then_closed(stream).await;
 }
 
 /// An HTTP/1 request under way when its connection reaches its age is answered with
@@ -446,29 +461,18 @@ async fn http1_connections_idle_at_their_age_close_with_their_next_answer() {
 #[tokio::test]
 async fn http1_requests_under_way_at_their_connections_age_close_it_with_their_answer() {
     static RELEASE: Semaphore = Semaphore::const_new(0);
-    let (arrived, mut arrivals) = mpsc::unbounded_channel();
-    let upstream = held_upstream(arrived, &RELEASE).await;
-    let directory = tempfile::tempdir().expect("a temporary directory");
-    let config = directory.path().join("policies.yaml");
-    std::fs::write(&config, POLICIES).expect("written");
-    let upstream = format!("http://{upstream}");
-    let proxy = Tollgate::start_with_env(
-        &proxy_args(&[
-            "--config",
-            config.to_str().expect("UTF-8"),
-            "--upstream",
-            &upstream,
-            "--upstream-timeout",
-            "1h",
+    let (proxy, mut arrivals, _config) = held_proxy(
+        &RELEASE,
+        &[
             "--max-connection-age",
             "1s",
             "--max-connection-age-grace",
             "1h",
             "--header-timeout",
             "1h",
-        ]),
-        &[DEBUG_LOG],
-    );
+        ],
+    )
+    .await;
     let mut stream = TcpStream::connect(proxy.address("listen"))
         .await
         .expect("connects");
@@ -480,16 +484,9 @@ async fn http1_requests_under_way_at_their_connections_age_close_it_with_their_a
         .await
         .expect("the request reaches the upstream")
         .expect("the upstream runs");
-    logged(
-        &proxy,
-        "a connection at its maximum age: its next answer closes it",
-    )
-    .await;
+    logged(&proxy, PAST_AGE).await;
     RELEASE.add_permits(1);
-    let received = closed_by_server(stream, "an HTTP/1 connection past its age").await;
-    let received = String::from_utf8_lossy(&received).to_ascii_lowercase();
-    assert!(received.starts_with("http/1.1 200"), "{received}");
-    assert!(received.contains("\r\nconnection: close\r\n"), "{received}");
+    let received = answered_then_closed(stream).await;
     assert!(received.ends_with("done"), "{received}");
 }
 
@@ -510,11 +507,7 @@ async fn http2_connections_unused_at_their_age_close_when_first_used() {
             .connect()
             .await
             .expect("gRPC connects");
-    logged(
-        &server,
-        "a connection at its maximum age: its next answer closes it",
-    )
-    .await;
+    logged(&server, PAST_AGE).await;
     assert!(
         !server
             .stderr()

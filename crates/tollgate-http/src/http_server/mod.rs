@@ -297,10 +297,10 @@ impl Watch {
         let mut deadline = Instant::now() + header_timeout;
         // Past its age and its grace, the connection goes, requests under way or not.
         let mut cut_at: Option<Instant> = None;
-        // Set once the connection, not known to be HTTP/2 at its age, closes with its next
-        // answer.
-        let mut past_age = false;
         loop {
+            // Once the connection, not known to be HTTP/2 at its age, closes with its next
+            // answer.
+            let past_age = self.tracked.past_age.load(Ordering::Relaxed);
             // The timers and signals in a set of their own, which polls them only when one of
             // them woke the task: polled beside the connection, they would each be polled
             // again (a timer entry, a lock on the signal's waiters) on every request.
@@ -365,7 +365,6 @@ impl Watch {
                     // still get only the age's grace.
                     tracing::debug!(peer = %self.peer, "a connection at its maximum age: its next answer closes it");
                     self.tracked.past_age.store(true, Ordering::Relaxed);
-                    past_age = true;
                     cut_at = Some(now + self.age_grace);
                 }
                 Event::Aged | Event::UsedPastAge => {
