@@ -3,7 +3,8 @@
 //! through it pays for a keyed pool (the key hashed three times with SipHash, byte by byte) and
 //! for a task spawned to put the connection back: about a seventh of a proxied request. A
 //! connection here goes back when the response body that used it is dropped, read to its end.
-//! Upstreams over TLS or HTTP/2 keep hyper-util's client.
+//! Upstreams over TLS or HTTP/2 keep hyper-util's client. Each worker thread keeps its own
+//! idle connections, so a connection's task runs on the thread of the requests that use it.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -23,15 +24,18 @@ use tokio::time::Instant;
 /// How long a connection may sit idle before it is closed rather than used (as hyper-util's
 /// client, which the other upstreams use).
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-/// The most idle connections kept; more are closed when their answers end.
+/// The most idle connections kept, shared out between the worker threads; more are closed
+/// when their answers end.
 pub(crate) const MAX_IDLE: usize = 1024;
 
 /// The idle connections to one upstream address.
 pub(crate) struct Http1Pool {
     /// `host:port`, resolved on every connect.
     address: String,
-    /// Most recently used last.
-    idle: Mutex<Vec<Idle>>,
+    /// Per worker thread ([`crate::http_server::Workers`]), most recently used last.
+    idle: Box<[Mutex<Vec<Idle>>]>,
+    /// The most idle connections each thread keeps.
+    max_idle: usize,
 }
 
 struct Idle {
@@ -56,10 +60,20 @@ pub(crate) enum SendError {
 impl Http1Pool {
     /// A pool for the upstream at `address` (`host:port`).
     pub(crate) fn new(address: String) -> Arc<Self> {
+        let threads = crate::http_server::worker_count();
         Arc::new(Self {
             address,
-            idle: Mutex::new(Vec::new()),
+            idle: (0..threads).map(|_| Mutex::new(Vec::new())).collect(),
+            max_idle: (MAX_IDLE / threads).max(1),
         })
+    }
+
+    /// This thread's idle connections.
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+        let slot = crate::http_server::current_worker() % self.idle.len();
+        self.idle[slot]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Sends `request` (in origin form, with its `Host` field) on an idle connection, else on a
@@ -101,7 +115,7 @@ impl Http1Pool {
 
     /// The most recently used open connection; those idle too long are closed.
     fn take(&self) -> Option<SendRequest<Body>> {
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut idle = self.idle();
         let now = Instant::now();
         while let Some(Idle { sender, since }) = idle.pop() {
             if now.duration_since(since) >= IDLE_TIMEOUT {
@@ -117,8 +131,8 @@ impl Http1Pool {
     }
 
     fn put(&self, sender: SendRequest<Body>) {
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        if idle.len() < MAX_IDLE && !sender.is_closed() {
+        let mut idle = self.idle();
+        if idle.len() < self.max_idle && !sender.is_closed() {
             idle.push(Idle {
                 sender,
                 since: Instant::now(),
@@ -148,10 +162,7 @@ impl Http1Pool {
     /// How many connections are idle now.
     #[cfg(test)]
     fn idle_count(&self) -> usize {
-        self.idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.idle().len()
     }
 }
 

@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
-use tollgate_http::http_server::ConnectionLimits;
+use tollgate_http::http_server::{ConnectionLimits, Workers};
 
 /// `--max-connections`, `--header-timeout`, `--max-header-bytes`, `--max-header-fields`,
-/// `--shutdown-timeout`, `--max-connection-age` and `--max-connection-age-grace`.
+/// `--shutdown-timeout`, `--max-connection-age`, `--max-connection-age-grace` and
+/// `--http-workers`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ConnectionFlags {
     /// The most client connections open at once (at least 1). At the cap, the connection idle
@@ -53,6 +54,12 @@ pub struct ConnectionFlags {
     /// streams included) before the connection is closed under them.
     #[arg(long, env = "TOLLGATE_MAX_CONNECTION_AGE_GRACE", default_value = "30s", value_parser = tollgate::parse_duration, value_name = "DURATION")]
     pub max_connection_age_grace: Duration,
+    /// How many threads serve the HTTP connections, each on its own event loop with the
+    /// connections handed to it (the one with the fewest takes the next), as NGINX's worker
+    /// processes; the default is one a core. `0` serves them on the threads the gRPC and admin
+    /// listeners share, which any of them may pick a connection's work up from.
+    #[arg(long, env = "TOLLGATE_HTTP_WORKERS", value_parser = worker_count, value_name = "N")]
+    pub http_workers: Option<usize>,
 }
 
 fn count_in(
@@ -79,6 +86,15 @@ fn connection_count(text: &str) -> Result<usize, String> {
     count_in(text, 1..=1_000_000, "0 would accept no connection at all")
 }
 
+/// `--http-workers`.
+fn worker_count(text: &str) -> Result<usize, String> {
+    count_in(
+        text,
+        0..=tollgate_http::http_server::MAX_WORKERS,
+        "0 serves connections on the shared threads",
+    )
+}
+
 /// `--max-header-bytes`.
 fn header_bytes(text: &str) -> Result<usize, String> {
     count_in(text, 1_024..=1024 * 1024, "a request head must fit")
@@ -90,9 +106,16 @@ fn header_fields(text: &str) -> Result<usize, String> {
 }
 
 impl ConnectionFlags {
-    /// The bounds the flags set.
-    pub fn limits(&self) -> ConnectionLimits {
-        ConnectionLimits {
+    /// The bounds the flags set, with the worker threads they ask for started.
+    pub fn limits(&self) -> Result<ConnectionLimits, String> {
+        let threads = self.http_workers.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        });
+        let workers = match threads {
+            0 => None,
+            threads => Some(Workers::start(threads)?),
+        };
+        Ok(ConnectionLimits {
             max_connections: self.max_connections,
             header_timeout: self.header_timeout,
             max_header_bytes: self.max_header_bytes,
@@ -100,6 +123,7 @@ impl ConnectionFlags {
             shutdown_timeout: self.shutdown_timeout,
             max_connection_age: self.max_connection_age,
             max_connection_age_grace: self.max_connection_age_grace,
-        }
+            workers,
+        })
     }
 }

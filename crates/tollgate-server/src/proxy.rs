@@ -82,6 +82,8 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
         args.config.display()
     );
     let shutdown = crate::shutdown::Shutdown::after_signal(args.health.shutdown_delay);
+    // Before the app: the upstream's connections are kept per worker thread.
+    let connections = args.connections.limits()?;
     let proxy_metrics = Arc::new(tollgate_http::proxy_metrics::ProxyMetrics::new());
     let app = tollgate_http::proxy::app(
         &limiter,
@@ -117,7 +119,6 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
         admin_hosts,
     );
     let tls_for = |listener| tls.as_ref().filter(|_| args.tls.covers(listener));
-    let connections = args.connections.limits();
     let proxy_server = serve(
         listener,
         app,

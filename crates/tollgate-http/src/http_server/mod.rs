@@ -41,6 +41,10 @@ use stream_executor::{StreamExecutor, Streams};
 mod connection_service;
 mod registry;
 mod stream_executor;
+mod workers;
+
+pub use workers::{MAX_WORKERS, Workers};
+pub(crate) use workers::{count as worker_count, current as current_worker};
 
 /// The longest request target (path and query) read, in bytes; longer ones get `414`.
 pub const MAX_URI_BYTES: usize = 8 * 1024;
@@ -77,6 +81,9 @@ pub struct ConnectionLimits {
     /// How long requests under way on a connection past its age may take (long-lived gRPC
     /// streams included) before the connection is closed under them.
     pub max_connection_age_grace: Duration,
+    /// The threads connections are served on, each connection on one of them from its accept
+    /// to its close (see [`Workers`]); `None` serves them on the runtime `serve` runs on.
+    pub workers: Option<Workers>,
 }
 
 impl ConnectionLimits {
@@ -154,7 +161,7 @@ pub async fn serve(
             _running: running.clone(),
         };
         let watch = Watch::new(peer, tracked, &registry, limits, stopping.clone());
-        tokio::spawn(async move {
+        let connection = move |stream: TcpStream| async move {
             match acceptor {
                 None => {
                     let io = TokioIo::new(stream);
@@ -172,7 +179,13 @@ pub async fn serve(
                 }
             }
             drop(slot);
-        });
+        };
+        match &limits.workers {
+            Some(workers) => workers.spawn(stream, connection),
+            None => {
+                tokio::spawn(connection(stream));
+            }
+        }
     }
     drop(listener);
     let _ = stop.send(true);

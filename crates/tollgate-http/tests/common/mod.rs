@@ -16,6 +16,7 @@ pub(crate) fn limits(max_connections: usize) -> ConnectionLimits {
         shutdown_timeout: Duration::from_secs(1),
         max_connection_age: Duration::ZERO,
         max_connection_age_grace: Duration::from_secs(1),
+        workers: None,
     }
 }
 

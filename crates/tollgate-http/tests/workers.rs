@@ -1,0 +1,99 @@
+//! Connections served on worker threads: each on one thread from its accept to its close, a new
+//! one on the thread with the fewest.
+
+mod common;
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tollgate_http::http_server::{ConnectionLimits, MAX_WORKERS, Workers, listen, serve};
+
+/// `GET /thread` on a kept-alive connection: the name of the thread that answered.
+async fn thread_of(connection: &mut BufReader<TcpStream>) -> String {
+    connection
+        .get_mut()
+        .write_all(b"GET /thread HTTP/1.1\r\nhost: tollgate\r\n\r\n")
+        .await
+        .expect("written");
+    let mut length = None;
+    loop {
+        let mut line = String::new();
+        let read = tokio::time::timeout(Duration::from_secs(30), connection.read_line(&mut line))
+            .await
+            .expect("an answer, not a connection left waiting")
+            .expect("read");
+        assert!(read > 0, "the connection closed before its answer");
+        if line == "\r\n" {
+            break;
+        }
+        if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = Some(value.trim().parse::<usize>().expect("a length"));
+        }
+    }
+    let mut body = vec![0; length.expect("a content-length")];
+    connection.read_exact(&mut body).await.expect("the body");
+    String::from_utf8(body).expect("UTF-8")
+}
+
+#[tokio::test]
+async fn each_connection_stays_on_one_worker_and_the_next_goes_to_the_least_busy() {
+    let (listener, address) = listen("127.0.0.1:0".parse().expect("an address"), "HTTP")
+        .await
+        .expect("a listener");
+    let router = Router::new().route(
+        "/thread",
+        get(|| async {
+            std::thread::current()
+                .name()
+                .unwrap_or("unnamed")
+                .to_owned()
+        }),
+    );
+    let limits = ConnectionLimits {
+        workers: Some(Workers::start(2).expect("two workers")),
+        ..common::limits(8)
+    };
+    tokio::spawn(async move {
+        serve(
+            listener,
+            router.into(),
+            &limits,
+            None,
+            std::future::pending(),
+        )
+        .await;
+    });
+    // A connection of its own, closed after its answer, is served on a worker too.
+    let (answer, _) = common::get(address, "/thread").await;
+    assert!(answer.ends_with("\r\n\r\ntollgate-http-0"), "{answer}");
+    let connect = || async { BufReader::new(TcpStream::connect(address).await.expect("connects")) };
+    let mut first = connect().await;
+    let first_thread = thread_of(&mut first).await;
+    // The second is accepted while the first is open: it goes to the other worker.
+    let mut second = connect().await;
+    let second_thread = thread_of(&mut second).await;
+    for thread in [&first_thread, &second_thread] {
+        assert!(
+            thread.starts_with("tollgate-http-"),
+            "answered on {thread}, not a worker"
+        );
+    }
+    assert_ne!(first_thread, second_thread, "both on one worker");
+    for _ in 0..5 {
+        assert_eq!(thread_of(&mut first).await, first_thread);
+        assert_eq!(thread_of(&mut second).await, second_thread);
+    }
+}
+
+#[test]
+fn a_set_of_workers_has_one_to_the_most_threads() {
+    for count in [0, MAX_WORKERS + 1] {
+        let error = Workers::start(count).expect_err("refused");
+        assert!(error.contains(&format!("1 to {MAX_WORKERS}")), "{error}");
+    }
+    let workers = Workers::start(3).expect("three workers");
+    assert_eq!(workers.len(), 3);
+}
