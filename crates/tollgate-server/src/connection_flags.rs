@@ -54,12 +54,20 @@ pub struct ConnectionFlags {
     /// streams included) before the connection is closed under them.
     #[arg(long, env = "TOLLGATE_MAX_CONNECTION_AGE_GRACE", default_value = "30s", value_parser = tollgate::parse_duration, value_name = "DURATION")]
     pub max_connection_age_grace: Duration,
-    /// How many threads serve the HTTP connections, each on its own event loop with the
-    /// connections handed to it (the one with the fewest takes the next), as NGINX's worker
-    /// processes; the default is one a core. `0` serves them on the threads the gRPC and admin
-    /// listeners share, which any of them may pick a connection's work up from.
-    #[arg(long, env = "TOLLGATE_HTTP_WORKERS", value_parser = worker_count, value_name = "N")]
-    pub http_workers: Option<usize>,
+    /// How many threads serve the connections (HTTP, gRPC and admin), each on an event loop
+    /// of its own with the connections handed to it (the one with the fewest takes the next),
+    /// as NGINX's worker processes: less CPU a request, for cores the server has to itself.
+    /// `0` serves them on the threads the rest of the server shares, where any idle thread
+    /// takes up a busy one's work, which keeps tail latency low on cores shared with other
+    /// busy processes.
+    #[arg(
+        long,
+        env = "TOLLGATE_HTTP_WORKERS",
+        default_value_t = 0,
+        value_parser = worker_count,
+        value_name = "N"
+    )]
+    pub http_workers: usize,
 }
 
 fn count_in(
@@ -108,10 +116,7 @@ fn header_fields(text: &str) -> Result<usize, String> {
 impl ConnectionFlags {
     /// The bounds the flags set, with the worker threads they ask for started.
     pub fn limits(&self) -> Result<ConnectionLimits, String> {
-        let threads = self.http_workers.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-        });
-        let workers = match threads {
+        let workers = match self.http_workers {
             0 => None,
             threads => Some(Workers::start(threads)?),
         };

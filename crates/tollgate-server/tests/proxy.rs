@@ -212,6 +212,40 @@ async fn admitted_requests_are_forwarded_with_the_rate_limit_fields_and_the_rest
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_on_different_worker_threads_share_one_limit() {
+    let upstream = Upstream::default();
+    let address = start_upstream(upstream.clone()).await;
+    let policies = policy_file();
+    let proxy = proxy_to(address, &policies, &["--http-workers", "2"]);
+    let base = proxy.http_url();
+    // Two clients, a kept-alive connection each: the second is accepted while the first is
+    // open, so it goes to the other worker thread.
+    let clients = [reqwest::Client::new(), reqwest::Client::new()];
+    let mut statuses = Vec::new();
+    for round in 0..3 {
+        for client in &clients {
+            let response = client
+                .get(format!("{base}/echo?round={round}"))
+                .send()
+                .await
+                .expect("an answer");
+            statuses.push(response.status().as_u16());
+            response.bytes().await.expect("the body");
+        }
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429, 429]);
+    assert_eq!(upstream.requests.load(Ordering::SeqCst), 3);
+    let mut threads: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", proxy.pid()))
+        .expect("the proxy's threads")
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_owned())
+        .filter(|name| name.starts_with("tollgate-http"))
+        .collect();
+    threads.sort();
+    assert_eq!(threads, ["tollgate-http-0", "tollgate-http-1"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_stream_both_ways() {
     let (chunks, mut received) = mpsc::unbounded_channel();
     let upstream = Upstream {
