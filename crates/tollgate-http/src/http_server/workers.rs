@@ -3,8 +3,10 @@
 //! connection's task may run on any of its threads: a worker that runs out of tasks wakes and
 //! steals from the others, and a task woken by another thread moves its state across caches.
 //! A connection here stays on one thread from its accept to its close, and so does every task
-//! it spawns (the proxy's connections to its upstream among them): a proxied request costs
-//! about a fifth less CPU (docs/benchmarks.md).
+//! it spawns (the proxy's connections to its upstream among them): a proxied request costs up
+//! to a fifth less CPU (docs/benchmarks.md). A worker whose core another process takes holds
+//! up its own connections, where the shared runtime's other threads would take them over:
+//! worker threads are for cores the server has to itself.
 
 use std::cell::Cell;
 use std::sync::Arc;
