@@ -227,6 +227,10 @@ pub struct ForwardSettings {
     pub upstream_ca: Option<std::path::PathBuf>,
     /// Whether clients reach the proxy over TLS (`X-Forwarded-Proto: https`).
     pub listener_tls: bool,
+    /// How many worker threads serve the proxy's connections
+    /// ([`crate::http_server::Workers`]; 1 on the shared runtime): idle connections to a
+    /// plain `http://` upstream are kept per thread.
+    pub worker_threads: usize,
 }
 
 /// The TLS client settings for the upstream: its CA file's certificates, else the system's
@@ -289,7 +293,7 @@ impl Forwarder {
         let tls = upstream_tls(&upstream, settings.upstream_ca.as_deref())?;
         let route = if upstream.scheme == Scheme::HTTP && !settings.http2 {
             Route::Http1 {
-                pool: Http1Pool::new(upstream.address()),
+                pool: Http1Pool::new(upstream.address(), settings.worker_threads),
                 host: upstream.host_field(),
             }
         } else {

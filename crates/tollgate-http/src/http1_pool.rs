@@ -58,9 +58,10 @@ pub(crate) enum SendError {
 }
 
 impl Http1Pool {
-    /// A pool for the upstream at `address` (`host:port`).
-    pub(crate) fn new(address: String) -> Arc<Self> {
-        let threads = crate::http_server::worker_count();
+    /// A pool for the upstream at `address` (`host:port`), used from `threads` worker
+    /// threads (1 on the shared runtime).
+    pub(crate) fn new(address: String, threads: usize) -> Arc<Self> {
+        let threads = threads.max(1);
         Arc::new(Self {
             address,
             idle: (0..threads).map(|_| Mutex::new(Vec::new())).collect(),

@@ -13,7 +13,7 @@
 //! use tollgate_envoy::rls::{Rls, RlsConfig};
 //! use tollgate_http::api::{AppState, Charges, Shared, app};
 //! use tollgate_http::health::{Readiness, Stopping};
-//! use tollgate_http::http_server::{ConnectionLimits, Workers, listen, serve};
+//! use tollgate_http::http_server::{ConnectionLimits, listen, serve};
 //!
 //! let policies = Policies::from_yaml("inline", "policies: []").map_err(|e| e.to_string())?;
 //! let limiter = Limiter::with_policies(AnyStore::Memory(MemoryStore::new()), policies);
@@ -38,8 +38,9 @@
 //!     shutdown_timeout: Duration::from_secs(30),
 //!     max_connection_age: Duration::from_secs(600),
 //!     max_connection_age_grace: Duration::from_secs(30),
-//!     // One thread a core serves the connections, each its own.
-//!     workers: Some(Workers::start(4)?),
+//!     // The shared runtime; `Some(Workers::start(4)?)` for four threads each serving its
+//!     // own connections (see `Workers`).
+//!     workers: None,
 //! };
 //! let (listener, _address) = listen("127.0.0.1:8080".parse().expect("an address"), "HTTP").await?;
 //! serve(listener, app, &limits, None, std::future::pending()).await;

@@ -54,12 +54,12 @@ pub struct ConnectionFlags {
     /// streams included) before the connection is closed under them.
     #[arg(long, env = "TOLLGATE_MAX_CONNECTION_AGE_GRACE", default_value = "30s", value_parser = tollgate::parse_duration, value_name = "DURATION")]
     pub max_connection_age_grace: Duration,
-    /// How many threads serve the connections (HTTP, gRPC and admin), each on an event loop
-    /// of its own with the connections handed to it (the one with the fewest takes the next),
-    /// as NGINX's worker processes: less CPU a request, for cores the server has to itself.
-    /// `0` serves them on the threads the rest of the server shares, where any idle thread
-    /// takes up a busy one's work, which keeps tail latency low on cores shared with other
-    /// busy processes.
+    /// How many threads serve the connections (of every listener), each on an event loop of
+    /// its own with the connections handed to it (the one with the fewest takes the next), as
+    /// NGINX's worker processes: less CPU a request for clients whose connections each carry a
+    /// steady share of the load. `0` serves them on the threads the rest of the server shares,
+    /// where any idle thread takes up a busy one's work, which keeps the tail short for pooled
+    /// clients and on cores shared with other busy processes.
     #[arg(
         long,
         env = "TOLLGATE_HTTP_WORKERS",
@@ -99,7 +99,7 @@ fn worker_count(text: &str) -> Result<usize, String> {
     count_in(
         text,
         0..=tollgate_http::http_server::MAX_WORKERS,
-        "0 serves connections on the shared threads",
+        "0 serves connections on the shared threads; more than a thousand is no machine's cores",
     )
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tollgate_http::admin::AdminState;
 use tollgate_http::forward::{ForwardSettings, Upstream};
-use tollgate_http::http_server::{listen, serve};
+use tollgate_http::http_server::{Workers, listen, serve};
 
 use crate::admin_flags::AdminArgs;
 use crate::connection_flags::ConnectionFlags;
@@ -82,7 +82,6 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
         args.config.display()
     );
     let shutdown = crate::shutdown::Shutdown::after_signal(args.health.shutdown_delay);
-    // Before the app: the upstream's connections are kept per worker thread.
     let connections = args.connections.limits()?;
     let proxy_metrics = Arc::new(tollgate_http::proxy_metrics::ProxyMetrics::new());
     let app = tollgate_http::proxy::app(
@@ -93,6 +92,7 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
             http2: args.upstream_http2,
             upstream_ca: args.upstream_ca.clone(),
             listener_tls: tls.is_some() && args.tls.covers(crate::tls_flags::Listener::Http),
+            worker_threads: connections.workers.as_ref().map_or(1, Workers::threads),
         },
         &proxy_metrics,
     )?;

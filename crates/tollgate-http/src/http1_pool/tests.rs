@@ -63,7 +63,7 @@ async fn read(pool: &Arc<Http1Pool>, address: &str, path: &str) -> Bytes {
 #[tokio::test]
 async fn answers_read_to_their_end_give_their_connection_back() {
     let (address, accepted) = upstream().await;
-    let pool = Http1Pool::new(address.clone());
+    let pool = Http1Pool::new(address.clone(), 1);
     for _ in 0..5 {
         assert_eq!(read(&pool, &address, "/").await, "ok");
         assert_eq!(pool.idle_count(), 1);
@@ -76,7 +76,7 @@ async fn answers_read_to_their_end_give_their_connection_back() {
 #[tokio::test]
 async fn an_answer_dropped_before_its_end_does_not_give_its_connection_back() {
     let (address, accepted) = upstream().await;
-    let pool = Http1Pool::new(address.clone());
+    let pool = Http1Pool::new(address.clone(), 1);
     let response = pool.send(get(&address, "/chunked")).await.unwrap();
     drop(response);
     assert_eq!(pool.idle_count(), 0);
@@ -87,7 +87,7 @@ async fn an_answer_dropped_before_its_end_does_not_give_its_connection_back() {
 #[tokio::test]
 async fn a_connection_the_upstream_closed_is_not_used_again() {
     let (address, accepted) = upstream().await;
-    let pool = Http1Pool::new(address.clone());
+    let pool = Http1Pool::new(address.clone(), 1);
     assert_eq!(read(&pool, &address, "/close").await, "ok");
     // Whether or not it went back, the closed connection is never chosen: the next request
     // goes on a new one and is answered.
@@ -99,7 +99,7 @@ async fn a_connection_the_upstream_closed_is_not_used_again() {
 #[tokio::test]
 async fn connections_idle_too_long_are_closed_instead_of_used() {
     let (address, accepted) = upstream().await;
-    let pool = Http1Pool::new(address.clone());
+    let pool = Http1Pool::new(address.clone(), 1);
     assert_eq!(read(&pool, &address, "/").await, "ok");
     assert_eq!(pool.idle_count(), 1);
     tokio::time::pause();
@@ -114,7 +114,7 @@ async fn an_upstream_that_refuses_connections_is_an_error_naming_it() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
     drop(listener);
-    let pool = Http1Pool::new(address.clone());
+    let pool = Http1Pool::new(address.clone(), 1);
     let error = pool.send(get(&address, "/")).await.unwrap_err();
     assert!(matches!(error, SendError::Connect { .. }), "{error}");
     assert!(error.to_string().contains(&address), "{error}");

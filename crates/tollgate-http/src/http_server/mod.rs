@@ -43,8 +43,8 @@ mod registry;
 mod stream_executor;
 mod workers;
 
+pub(crate) use workers::current as current_worker;
 pub use workers::{MAX_WORKERS, Workers};
-pub(crate) use workers::{count as worker_count, current as current_worker};
 
 /// The longest request target (path and query) read, in bytes; longer ones get `414`.
 pub const MAX_URI_BYTES: usize = 8 * 1024;
