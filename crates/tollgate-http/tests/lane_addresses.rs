@@ -10,7 +10,7 @@ use axum::extract::{ConnectInfo, Request};
 use axum::http::Method;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use tollgate_http::http_server::{LocalAddr, listen, serve};
+use tollgate_http::http_server::LocalAddr;
 use tollgate_http::lane::{App, Lane, LaneFuture};
 
 /// The addresses a request arrived with, as text: `peer=...;local=...` or `none`.
@@ -36,9 +36,6 @@ fn telling(request: Request) -> LaneFuture {
 
 #[tokio::test]
 async fn a_lane_without_addresses_gets_none_and_every_other_request_gets_both() {
-    let (listener, address) = listen("127.0.0.1:0".parse().expect("an address"), "HTTP")
-        .await
-        .expect("a listener");
     let router = Router::new().route(
         "/routed",
         get(|request: Request| async move { addresses(&request) }),
@@ -50,16 +47,7 @@ async fn a_lane_without_addresses_gets_none_and_every_other_request_gets_both() 
             Lane::exact(Method::GET, "/told", telling),
         ],
     );
-    tokio::spawn(async move {
-        serve(
-            listener,
-            app,
-            &common::limits(8),
-            None,
-            std::future::pending(),
-        )
-        .await;
-    });
+    let address = common::start(app, common::limits(8)).await;
     let (bare, _) = common::get(address, "/bare").await;
     assert_eq!(body(&bare), "none");
     for path in ["/told", "/routed"] {

@@ -9,7 +9,7 @@ use axum::Router;
 use axum::routing::get;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-use tollgate_http::http_server::{ConnectionLimits, MAX_WORKERS, Workers, listen, serve};
+use tollgate_http::http_server::{ConnectionLimits, MAX_WORKERS, Workers};
 
 /// `GET /thread` on a kept-alive connection: the name of the thread that answered.
 async fn thread_of(connection: &mut BufReader<TcpStream>) -> String {
@@ -40,9 +40,6 @@ async fn thread_of(connection: &mut BufReader<TcpStream>) -> String {
 
 #[tokio::test]
 async fn each_connection_stays_on_one_worker_and_two_open_at_once_are_on_two() {
-    let (listener, address) = listen("127.0.0.1:0".parse().expect("an address"), "HTTP")
-        .await
-        .expect("a listener");
     let router = Router::new().route(
         "/thread",
         get(|| async {
@@ -56,16 +53,7 @@ async fn each_connection_stays_on_one_worker_and_two_open_at_once_are_on_two() {
         workers: Some(Workers::start(2).expect("two workers")),
         ..common::limits(8)
     };
-    tokio::spawn(async move {
-        serve(
-            listener,
-            router.into(),
-            &limits,
-            None,
-            std::future::pending(),
-        )
-        .await;
-    });
+    let address = common::start(router.into(), limits).await;
     // A connection of its own, closed after its answer, is served on a worker too.
     let (answer, _) = common::get(address, "/thread").await;
     assert!(answer.ends_with("\r\n\r\ntollgate-w0"), "{answer}");

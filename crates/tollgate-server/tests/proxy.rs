@@ -124,8 +124,12 @@ async fn start_upstream(upstream: Upstream) -> SocketAddr {
 }
 
 fn policy_file() -> tempfile::NamedTempFile {
+    policy_file_of(POLICIES)
+}
+
+fn policy_file_of(text: &str) -> tempfile::NamedTempFile {
     let file = tempfile::NamedTempFile::new().expect("a temporary file");
-    std::fs::write(file.path(), POLICIES).expect("written");
+    std::fs::write(file.path(), text).expect("written");
     file
 }
 
@@ -233,7 +237,12 @@ async fn connections_on_two_worker_threads_share_one_limit_and_keep_their_own_up
 {
     let upstream = Upstream::default();
     let address = start_upstream(upstream.clone()).await;
-    let policies = policy_file();
+    // A GCRA limit with a burst of three, refilled one in twenty minutes: no window boundary
+    // the test could cross.
+    let policies = policy_file_of(
+        "policies:\n  - name: echo\n    match: { path_prefix: /echo }\n    key: [ip]\n    \
+         limits: [{ name: echo-per-hour, algorithm: gcra, quota: 3/h }]\n",
+    );
     let proxy = proxy_to(address, &policies, &["--http-workers", "2"]);
     let base = proxy.http_url();
     // Two clients, a kept-alive connection each: the second is accepted while the first is

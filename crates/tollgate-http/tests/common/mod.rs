@@ -1,10 +1,23 @@
-//! What the listener tests share: bounds a test server runs with, and a request sent by hand.
+//! What the listener tests share: bounds a test server runs with, the server started on them,
+//! and a request sent by hand.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tollgate_http::http_server::ConnectionLimits;
+use tollgate_http::http_server::{ConnectionLimits, listen, serve};
+use tollgate_http::lane::App;
+
+/// Serves `app` under `limits` on a free loopback port for the rest of the test: its address.
+pub(crate) async fn start(app: App, limits: ConnectionLimits) -> SocketAddr {
+    let (listener, address) = listen("127.0.0.1:0".parse().expect("an address"), "HTTP")
+        .await
+        .expect("a listener");
+    tokio::spawn(async move {
+        serve(listener, app, &limits, None, std::future::pending()).await;
+    });
+    address
+}
 
 /// Bounds that leave a test's few requests alone, with at most `max_connections` at once.
 pub(crate) fn limits(max_connections: usize) -> ConnectionLimits {
