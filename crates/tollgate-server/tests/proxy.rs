@@ -18,13 +18,15 @@ use support::Tollgate;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 
+/// `echo` is a GCRA limit with a burst of three, refilled one in twenty minutes: a test that
+/// counts to its fourth request has no window boundary to cross, whenever it runs.
 const POLICIES: &str = "
 headers: [ietf, legacy]
 policies:
   - name: echo
     match: { path_prefix: /echo }
     key: [ip]
-    limits: [{ name: echo-per-minute, algorithm: fixed_window, quota: 3/m }]
+    limits: [{ name: echo-per-hour, algorithm: gcra, quota: 3/h }]
   - name: fail
     match: { path: /fail }
     key: [ip]
@@ -124,12 +126,8 @@ async fn start_upstream(upstream: Upstream) -> SocketAddr {
 }
 
 fn policy_file() -> tempfile::NamedTempFile {
-    policy_file_of(POLICIES)
-}
-
-fn policy_file_of(text: &str) -> tempfile::NamedTempFile {
     let file = tempfile::NamedTempFile::new().expect("a temporary file");
-    std::fs::write(file.path(), text).expect("written");
+    std::fs::write(file.path(), POLICIES).expect("written");
     file
 }
 
@@ -226,7 +224,7 @@ async fn admitted_requests_are_forwarded_with_the_rate_limit_fields_and_the_rest
         .expect("text");
     assert!(
         metrics.contains(
-            r#"tollgate_decisions_total{policy="echo",limit="echo-per-minute",outcome="denied"} 1"#
+            r#"tollgate_decisions_total{policy="echo",limit="echo-per-hour",outcome="denied"} 1"#
         ),
         "{metrics}"
     );
@@ -237,12 +235,7 @@ async fn connections_on_two_worker_threads_share_one_limit_and_keep_their_own_up
 {
     let upstream = Upstream::default();
     let address = start_upstream(upstream.clone()).await;
-    // A GCRA limit with a burst of three, refilled one in twenty minutes: no window boundary
-    // the test could cross.
-    let policies = policy_file_of(
-        "policies:\n  - name: echo\n    match: { path_prefix: /echo }\n    key: [ip]\n    \
-         limits: [{ name: echo-per-hour, algorithm: gcra, quota: 3/h }]\n",
-    );
+    let policies = policy_file();
     let proxy = proxy_to(address, &policies, &["--http-workers", "2"]);
     let base = proxy.http_url();
     // Two clients, a kept-alive connection each: the second is accepted while the first is
