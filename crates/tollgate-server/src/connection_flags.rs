@@ -58,16 +58,16 @@ pub struct ConnectionFlags {
     /// its own with the connections handed to it (the one with the fewest takes the next), as
     /// NGINX's worker processes: less CPU a request for clients whose connections each carry a
     /// steady share of the load. `0` serves them on the threads the rest of the server shares,
-    /// where any idle thread takes up a busy one's work, which keeps the tail short for pooled
-    /// clients and on cores shared with other busy processes.
+    /// where any idle thread takes up a busy one's work, which keeps a busy check server's tail
+    /// short for pooled clients and on cores shared with other busy processes. Default: one a
+    /// core for `tollgate proxy`, `0` for `tollgate serve`.
     #[arg(
         long,
         env = "TOLLGATE_HTTP_WORKERS",
-        default_value_t = 0,
         value_parser = worker_count,
         value_name = "N"
     )]
-    pub http_workers: usize,
+    pub http_workers: Option<usize>,
 }
 
 fn count_in(
@@ -113,10 +113,35 @@ fn header_fields(text: &str) -> Result<usize, String> {
     count_in(text, 8..=10_000, "a request needs a few header fields")
 }
 
+/// How many worker threads a command serves its connections on unless `--http-workers` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DefaultWorkers {
+    /// The shared runtime (`tollgate serve`): a check is short and CPU-bound, and a thread of
+    /// the shared runtime takes up a preempted one's connections, where a worker's wait for
+    /// its core (against a pooled client on shared cores, p99 0.6 ms became 4 ms) would not.
+    Shared,
+    /// One a core (`tollgate proxy`), as NGINX and Envoy serve: a proxied request waits on its
+    /// upstream, and a connection kept on one thread with its upstream connections costs less
+    /// CPU and kept the proxy closer to NGINX's rate (docs/benchmarks.md).
+    PerCore,
+}
+
+impl DefaultWorkers {
+    fn threads(self) -> usize {
+        match self {
+            DefaultWorkers::Shared => 0,
+            DefaultWorkers::PerCore => std::thread::available_parallelism()
+                .map_or(1, std::num::NonZeroUsize::get)
+                .min(tollgate_http::http_server::MAX_WORKERS),
+        }
+    }
+}
+
 impl ConnectionFlags {
-    /// The bounds the flags set, with the worker threads they ask for started.
-    pub fn limits(&self) -> Result<ConnectionLimits, String> {
-        let workers = match self.http_workers {
+    /// The bounds the flags set, with the worker threads they ask for (else `default`'s)
+    /// started.
+    pub fn limits(&self, default: DefaultWorkers) -> Result<ConnectionLimits, String> {
+        let workers = match self.http_workers.unwrap_or_else(|| default.threads()) {
             0 => None,
             threads => Some(Workers::start(threads)?),
         };
@@ -130,5 +155,38 @@ impl ConnectionFlags {
             max_connection_age_grace: self.max_connection_age_grace,
             workers,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Command {
+        #[command(flatten)]
+        connections: ConnectionFlags,
+    }
+
+    fn workers(args: &[&str], default: DefaultWorkers) -> usize {
+        let command =
+            Command::try_parse_from(std::iter::once("tollgate").chain(args.iter().copied()))
+                .expect("valid flags");
+        let limits = command.connections.limits(default).expect("starts");
+        limits.workers.as_ref().map_or(0, Workers::threads)
+    }
+
+    #[test]
+    fn the_proxy_serves_on_a_worker_a_core_and_the_check_server_on_the_shared_runtime() {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        assert_eq!(workers(&[], DefaultWorkers::PerCore), cores);
+        assert_eq!(workers(&[], DefaultWorkers::Shared), 0);
+        assert_eq!(
+            workers(&["--http-workers", "0"], DefaultWorkers::PerCore),
+            0
+        );
+        assert_eq!(workers(&["--http-workers", "3"], DefaultWorkers::Shared), 3);
     }
 }

@@ -12,7 +12,7 @@ use tollgate_http::forward::{ForwardSettings, Upstream};
 use tollgate_http::http_server::{Workers, listen, serve};
 
 use crate::admin_flags::AdminArgs;
-use crate::connection_flags::ConnectionFlags;
+use crate::connection_flags::{ConnectionFlags, DefaultWorkers};
 use crate::reload::Reloader;
 use crate::store::{self, StoreFlags};
 
@@ -82,7 +82,7 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
         args.config.display()
     );
     let shutdown = crate::shutdown::Shutdown::after_signal(args.health.shutdown_delay);
-    let connections = args.connections.limits()?;
+    let connections = args.connections.limits(DefaultWorkers::PerCore)?;
     let proxy_metrics = Arc::new(tollgate_http::proxy_metrics::ProxyMetrics::new());
     let app = tollgate_http::proxy::app(
         &limiter,

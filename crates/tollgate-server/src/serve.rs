@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use crate::connection_flags::DefaultWorkers;
 use crate::reload::Reloader;
 use crate::serve_args::ServeArgs;
 use crate::store;
@@ -406,7 +407,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         listeners.admin.as_ref().map(|_| listeners.bound.admin),
     )?;
     let tls_for = |listener| tls.as_ref().filter(|_| args.tls.covers(listener));
-    let connections = args.connections.limits()?;
+    let connections = args.connections.limits(DefaultWorkers::Shared)?;
     let admin_server = listeners.admin.zip(admin_app).map(|(admin, admin_app)| {
         let tls = tls_for(crate::tls_flags::Listener::Admin);
         serve(admin, admin_app.into(), &connections, tls, shutdown.wait())

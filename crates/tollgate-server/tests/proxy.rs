@@ -230,16 +230,17 @@ async fn admitted_requests_are_forwarded_with_the_rate_limit_fields_and_the_rest
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connections_on_two_worker_threads_share_one_limit_and_keep_their_own_upstream_connections()
-{
+/// Two clients on a kept-alive connection each, three rounds of one request each, through a
+/// proxy with `workers` (the `--http-workers` value): the statuses, and how many connections
+/// the upstream saw.
+async fn two_clients_through(workers: &str) -> (Vec<u16>, usize) {
     let upstream = Upstream::default();
     let address = start_upstream(upstream.clone()).await;
     let policies = policy_file();
-    let proxy = proxy_to(address, &policies, &["--http-workers", "2"]);
+    let proxy = proxy_to(address, &policies, &["--http-workers", workers]);
     let base = proxy.http_url();
-    // Two clients, a kept-alive connection each: the second is accepted while the first is
-    // open, so it goes to the other worker thread.
+    // The second client's connection is accepted while the first is open, so with two
+    // workers it goes to the other one.
     let clients = [reqwest::Client::new(), reqwest::Client::new()];
     let mut statuses = Vec::new();
     for round in 0..3 {
@@ -253,13 +254,29 @@ async fn connections_on_two_worker_threads_share_one_limit_and_keep_their_own_up
             response.bytes().await.expect("the body");
         }
     }
-    assert_eq!(statuses, [200, 200, 200, 429, 429, 429]);
     assert_eq!(upstream.requests.load(Ordering::SeqCst), 3);
+    let connections = upstream.connections.lock().expect("not poisoned").len();
+    (statuses, connections)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_on_two_worker_threads_share_one_limit_and_keep_their_own_upstream_connections()
+{
+    let (statuses, connections) = two_clients_through("2").await;
+    assert_eq!(statuses, [200, 200, 200, 429, 429, 429]);
     // Each worker made its own connection to the upstream and used it again: the first
     // client's second request found its worker's connection idle, where one pool shared by
     // both workers would have carried all three requests on one connection.
-    let connections = upstream.connections.lock().expect("not poisoned").len();
     assert_eq!(connections, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_shared_runtime_every_client_connection_takes_the_one_idle_upstream_connection() {
+    // `--http-workers 0`: one pool for the process, so the three requests, one at a time,
+    // all go on the first upstream connection.
+    let (statuses, connections) = two_clients_through("0").await;
+    assert_eq!(statuses, [200, 200, 200, 429, 429, 429]);
+    assert_eq!(connections, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
