@@ -91,8 +91,8 @@ impl Json {
     }
 }
 
-/// Whether `bytes` hold a control character, `"` or `\`: eight bytes a step, since every
-/// string of every answer is looked at (a byte at a time took more than writing them).
+/// Whether any of `bytes` is [`escaped`]: eight bytes a step, since every string of every
+/// answer is looked at (a byte at a time took more than writing them).
 fn needs_escape(bytes: &[u8]) -> bool {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
@@ -111,10 +111,12 @@ fn needs_escape(bytes: &[u8]) -> bool {
             return true;
         }
     }
-    words
-        .remainder()
-        .iter()
-        .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
+    words.remainder().iter().any(|&byte| escaped(byte))
+}
+
+/// Whether JSON escapes `byte`: a control character, `"` or `\`.
+fn escaped(byte: u8) -> bool {
+    byte < 0x20 || byte == b'"' || byte == b'\\'
 }
 
 impl CheckAnswer<'_> {
@@ -253,10 +255,6 @@ mod tests {
             retry_after_ms: None,
             delay_ms: 12_345,
         }
-    }
-
-    fn escaped(b: u8) -> bool {
-        b < 0x20 || b == b'"' || b == b'\\'
     }
 
     proptest::proptest! {
