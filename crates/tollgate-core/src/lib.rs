@@ -18,7 +18,8 @@
 //! - [`check`] and [`decision`]: the question (several limits, all-or-nothing) and the answers;
 //! - [`counter`]: envoyproxy/ratelimit's plain window counters, for sharing a Redis with it;
 //! - [`store`]: the `Store` trait and the sharded in-process store;
-//! - [`overrides`]: where run-time overrides are kept, versioned.
+//! - [`overrides`]: where run-time overrides are kept, versioned;
+//! - [`hex`]: bytes as lower-case hex, for keys, tokens and digests.
 
 pub mod algorithm;
 mod bounds;
@@ -27,6 +28,7 @@ pub mod check;
 pub mod clock;
 pub mod counter;
 pub mod decision;
+pub mod hex;
 mod kind;
 pub mod limit;
 pub mod overrides;

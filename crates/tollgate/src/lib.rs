@@ -52,6 +52,7 @@
 
 pub use tollgate_core::algorithm;
 pub use tollgate_core::counter;
+pub use tollgate_core::hex;
 mod error;
 pub mod headers;
 mod layer;

@@ -73,11 +73,8 @@ impl Secret {
 
     /// The first `bytes` bytes of the digest of `parts`, in lower-case hex.
     pub fn digest_hex(&self, parts: &[&[u8]], bytes: usize) -> String {
-        use fmt::Write as _;
         let mut text = String::with_capacity(2 * bytes);
-        for byte in &self.digest(parts)[..bytes.min(32)] {
-            let _ = write!(text, "{byte:02x}");
-        }
+        crate::hex::push(&mut text, &self.digest(parts)[..bytes.min(32)]);
         text
     }
 

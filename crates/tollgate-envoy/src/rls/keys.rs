@@ -1,8 +1,6 @@
 //! The keys a descriptor is counted and reported under: its counter key, within the store's
 //! cap, and its statistics key, as envoyproxy/ratelimit makes them.
 
-use std::fmt::Write as _;
-
 use sha2::{Digest, Sha256};
 use tollgate::MAX_KEY_BYTES;
 
@@ -41,9 +39,7 @@ pub(super) fn bounded_key(key: String) -> String {
     let mut bounded = String::with_capacity(end + 1 + 64);
     bounded.push_str(&key[..end]);
     bounded.push('#');
-    for byte in digest {
-        let _ = write!(bounded, "{byte:02x}");
-    }
+    tollgate::hex::push(&mut bounded, &digest);
     bounded
 }
 

@@ -129,9 +129,9 @@ impl Charges {
         let tag = self.tag(at, canonical, charged, &receipt);
         let mut token = String::with_capacity(PREFIX.len() + 2 * (8 + receipt.len() + TAG_BYTES));
         token.push_str(PREFIX);
-        push_hex(&mut token, &at.to_be_bytes());
-        push_hex(&mut token, &receipt);
-        push_hex(&mut token, &tag);
+        tollgate::hex::push(&mut token, &at.to_be_bytes());
+        tollgate::hex::push(&mut token, &receipt);
+        tollgate::hex::push(&mut token, &tag);
         token
     }
 
@@ -153,7 +153,7 @@ impl Charges {
         }
         let receipt = decode_receipt(parsed.at, &parsed.receipt).ok_or(ChargeError::Malformed)?;
         let mut claim_key = String::from(claim.key_prefix());
-        push_hex(&mut claim_key, &parsed.tag);
+        tollgate::hex::push(&mut claim_key, &parsed.tag);
         let limit = if limiter.global().is_some() {
             &self.global_claim
         } else {
@@ -237,13 +237,6 @@ fn read_number(bytes: &mut &[u8]) -> Option<u64> {
 }
 
 /// Appends `bytes` in lower-case hex (by table: this runs for every admitted check).
-fn push_hex(text: &mut String, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for byte in bytes {
-        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        text.push(char::from(DIGITS[usize::from(byte & 0xf)]));
-    }
-}
 
 /// What a token carries.
 #[derive(Debug, PartialEq, Eq)]

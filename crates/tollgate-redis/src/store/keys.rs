@@ -37,9 +37,7 @@ fn push_part(name: &mut String, part: &str) {
     let escaped = escaped_len(part);
     if escaped > MAX_PART_BYTES {
         name.push('#');
-        for byte in Sha256::digest(part.as_bytes()) {
-            name.push_str(&format!("{byte:02x}"));
-        }
+        tollgate_core::hex::push(name, &Sha256::digest(part.as_bytes()));
         return;
     }
     if escaped == part.len() {

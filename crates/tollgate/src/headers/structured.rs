@@ -13,8 +13,8 @@ const MAX_INTEGER: u64 = 999_999_999_999_999;
 pub(super) fn push_string(field: &mut String, text: &str) {
     field.push('"');
     let mut rest = text;
-    // Byte by byte: both escaped characters are ASCII, so every split is a character boundary.
-    while let Some(at) = rest.bytes().position(|b| b == b'"' || b == b'\\') {
+    // Both escaped characters are ASCII, so every split is a character boundary.
+    while let Some(at) = memchr::memchr2(b'"', b'\\', rest.as_bytes()) {
         field.push_str(&rest[..at]);
         field.push('\\');
         field.push_str(&rest[at..=at]);

@@ -6,8 +6,6 @@
 //! than [`MAX_VALUE_BYTES`] is replaced by `#` and its SHA-256, so keys stay bounded whatever a
 //! header holds.
 
-use std::fmt::Write;
-
 use sha2::{Digest, Sha256};
 
 /// The longest key value used as it is.
@@ -30,9 +28,7 @@ pub(crate) fn push(key: &mut String, part: &str, value: &str) {
     key.push(':');
     if value.len() > MAX_VALUE_BYTES {
         key.push('#');
-        for byte in Sha256::digest(value.as_bytes()) {
-            let _ = write!(key, "{byte:02x}");
-        }
+        crate::hex::push(key, &Sha256::digest(value.as_bytes()));
         return;
     }
     key.reserve(value.len());

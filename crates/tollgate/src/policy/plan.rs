@@ -433,10 +433,7 @@ fn fingerprint(key: &str, method: &str, path: &str, body: &[u8; 32]) -> String {
     hasher.update(body);
     let digest = hasher.finalize();
     let mut text = String::with_capacity(32);
-    for byte in &digest[..16] {
-        use std::fmt::Write as _;
-        let _ = write!(text, "{byte:02x}");
-    }
+    crate::hex::push(&mut text, &digest[..16]);
     text
 }
 
