@@ -55,6 +55,7 @@ pub use tollgate_core::counter;
 pub use tollgate_core::hex;
 mod error;
 pub mod headers;
+pub mod json;
 mod layer;
 mod limiter;
 #[cfg(feature = "metrics")]

@@ -93,7 +93,7 @@ fn override_unit(value: Option<&Value>, what: &str) -> Result<i32, String> {
 /// errors.
 pub fn parse_request(body: &[u8]) -> Result<RateLimitRequest, String> {
     let value: Value =
-        serde_json::from_slice(body).map_err(|error| format!("invalid JSON: {error}"))?;
+        tollgate::json::from_slice(body).map_err(|error| format!("invalid JSON: {error}"))?;
     let request = object(
         &value,
         "the request",

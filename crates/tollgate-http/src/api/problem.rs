@@ -94,7 +94,7 @@ impl IntoResponse for ApiError {
 pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     // Most bodies are valid: read them without tracking the path, which costs on every field;
     // only a refused one is read again, for the path its message names.
-    if let Ok(parsed) = serde_json::from_slice(bytes) {
+    if let Ok(parsed) = tollgate::json::from_slice(bytes) {
         return Ok(parsed);
     }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
@@ -110,7 +110,7 @@ pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result
 /// is not JSON, 422 naming the path of the first `null`.
 pub(crate) fn parse_json_value(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
     let value: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|error| json_error(error, "."))?;
+        tollgate::json::from_slice(bytes).map_err(|error| json_error(error, "."))?;
     if let Some(path) = first_null(&value, "") {
         return Err(ApiError::invalid(format!(
             "{path}: null is not a value here; leave the field out"

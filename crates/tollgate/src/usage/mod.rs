@@ -233,7 +233,7 @@ impl UsageMeter {
 /// count at. A member that is not there (or `null`, as in the events before the last) leaves
 /// the reading as it was.
 fn record(watches: &mut [Watch], member: &str, value: &[u8]) {
-    let Ok(value) = serde_json::from_slice::<serde_json::Value>(value) else {
+    let Ok(value) = crate::json::from_slice::<serde_json::Value>(value) else {
         return;
     };
     for watch in watches {
