@@ -236,8 +236,6 @@ fn read_number(bytes: &mut &[u8]) -> Option<u64> {
     None
 }
 
-/// Appends `bytes` in lower-case hex (by table: this runs for every admitted check).
-
 /// What a token carries.
 #[derive(Debug, PartialEq, Eq)]
 struct Parsed {
