@@ -16,16 +16,18 @@ use super::outcome::Outcome;
 pub(super) fn wanted(headers: &HeaderMap) -> bool {
     const PREFER: HeaderName = HeaderName::from_static("prefer");
     headers.get_all(PREFER).iter().any(|value| {
-        value
-            .as_bytes()
-            .split(|&byte| byte == b',')
-            .any(|preference| {
-                let token = preference
-                    .split(|&byte| byte == b';')
-                    .next()
-                    .unwrap_or_default();
-                token.trim_ascii().eq_ignore_ascii_case(b"return=minimal")
-            })
+        // The preference alone, as clients send it, is matched whole before the list is parsed.
+        value.as_bytes().eq_ignore_ascii_case(b"return=minimal")
+            || value
+                .as_bytes()
+                .split(|&byte| byte == b',')
+                .any(|preference| {
+                    let token = preference
+                        .split(|&byte| byte == b';')
+                        .next()
+                        .unwrap_or_default();
+                    token.trim_ascii().eq_ignore_ascii_case(b"return=minimal")
+                })
     })
 }
 
