@@ -1,23 +1,20 @@
 //! Connections served on worker threads: each on one thread from its accept to its close, two
-//! open at once on two threads.
+//! open at once on two threads, and the answers a busy worker holds to the end of its burst all
+//! sent.
 
 mod common;
 
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::Path;
 use axum::routing::get;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tollgate_http::http_server::{ConnectionLimits, MAX_WORKERS, Workers};
 
-/// `GET /thread` on a kept-alive connection: the name of the thread that answered.
-async fn thread_of(connection: &mut BufReader<TcpStream>) -> String {
-    connection
-        .get_mut()
-        .write_all(b"GET /thread HTTP/1.1\r\nhost: tollgate\r\n\r\n")
-        .await
-        .expect("written");
+/// The body of the next answer on a kept-alive connection.
+async fn body_of(connection: &mut BufReader<TcpStream>) -> String {
     let mut length = None;
     loop {
         let mut line = String::new();
@@ -36,6 +33,16 @@ async fn thread_of(connection: &mut BufReader<TcpStream>) -> String {
     let mut body = vec![0; length.expect("a content-length")];
     connection.read_exact(&mut body).await.expect("the body");
     String::from_utf8(body).expect("UTF-8")
+}
+
+/// `GET /thread` on a kept-alive connection: the name of the thread that answered.
+async fn thread_of(connection: &mut BufReader<TcpStream>) -> String {
+    connection
+        .get_mut()
+        .write_all(b"GET /thread HTTP/1.1\r\nhost: tollgate\r\n\r\n")
+        .await
+        .expect("written");
+    body_of(connection).await
 }
 
 #[tokio::test]
@@ -74,6 +81,40 @@ async fn each_connection_stays_on_one_worker_and_two_open_at_once_are_on_two() {
         assert_eq!(thread_of(&mut first).await, first_thread);
         assert_eq!(thread_of(&mut second).await, second_thread);
     }
+}
+
+#[tokio::test]
+async fn requests_sent_in_one_write_to_a_worker_are_all_answered_whole_and_in_order() {
+    // A busy worker holds each answer after its first until it has polled its other tasks:
+    // answers held so must still all be sent, whole and in order.
+    let router = Router::new().route(
+        "/echo/{n}",
+        get(|Path(n): Path<u32>| async move { n.to_string() }),
+    );
+    let limits = ConnectionLimits {
+        workers: Some(Workers::start(1).expect("a worker")),
+        ..common::limits(8)
+    };
+    let address = common::start(router.into(), limits).await;
+    let mut connection = BufReader::new(TcpStream::connect(address).await.expect("connects"));
+    let requests: String = (0..8)
+        .map(|n| format!("GET /echo/{n} HTTP/1.1\r\nhost: tollgate\r\n\r\n"))
+        .collect();
+    connection
+        .get_mut()
+        .write_all(requests.as_bytes())
+        .await
+        .expect("written");
+    for n in 0..8 {
+        assert_eq!(body_of(&mut connection).await, n.to_string());
+    }
+    // And the connection goes on serving afterwards.
+    connection
+        .get_mut()
+        .write_all(b"GET /echo/9 HTTP/1.1\r\nhost: tollgate\r\n\r\n")
+        .await
+        .expect("written");
+    assert_eq!(body_of(&mut connection).await, "9");
 }
 
 #[test]

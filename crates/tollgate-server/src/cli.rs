@@ -252,6 +252,7 @@ pub fn main() -> ExitCode {
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_park(tollgate_http::http_server::worker_parks)
         .build()
     {
         Ok(runtime) => runtime,

@@ -74,6 +74,7 @@ impl tower::Service<axum::http::Request<Incoming>> for ConnectionService {
                 future: lane.answer(request.map(Body::new)),
                 in_flight,
                 http1,
+                first: true,
             };
         }
         with_addresses(&mut request, self.peer, self.local);
@@ -81,6 +82,7 @@ impl tower::Service<axum::http::Request<Incoming>> for ConnectionService {
             future: self.app.router.call(request),
             in_flight,
             http1,
+            first: true,
         }
     }
 }
@@ -127,40 +129,59 @@ fn with_addresses<B>(
 }
 
 pin_project_lite::pin_project! {
-    /// The answer to one request: refused for its head, a lane's, or the router's.
+    /// The answer to one request: refused for its head, a lane's, or the router's; `first`
+    /// until it is polled. One decided at its first poll on a busy thread is `Held` until
+    /// the next (`super::burst`).
     #[project = AnswerProjection]
     pub(super) enum Answer {
         Refused { response: Option<Response> },
-        Lane { future: LaneFuture, in_flight: Option<InFlight>, http1: bool },
+        Lane { future: LaneFuture, in_flight: Option<InFlight>, http1: bool, first: bool },
         Routed {
             #[pin]
             future: RouteFuture<Infallible>,
             in_flight: Option<InFlight>,
             http1: bool,
+            first: bool,
         },
+        Held { response: Option<Response<CountedBody>> },
     }
 }
 
 impl Future for Answer {
     type Output = Result<Response<CountedBody>, Infallible>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let (mut response, in_flight, http1) = match self.project() {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let (mut response, in_flight, http1, first) = match self.as_mut().project() {
             AnswerProjection::Refused { response } => {
-                (response.take().unwrap_or_default(), None, false)
+                (response.take().unwrap_or_default(), None, false, false)
             }
             AnswerProjection::Lane {
                 future,
                 in_flight,
                 http1,
-            } => (ready!(future.as_mut().poll(cx)), in_flight.take(), *http1),
+                first,
+            } => {
+                let first = std::mem::take(first);
+                let response = ready!(future.as_mut().poll(cx));
+                (response, in_flight.take(), *http1, first)
+            }
             AnswerProjection::Routed {
                 future,
                 in_flight,
                 http1,
+                first,
             } => {
+                let first = std::mem::take(first);
                 let Ok(response) = ready!(future.poll(cx));
-                (response, in_flight.take(), *http1)
+                (response, in_flight.take(), *http1, first)
+            }
+            AnswerProjection::Held { response } => {
+                return Poll::Ready(Ok(response.take().unwrap_or_else(|| {
+                    Response::default().map(|body| CountedBody {
+                        body,
+                        _in_flight: None,
+                    })
+                })));
             }
         };
         // Decided as the head is made, so that a request under way when its connection
@@ -171,10 +192,20 @@ impl Future for Answer {
         {
             say_close(&mut response);
         }
-        Poll::Ready(Ok(response.map(|body| CountedBody {
+        let response = response.map(|body| CountedBody {
             body,
             _in_flight: in_flight,
-        })))
+        });
+        // Decided as its request was read, on a thread busy with other connections: it
+        // leaves with theirs, after they have been read too.
+        if first && http1 && super::burst::hold() {
+            self.set(Answer::Held {
+                response: Some(response),
+            });
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        Poll::Ready(Ok(response))
     }
 }
 
@@ -240,4 +271,104 @@ fn head_over_limits(limits: HeadLimits, uri: &Uri, headers: &HeaderMap) -> Optio
         );
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    use super::*;
+
+    /// A waker that counts its wakes.
+    struct Wakes(AtomicUsize);
+
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A lane's answer over HTTP/1 or not, made by `answer`.
+    fn lane(answer: LaneFuture, http1: bool) -> Answer {
+        Answer::Lane {
+            future: answer,
+            in_flight: None,
+            http1,
+            first: true,
+        }
+    }
+
+    /// An answer with status `status`, ready at once.
+    fn ready(status: StatusCode) -> LaneFuture {
+        Box::pin(std::future::ready((status, "").into_response()))
+    }
+
+    /// Polls `answer` once: its status if it is ready.
+    fn status_of(answer: &mut Pin<Box<Answer>>, wakes: &Arc<Wakes>) -> Poll<StatusCode> {
+        let waker = Arc::clone(wakes).into();
+        answer
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .map(|Ok(response)| response.status())
+    }
+
+    #[test]
+    fn an_answer_decided_at_once_on_a_busy_thread_leaves_at_the_next_poll() {
+        super::super::burst::worker_parks();
+        let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
+        let mut first = Box::pin(lane(ready(StatusCode::OK), true));
+        assert_eq!(status_of(&mut first, &wakes), Poll::Ready(StatusCode::OK));
+        let mut second = Box::pin(lane(ready(StatusCode::ACCEPTED), true));
+        assert_eq!(status_of(&mut second, &wakes), Poll::Pending);
+        assert_eq!(
+            wakes.0.load(Ordering::Relaxed),
+            1,
+            "its task is woken to come back"
+        );
+        assert_eq!(
+            status_of(&mut second, &wakes),
+            Poll::Ready(StatusCode::ACCEPTED)
+        );
+        assert_eq!(wakes.0.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn answers_that_waited_or_are_not_http1_are_not_held() {
+        let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
+        // A thread whose runtime never says it parks.
+        let mut unknown = Box::pin(lane(ready(StatusCode::OK), true));
+        assert_eq!(status_of(&mut unknown, &wakes), Poll::Ready(StatusCode::OK));
+        super::super::burst::worker_parks();
+        let mut first = Box::pin(lane(ready(StatusCode::OK), true));
+        assert_eq!(status_of(&mut first, &wakes), Poll::Ready(StatusCode::OK));
+        // Busy now: an HTTP/2 stream's answer goes with its connection's others already.
+        let mut http2 = Box::pin(lane(ready(StatusCode::CREATED), false));
+        assert_eq!(
+            status_of(&mut http2, &wakes),
+            Poll::Ready(StatusCode::CREATED)
+        );
+        // One that waited for something had its task woken for it then.
+        let mut waited = false;
+        let later: LaneFuture = Box::pin(std::future::poll_fn(move |cx| {
+            if std::mem::replace(&mut waited, true) {
+                Poll::Ready((StatusCode::ACCEPTED, "").into_response())
+            } else {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+        }));
+        let mut waiting = Box::pin(lane(later, true));
+        assert_eq!(status_of(&mut waiting, &wakes), Poll::Pending);
+        assert_eq!(
+            status_of(&mut waiting, &wakes),
+            Poll::Ready(StatusCode::ACCEPTED)
+        );
+        assert_eq!(
+            wakes.0.load(Ordering::Relaxed),
+            1,
+            "woken by what it waited for only"
+        );
+    }
 }

@@ -38,11 +38,13 @@ use connection_service::{ConnectionService, HeadLimits};
 use registry::{ConnectionHandle, Registry, Tracked};
 use stream_executor::{StreamExecutor, Streams};
 
+mod burst;
 mod connection_service;
 mod registry;
 mod stream_executor;
 mod workers;
 
+pub use burst::worker_parks;
 pub(crate) use workers::current as current_worker;
 pub use workers::{MAX_WORKERS, Workers};
 

@@ -147,6 +147,7 @@ impl Worker {
             .spawn(move || {
                 let runtime = match tokio::runtime::Builder::new_current_thread()
                     .enable_all()
+                    .on_thread_park(super::worker_parks)
                     .build()
                 {
                     Ok(runtime) => runtime,
