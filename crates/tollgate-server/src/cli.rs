@@ -17,6 +17,11 @@ pub struct Cli {
     /// Log format: human or json.
     #[arg(long, global = true, env = "TOLLGATE_LOG_FORMAT", default_value = "human", value_parser = ["human", "json"])]
     log_format: String,
+    /// How many threads the server runs on, beside any `--http-workers`. Default: one a core
+    /// the process may use. Fewer than the cores keep the tail short on cores shared with
+    /// other busy processes, at some of the rate.
+    #[arg(long, global = true, env = "TOLLGATE_THREADS", value_parser = crate::runtime_threads::thread_count, value_name = "N")]
+    threads: Option<usize>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -250,11 +255,7 @@ pub fn main() -> ExitCode {
     {
         return config_check(files, rls.as_ref());
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .on_thread_park(tollgate_http::http_server::worker_parks)
-        .build()
-    {
+    let runtime = match crate::runtime_threads::runtime(cli.threads) {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("tollgate: cannot start the runtime: {error}");

@@ -70,7 +70,7 @@ pub struct ConnectionFlags {
     pub http_workers: Option<usize>,
 }
 
-fn count_in(
+pub(crate) fn count_in(
     text: &str,
     range: std::ops::RangeInclusive<usize>,
     why: &str,
@@ -130,9 +130,7 @@ impl DefaultWorkers {
     fn threads(self) -> usize {
         match self {
             DefaultWorkers::Shared => 0,
-            DefaultWorkers::PerCore => std::thread::available_parallelism()
-                .map_or(1, std::num::NonZeroUsize::get)
-                .min(tollgate_http::http_server::MAX_WORKERS),
+            DefaultWorkers::PerCore => crate::runtime_threads::one_a_core(),
         }
     }
 }

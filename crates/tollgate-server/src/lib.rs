@@ -17,6 +17,7 @@ pub mod policies;
 pub mod proxy;
 pub mod refund_flags;
 pub mod reload;
+mod runtime_threads;
 pub mod serve;
 pub mod serve_args;
 pub mod shutdown;

@@ -76,13 +76,14 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
         Reloader::new(limiter.clone(), None, Some(args.config.clone()), None).with_tls(tls.clone()),
     );
     reloader.start(!args.no_watch);
+    let shutdown = crate::shutdown::Shutdown::after_signal(args.health.shutdown_delay);
+    let connections = args.connections.limits(DefaultWorkers::PerCore)?;
     let banner = format!(
-        "tollgate proxying\n  listen: {scheme}://{address}\n  upstream: {upstream}\n  admin: {scheme}://{admin_address} (GET /dashboard, /metrics, /admin/...)\n  store: {store_description}\n  overrides: {}\n  policies: {}",
+        "tollgate proxying\n  listen: {scheme}://{address}\n  upstream: {upstream}\n  admin: {scheme}://{admin_address} (GET /dashboard, /metrics, /admin/...)\n  store: {store_description}\n  threads: {}\n  overrides: {}\n  policies: {}",
+        crate::runtime_threads::describe(connections.workers.as_ref()),
         crate::overrides::describe(&limiter, &args.store.overrides),
         args.config.display()
     );
-    let shutdown = crate::shutdown::Shutdown::after_signal(args.health.shutdown_delay);
-    let connections = args.connections.limits(DefaultWorkers::PerCore)?;
     let proxy_metrics = Arc::new(tollgate_http::proxy_metrics::ProxyMetrics::new());
     let app = tollgate_http::proxy::app(
         &limiter,

@@ -20,11 +20,17 @@ use tollgate_envoy::rls::{Rls, RlsConfig, RlsFailureMode};
 use tollgate_http::admin::AdminState;
 use tollgate_http::api::{AppState, app};
 use tollgate_http::health::Readiness;
-use tollgate_http::http_server::{listen, serve};
+use tollgate_http::http_server::{ConnectionLimits, listen, serve};
 use tollgate_http::lane::{App, Lane};
 
 /// The start-up lines: where each listener is, what it serves, the store and the policies.
-fn print_banner(args: &ServeArgs, bound: &Bound, store: &str, overrides: &str) {
+fn print_banner(
+    args: &ServeArgs,
+    bound: &Bound,
+    store: &str,
+    limiter: &Limiter<AnyStore>,
+    connections: &ConnectionLimits,
+) {
     let config = args.config.as_ref().map_or_else(
         || "built-in example (examples/policies.yaml)".to_owned(),
         |p| p.display().to_string(),
@@ -65,7 +71,14 @@ fn print_banner(args: &ServeArgs, bound: &Bound, store: &str, overrides: &str) {
         println!("  metrics: http://{metrics}{}", args.side.metrics_path);
     }
     println!("  store: {store}");
-    println!("  overrides: {overrides}");
+    println!(
+        "  threads: {}",
+        crate::runtime_threads::describe(connections.workers.as_ref())
+    );
+    println!(
+        "  overrides: {}",
+        crate::overrides::describe(limiter, &args.store.overrides)
+    );
     println!("  policies: {config}");
     if let Some(directory) = &args.rls_config {
         println!(
@@ -438,8 +451,13 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         .flatten(),
     );
     // Announced once the reload and stop signals have their handlers.
-    let overrides = crate::overrides::describe(&limiter, &args.store.overrides);
-    print_banner(&args, &listeners.bound, &store_description, &overrides);
+    print_banner(
+        &args,
+        &listeners.bound,
+        &store_description,
+        &limiter,
+        &connections,
+    );
     let outcome = tokio::select! {
         _ = servers => Ok(()),
         failed = store_deadline(store_health, args.store.redis_startup_timeout) => failed,

@@ -1090,6 +1090,48 @@ async fn sighup_reloads_when_files_are_not_watched() {
     assert!(server.stderr().contains("shutting down"));
 }
 
+/// The threads of `pid` named `name` (Linux keeps the first 15 bytes of a thread's name).
+fn threads_named(pid: u32, name: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the server's threads are listed")
+        .filter(|task| {
+            let comm = task.as_ref().expect("a thread").path().join("comm");
+            std::fs::read_to_string(comm).is_ok_and(|comm| comm.trim() == name)
+        })
+        .count()
+}
+
+#[test]
+fn the_threads_the_server_runs_on_are_set_by_flag_or_environment_and_said_at_start_up() {
+    let three = Tollgate::serve(&["--threads", "3"]);
+    assert_eq!(
+        three.printed["threads"],
+        "3 (--threads), serving the connections too"
+    );
+    assert_eq!(threads_named(three.pid(), "tokio-rt-worker"), 3);
+    drop(three);
+
+    let one = Tollgate::start_with_env(
+        &support::serve_args(&["--http-workers", "2"]),
+        &[("TOLLGATE_THREADS", "1")],
+    );
+    assert_eq!(
+        one.printed["threads"],
+        "1 (--threads), and 2 of their own serving the connections (--http-workers)"
+    );
+    assert_eq!(threads_named(one.pid(), "tokio-rt-worker"), 1);
+    assert_eq!(threads_named(one.pid(), "tollgate-w0"), 1);
+    assert_eq!(threads_named(one.pid(), "tollgate-w1"), 1);
+    drop(one);
+
+    let (status, _, stderr) = run(&["serve", "--threads", "0"]);
+    assert!(!status.success());
+    assert!(
+        stderr.contains("invalid value '0' for '--threads <N>': must be from 1 to 1024"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn bad_configuration_stops_start_up_naming_the_file_and_the_problem() {
     let directory = tempfile::tempdir().expect("a temporary directory");
