@@ -70,33 +70,14 @@ pub struct ConnectionFlags {
     pub http_workers: Option<usize>,
 }
 
-pub(crate) fn count_in(
-    text: &str,
-    range: std::ops::RangeInclusive<usize>,
-    why: &str,
-) -> Result<usize, String> {
-    let value: usize = text
-        .parse()
-        .map_err(|_| format!("{text:?} is not a whole number"))?;
-    if range.contains(&value) {
-        Ok(value)
-    } else {
-        Err(format!(
-            "must be from {} to {} ({why})",
-            range.start(),
-            range.end()
-        ))
-    }
-}
-
 /// `--max-connections`: 0 would accept no client at all.
 fn connection_count(text: &str) -> Result<usize, String> {
-    count_in(text, 1..=1_000_000, "0 would accept no connection at all")
+    crate::flag_count::count_in(text, 1..=1_000_000, "0 would accept no connection at all")
 }
 
 /// `--http-workers`.
 fn worker_count(text: &str) -> Result<usize, String> {
-    count_in(
+    crate::flag_count::count_in(
         text,
         0..=tollgate_http::http_server::MAX_WORKERS,
         "0 serves connections on the shared threads; more than a thousand is no machine's cores",
@@ -105,12 +86,12 @@ fn worker_count(text: &str) -> Result<usize, String> {
 
 /// `--max-header-bytes`.
 fn header_bytes(text: &str) -> Result<usize, String> {
-    count_in(text, 1_024..=1024 * 1024, "a request head must fit")
+    crate::flag_count::count_in(text, 1_024..=1024 * 1024, "a request head must fit")
 }
 
 /// `--max-header-fields`.
 fn header_fields(text: &str) -> Result<usize, String> {
-    count_in(text, 8..=10_000, "a request needs a few header fields")
+    crate::flag_count::count_in(text, 8..=10_000, "a request needs a few header fields")
 }
 
 /// How many worker threads a command serves its connections on unless `--http-workers` says.

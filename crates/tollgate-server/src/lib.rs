@@ -9,6 +9,7 @@ pub mod admin_flags;
 pub mod allocator;
 pub mod cli;
 pub mod connection_flags;
+mod flag_count;
 pub mod health_flags;
 #[cfg(feature = "otel")]
 pub mod otel;

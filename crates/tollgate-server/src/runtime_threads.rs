@@ -28,7 +28,7 @@ pub(crate) fn runtime(threads: Option<usize>) -> std::io::Result<tokio::runtime:
 
 /// `--threads`.
 pub(crate) fn thread_count(text: &str) -> Result<usize, String> {
-    crate::connection_flags::count_in(
+    crate::flag_count::count_in(
         text,
         1..=MAX_WORKERS,
         "the server needs a thread; more than a thousand is no machine's cores",
