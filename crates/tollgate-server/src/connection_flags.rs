@@ -58,9 +58,10 @@ pub struct ConnectionFlags {
     /// its own with the connections handed to it (the one with the fewest takes the next), as
     /// NGINX's worker processes: less CPU a request for clients whose connections each carry a
     /// steady share of the load. `0` serves them on the threads the rest of the server shares,
-    /// where any idle thread takes up a busy one's work, which keeps a busy check server's tail
-    /// short for pooled clients and on cores shared with other busy processes. Default: one a
-    /// core for `tollgate proxy`, `0` for `tollgate serve`.
+    /// where any idle thread takes up a busy one's work, which keeps a busy HTTP check server's
+    /// tail short for pooled clients and on cores shared with other busy processes (fewer
+    /// threads than cores, `--threads`, shorten it further). Default: one a core for
+    /// `tollgate proxy`, `0` for `tollgate serve`.
     #[arg(
         long,
         env = "TOLLGATE_HTTP_WORKERS",
