@@ -1,25 +1,30 @@
 //! Connections to a plain `http://` upstream, spoken to in HTTP/1.1 and kept for the next
-//! request. hyper-util's pooled client does this for every kind of upstream, but each request
-//! through it pays for a keyed pool (the key hashed three times with SipHash, byte by byte) and
-//! for a task spawned to put the connection back: about a seventh of a proxied request. A
-//! connection here goes back when the response body that used it is dropped, read to its end.
-//! Upstreams over TLS or HTTP/2 keep hyper-util's client. Each worker thread keeps its own
-//! idle connections, so a connection's task runs on the thread of the requests that use it.
+//! request. Each connection is written and read by the request that holds it, with no task of
+//! its own: hyper's client gives every connection a task, and each request hands its head to
+//! that task through a channel and gets the answer back through another, two wake-ups and
+//! polls a request that cost about a quarter of a proxied request's instructions. A connection
+//! goes back to the pool when its response body has been read to its end, or at once when the
+//! whole response came with its head. Upstreams over TLS or HTTP/2 keep hyper-util's client.
+//! Each worker thread keeps its own idle connections, so a connection is used on the thread
+//! whose runtime it was registered with.
 
-use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::task::{Context, Poll};
+mod body;
+mod connection;
+mod request;
+mod response;
+
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, Response};
-use bytes::Bytes;
-use http_body::{Body as _, Frame, SizeHint};
-use hyper::body::Incoming;
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
+use http_body::Body as _;
 use tokio::time::Instant;
+
+use body::UpstreamBody;
+use connection::Connection;
+use request::Written;
+use response::BodyFraming;
 
 /// How long a connection may sit idle before it is closed rather than used (as hyper-util's
 /// client, which the other upstreams use).
@@ -39,11 +44,11 @@ pub(crate) struct Http1Pool {
 }
 
 struct Idle {
-    sender: SendRequest<Body>,
+    connection: Connection,
     since: Instant,
 }
 
-/// Why a request did not reach the upstream.
+/// Why a request got no response from the upstream.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SendError {
     /// No connection could be made.
@@ -52,9 +57,35 @@ pub(crate) enum SendError {
         address: String,
         error: std::io::Error,
     },
-    /// The connection failed before the response head arrived.
-    #[error(transparent)]
-    Http(#[from] hyper::Error),
+    /// The connection failed.
+    #[error("the connection failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// The connection closed before a byte of the answer.
+    #[error("the connection closed without an answer")]
+    Unanswered,
+    /// The answer was not HTTP/1.1 that can be read without a doubt about its end.
+    #[error("its answer was malformed: {0}")]
+    Malformed(String),
+    /// The client's request body failed or did not match its `Content-Length`.
+    #[error("the request's body: {0}")]
+    RequestBody(String),
+}
+
+impl SendError {
+    /// Whether the connection ended before a byte of the answer, as one the upstream closed
+    /// while idle does.
+    fn is_unanswered(&self) -> bool {
+        match self {
+            SendError::Unanswered => true,
+            SendError::Io(error) => matches!(
+                error.kind(),
+                std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+            ),
+            _ => false,
+        }
+    }
 }
 
 impl Http1Pool {
@@ -78,86 +109,116 @@ impl Http1Pool {
     }
 
     /// Sends `request` (in origin form, with its `Host` field) on an idle connection, else on a
-    /// new one. A request that a reused connection closed under before taking it goes on the
-    /// next one: an upstream may close an idle connection at any moment.
+    /// new one. An upstream may close an idle connection at any moment: a request without a
+    /// body and of an idempotent method (RFC 9110 §9.2.2) that a reused connection closed
+    /// under without an answer goes again on the next one.
     pub(crate) async fn send(
         self: &Arc<Self>,
-        mut request: Request<Body>,
+        request: Request<Body>,
     ) -> Result<Response<Body>, SendError> {
+        let (parts, body) = request.into_parts();
+        let repeatable = body.is_end_stream() && parts.method.is_idempotent();
+        let mut body = Some(body);
         loop {
-            let (mut sender, reused) = match self.take() {
-                Some(sender) => (sender, true),
+            let (mut connection, reused) = match self.take() {
+                Some(connection) => (connection, true),
                 None => (self.connect().await?, false),
             };
-            if let Err(error) = sender.ready().await {
-                if reused {
-                    continue;
-                }
-                return Err(error.into());
-            }
-            match sender.try_send_request(request).await {
-                Ok(response) => {
-                    let back = Some((sender, Arc::downgrade(self)));
-                    return Ok(response.map(|incoming| {
-                        Body::new(PooledBody {
-                            incoming,
-                            ended: false,
-                            back,
-                        })
-                    }));
-                }
-                Err(mut error) => match error.take_message() {
-                    Some(unsent) if reused => request = unsent,
-                    _ => return Err(error.into_error().into()),
-                },
+            let this_body = body.take().unwrap_or_else(Body::empty);
+            let answered = match request::write(&mut connection, &parts, this_body).await {
+                Ok(written) => response::read_head(&mut connection, &parts.method)
+                    .await
+                    .map(|head| (written, head)),
+                Err(error) => Err(error),
+            };
+            match answered {
+                Ok((written, head)) => return Ok(self.answer(connection, written, head)),
+                Err(error) if reused && repeatable && error.is_unanswered() => {}
+                Err(error) => return Err(error),
             }
         }
     }
 
+    /// The response to hand on; its connection comes back when its body has been read.
+    fn answer(
+        self: &Arc<Self>,
+        mut connection: Connection,
+        written: Written,
+        head: response::Head,
+    ) -> Response<Body> {
+        let keep_alive = head.keep_alive && written == Written::Whole;
+        let body = match head.framing {
+            BodyFraming::Empty => {
+                self.give_back(connection, keep_alive);
+                Body::empty()
+            }
+            BodyFraming::Length(length)
+                if usize::try_from(length)
+                    .is_ok_and(|length| length <= connection.buffer.len()) =>
+            {
+                let whole = connection.buffer.split_to(length as usize).freeze();
+                self.give_back(connection, keep_alive);
+                Body::from(whole)
+            }
+            framing => Body::new(UpstreamBody::new(
+                connection,
+                framing,
+                keep_alive,
+                Arc::downgrade(self),
+            )),
+        };
+        let mut response = Response::new(body);
+        *response.status_mut() = head.status;
+        *response.headers_mut() = head.headers;
+        response
+    }
+
+    /// Keeps a connection whose answer has been read whole for the next request, unless it
+    /// cannot carry one or the upstream sent more than the answer.
+    fn give_back(&self, connection: Connection, keep_alive: bool) {
+        if keep_alive && connection.buffer.is_empty() {
+            self.put(connection);
+        }
+    }
+
     /// The most recently used open connection; those idle too long are closed.
-    fn take(&self) -> Option<SendRequest<Body>> {
+    fn take(&self) -> Option<Connection> {
         let mut idle = self.idle();
         let now = Instant::now();
-        while let Some(Idle { sender, since }) = idle.pop() {
+        while let Some(Idle {
+            mut connection,
+            since,
+        }) = idle.pop()
+        {
             if now.duration_since(since) >= IDLE_TIMEOUT {
                 // The rest went idle earlier still.
                 idle.clear();
                 return None;
             }
-            if !sender.is_closed() {
-                return Some(sender);
+            if connection.is_open() {
+                return Some(connection);
             }
         }
         None
     }
 
-    fn put(&self, sender: SendRequest<Body>) {
+    fn put(&self, connection: Connection) {
         let mut idle = self.idle();
-        if idle.len() < self.max_idle && !sender.is_closed() {
+        if idle.len() < self.max_idle {
             idle.push(Idle {
-                sender,
+                connection,
                 since: Instant::now(),
             });
         }
     }
 
-    async fn connect(&self) -> Result<SendRequest<Body>, SendError> {
-        let connect_error = |error| SendError::Connect {
-            address: self.address.clone(),
-            error,
-        };
-        let stream = TcpStream::connect(&self.address)
+    async fn connect(&self) -> Result<Connection, SendError> {
+        Connection::open(&self.address)
             .await
-            .map_err(connect_error)?;
-        let _ = stream.set_nodelay(true);
-        let (sender, connection) =
-            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!("upstream connection ended: {error}");
-            }
-        });
-        Ok(sender)
+            .map_err(|error| SendError::Connect {
+                address: self.address.clone(),
+                error,
+            })
     }
 
     /// How many connections are idle now.
@@ -175,50 +236,7 @@ impl std::fmt::Debug for Http1Pool {
     }
 }
 
-/// A response body from the upstream; dropped after its end, it gives its connection back.
-struct PooledBody {
-    incoming: Incoming,
-    ended: bool,
-    back: Option<(SendRequest<Body>, Weak<Http1Pool>)>,
-}
-
-impl http_body::Body for PooledBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let frame = Pin::new(&mut self.incoming).poll_frame(cx);
-        if let Poll::Ready(None) = frame {
-            self.ended = true;
-        }
-        frame
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.incoming.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.incoming.size_hint()
-    }
-}
-
-impl Drop for PooledBody {
-    fn drop(&mut self) {
-        // A body dropped before its end leaves its connection mid-answer: hyper closes it.
-        if !(self.ended || self.incoming.is_end_stream()) {
-            return;
-        }
-        if let Some((sender, pool)) = self.back.take()
-            && let Some(pool) = pool.upgrade()
-        {
-            pool.put(sender);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod wire_tests;

@@ -2,8 +2,12 @@ use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::http::{HeaderValue, header};
+use bytes::Bytes;
+use http_body::Frame;
 use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
 use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use super::*;
