@@ -13,8 +13,8 @@ use http_body_util::BodyExt as _;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::tcp::WriteHalf;
 
-use super::SendError;
 use super::connection::Connection;
+use super::{SendError, response};
 
 /// Data frames up to this size are copied after what is pending and written with it.
 const COALESCE: usize = 16 * 1024;
@@ -86,8 +86,8 @@ async fn send_watching(
     tokio::pin!(sending);
     loop {
         tokio::select! {
+            // An answer that has come is read before more of the body goes.
             biased;
-            sent = &mut sending => return sent.map(|()| Written::Whole),
             readable = reader.readable() => {
                 readable?;
                 match reader.try_read_buf(buffer) {
@@ -97,11 +97,15 @@ async fn send_watching(
                             "the upstream closed the connection while the request was sent",
                         )));
                     }
-                    Ok(_) => return Ok(Written::Cut),
+                    Ok(0) => return Ok(Written::Cut),
+                    // A `100 Continue` is the upstream asking for the body, not answering.
+                    Ok(_) if response::final_head_waits(buffer) => return Ok(Written::Cut),
+                    Ok(_) => {}
                     Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
                     Err(error) => return Err(error.into()),
                 }
             }
+            sent = &mut sending => return sent.map(|()| Written::Whole),
         }
     }
 }

@@ -5,7 +5,7 @@
 use std::mem::MaybeUninit;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version, header};
-use bytes::Buf as _;
+use bytes::{Buf as _, BytesMut};
 
 use super::SendError;
 use super::connection::Connection;
@@ -83,6 +83,33 @@ pub(super) async fn read_head(
                     "the connection failed inside the response head: {error}"
                 )));
             }
+        }
+    }
+}
+
+/// Whether a whole final head waits at the front of `buffer`, read while a request's body is
+/// still being sent; interim heads before it are taken off.
+pub(super) fn final_head_waits(buffer: &mut BytesMut) -> bool {
+    loop {
+        let mut fields = [const { MaybeUninit::uninit() }; MAX_FIELDS];
+        let mut response = httparse::Response::new(&mut []);
+        let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+            &mut response,
+            buffer,
+            &mut fields,
+        );
+        match parsed {
+            Ok(httparse::Status::Complete(length))
+                if response
+                    .code
+                    .is_some_and(|code| (100..200).contains(&code) && code != 101) =>
+            {
+                buffer.advance(length);
+            }
+            Ok(httparse::Status::Complete(_)) => return true,
+            Ok(httparse::Status::Partial) if buffer.len() < MAX_HEAD => return false,
+            // Too long or unreadable: what `read_head` makes of it is the answer.
+            _ => return true,
         }
     }
 }

@@ -12,6 +12,7 @@ use http_body::Frame;
 use http_body_util::BodyExt as _;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
 
 use super::{Http1Pool, SendError};
 
@@ -24,6 +25,8 @@ struct Reply {
     read_body: bool,
     /// Close the connection after the answer.
     close: bool,
+    /// Written after the head is read and before the body is, then told.
+    before_body: Option<(&'static [u8], Arc<Notify>)>,
 }
 
 fn reply(pieces: &[&'static [u8]]) -> Reply {
@@ -31,6 +34,7 @@ fn reply(pieces: &[&'static [u8]]) -> Reply {
         pieces: pieces.to_vec(),
         read_body: true,
         close: false,
+        before_body: None,
     }
 }
 
@@ -80,6 +84,10 @@ async fn serve(
         };
         let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
         let mut request = buffer[..end].to_vec();
+        if let Some((interim, told)) = &reply.before_body {
+            stream.write_all(interim).await.unwrap();
+            told.notify_one();
+        }
         if reply.read_body {
             let mut taken = end;
             if let Some(length) = head
@@ -481,5 +489,39 @@ async fn a_get_the_upstream_closed_under_goes_again_a_post_does_not() {
         upstream.requests.lock().unwrap().len(),
         4,
         "the POST went once"
+    );
+}
+
+#[tokio::test]
+async fn a_continue_while_the_body_is_sent_is_not_taken_for_the_answer() {
+    let continued = Arc::new(Notify::new());
+    let mut answer = reply(&[b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\ngot5"]);
+    answer.before_body = Some((b"HTTP/1.1 100 Continue\r\n\r\n", Arc::clone(&continued)));
+    let upstream = scripted(vec![answer]).await;
+    let pool = Http1Pool::new(upstream.address.clone(), 1);
+    // The body comes only once the upstream has asked for it.
+    let body = futures_util::stream::once(async move {
+        continued.notified().await;
+        // Once the runtime has seen the `100 Continue` arrive.
+        tokio::task::yield_now().await;
+        Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from_static(b"hello")))
+    });
+    let post = Request::post("/upload")
+        .header(header::EXPECT, "100-continue")
+        .body(Body::new(http_body_util::StreamBody::new(body)))
+        .unwrap();
+    // Taken for the answer, the `100` would leave both sides waiting: a bound, not a measure.
+    let sent = tokio::time::timeout(Duration::from_secs(30), pool.send(post)).await;
+    let (status, body, _) = whole(sent.expect("answered").unwrap()).await;
+    assert_eq!((status, body), (StatusCode::OK, Bytes::from("got5")));
+    let request = upstream.requests.lock().unwrap()[0].clone();
+    assert!(
+        request.ends_with(b"\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+        "{request:?}"
+    );
+    assert_eq!(
+        pool.idle_count(),
+        1,
+        "the whole request went, so the connection is kept"
     );
 }
