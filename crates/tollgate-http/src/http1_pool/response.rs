@@ -13,6 +13,8 @@ use super::connection::Connection;
 /// The longest response head read, and the most fields in it.
 pub(super) const MAX_HEAD: usize = 64 * 1024;
 pub(super) const MAX_FIELDS: usize = 128;
+/// Fields the proxy may add to an answer: the rate-limit fields of every family.
+const ADDED_FIELDS: usize = 8;
 /// The most interim (1xx) responses skipped before the final one.
 const MAX_INTERIM: usize = 16;
 
@@ -147,7 +149,8 @@ fn parse(connection: &mut Connection, method: &Method) -> Result<Option<Head>, S
     } else {
         Version::HTTP_10
     };
-    let mut headers = HeaderMap::with_capacity(response.headers.len());
+    // With room for the rate-limit fields the proxy adds, which would otherwise grow the map.
+    let mut headers = HeaderMap::with_capacity(response.headers.len() + ADDED_FIELDS);
     for field in response.headers.iter() {
         let name = HeaderName::from_bytes(field.name.as_bytes())
             .map_err(|_| malformed(format!("the field name {:?}", field.name)))?;
