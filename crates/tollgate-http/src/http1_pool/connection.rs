@@ -1,7 +1,8 @@
 //! One HTTP/1.1 connection to the upstream, read and written by the request that holds it.
 
 use std::io;
-use std::task::{Context, Poll, Waker, ready};
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 
 use bytes::BytesMut;
 use tokio::net::TcpStream;
@@ -42,16 +43,12 @@ impl Connection {
         }
     }
 
-    /// Reads what the upstream sent next onto the buffer: the bytes read, 0 at its end.
+    /// Reads what the upstream sent next onto the buffer: the bytes read, 0 at its end. A read
+    /// that leaves the socket empty clears its readiness, so the next look at an idle
+    /// connection ([`Connection::is_open`]) or the next read waits without a system call.
     pub(super) fn poll_fill(&mut self, context: &mut Context<'_>) -> Poll<io::Result<usize>> {
         self.buffer.reserve(READ_ROOM);
-        loop {
-            ready!(self.stream.poll_read_ready(context))?;
-            match self.stream.try_read_buf(&mut self.buffer) {
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
-                read => return Poll::Ready(read),
-            }
-        }
+        tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), context, &mut self.buffer)
     }
 
     /// [`Connection::poll_fill`] as a future.
