@@ -6,13 +6,13 @@ use std::pin::Pin;
 use std::sync::Weak;
 use std::task::{Context, Poll, ready};
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::http::HeaderMap;
 use bytes::{Buf as _, Bytes};
 use http_body::{Frame, SizeHint};
 
 use super::Http1Pool;
 use super::connection::Connection;
-use super::response::{BodyFraming, MAX_FIELDS, MAX_HEAD};
+use super::response::{BodyFraming, MAX_FIELDS, MAX_HEAD, field_map};
 
 /// The longest chunk-size line read (the size, and any extensions, which are ignored).
 const MAX_CHUNK_LINE: usize = 4 * 1024;
@@ -228,14 +228,7 @@ fn trailers(connection: &mut Connection) -> io::Result<Option<HeaderMap>> {
     let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
     match httparse::parse_headers(&connection.buffer, &mut fields) {
         Ok(httparse::Status::Complete((used, fields))) => {
-            let mut trailers = HeaderMap::with_capacity(fields.len());
-            for field in fields {
-                let name = HeaderName::from_bytes(field.name.as_bytes())
-                    .map_err(|_| invalid(format!("the trailer name {:?}", field.name)))?;
-                let value = HeaderValue::from_bytes(field.value)
-                    .map_err(|_| invalid(format!("the value of the trailer {name}")))?;
-                trailers.append(name, value);
-            }
+            let trailers = field_map(fields, 0, "trailer").map_err(invalid)?;
             connection.buffer.advance(used);
             Ok(Some(trailers))
         }

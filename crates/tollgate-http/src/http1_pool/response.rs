@@ -150,14 +150,7 @@ fn parse(connection: &mut Connection, method: &Method) -> Result<Option<Head>, S
         Version::HTTP_10
     };
     // With room for the rate-limit fields the proxy adds, which would otherwise grow the map.
-    let mut headers = HeaderMap::with_capacity(response.headers.len() + ADDED_FIELDS);
-    for field in response.headers.iter() {
-        let name = HeaderName::from_bytes(field.name.as_bytes())
-            .map_err(|_| malformed(format!("the field name {:?}", field.name)))?;
-        let value = HeaderValue::from_bytes(field.value)
-            .map_err(|_| malformed(format!("the value of the field {name}")))?;
-        headers.append(name, value);
-    }
+    let headers = field_map(response.headers, ADDED_FIELDS, "field").map_err(malformed)?;
     connection.buffer.advance(length);
     let framing = framing(method, status, version, &headers)?;
     let keep_alive = version == Version::HTTP_11
@@ -169,6 +162,24 @@ fn parse(connection: &mut Connection, method: &Method) -> Result<Option<Head>, S
         framing,
         keep_alive,
     }))
+}
+
+/// Parsed fields (of a head, or trailers, as `what` says) as a map with `room` to spare; an
+/// error names what is not a valid field.
+pub(super) fn field_map(
+    fields: &[httparse::Header<'_>],
+    room: usize,
+    what: &str,
+) -> Result<HeaderMap, String> {
+    let mut map = HeaderMap::with_capacity(fields.len() + room);
+    for field in fields {
+        let name = HeaderName::from_bytes(field.name.as_bytes())
+            .map_err(|_| format!("the {what} name {:?}", field.name))?;
+        let value = HeaderValue::from_bytes(field.value)
+            .map_err(|_| format!("the value of the {what} {name}"))?;
+        map.append(name, value);
+    }
+    Ok(map)
 }
 
 /// RFC 9112 §6.3, strictly: both `Transfer-Encoding` and `Content-Length`, a
